@@ -1,0 +1,10 @@
+"""URL table for the toy web app."""
+
+ROUTES = {
+    "/": "index",
+    "/login": "login",
+}
+
+
+def index() -> str:
+    return "welcome"

@@ -1,0 +1,169 @@
+"""The two clouds behind one protocol; the only module that knows which one it is.
+
+- "embedded": a moto server on loopback plus a local instance runner that executes each
+  launched instance's user-data as a process tree in runs/<fleet_id>/instances/<id>/.
+- "aws": the real thing. When AWS_ENDPOINT_URL points at loopback (tests running --ec2
+  against a moto server) the local instance runner executes the instances there too.
+
+Everything else (controller, worker, scripts) is identical for both.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from . import aws
+from .moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
+
+SHIMS_DIR = Path(__file__).resolve().parent / "shims"
+LOCAL_IMAGE_NAME = "ct-fleet-local-worker"
+
+
+class LocalInstanceRunner:
+    """Runs each launched instance's user-data locally, and kills it when EC2 says it is gone."""
+
+    def __init__(self, ec2: Any, instances_dir: Path, env: dict[str, str]) -> None:
+        self.ec2 = ec2
+        self.dir = instances_dir
+        self.env = env
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, instance_ids: list[str]) -> None:
+        for instance_id in instance_ids:
+            home = self.dir / instance_id
+            home.mkdir(parents=True, exist_ok=True)
+            attr = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+            user_data = attr.get("UserData", {}).get("Value", "")
+            script = home / "user-data"
+            script.write_bytes(base64.b64decode(user_data))
+            env = {
+                **self.env,
+                "LB_HOME": str(home),
+                "INSTANCE_ID": instance_id,
+                "PATH": f"{SHIMS_DIR}:{self.env['PATH']}",
+                "CT_SPOT_NOTICE_FILE": str(home / "spot-interruption-notice"),
+            }
+            with open(home / "console.log", "ab") as console:
+                proc = subprocess.Popen(
+                    ["bash", str(script)], cwd=home, env=env, stdout=console, stderr=console, start_new_session=True
+                )
+            (home / "pid").write_text(str(proc.pid))
+            self.procs[instance_id] = proc
+
+    def reap(self) -> None:
+        """Kill the process trees of instances that EC2 reports terminated."""
+        if not self.procs:
+            return
+        resp = self.ec2.describe_instances(InstanceIds=list(self.procs))
+        for reservation in resp["Reservations"]:
+            for inst in reservation["Instances"]:
+                if inst["State"]["Name"] in ("shutting-down", "terminated"):
+                    self._kill(inst["InstanceId"])
+
+    def _kill(self, instance_id: str) -> None:
+        proc = self.procs.pop(instance_id, None)
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    def stop_all(self) -> None:
+        for instance_id in list(self.procs):
+            self._kill(instance_id)
+
+
+@dataclass
+class Cloud:
+    kind: str  # "embedded" or "aws"
+    region: str
+    endpoint_url: str | None = None
+    server: MotoServer | None = None
+    runner: LocalInstanceRunner | None = None
+    _clients: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def embedded(self) -> bool:
+        return self.kind == "embedded"
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = aws.client(service, region=self.region)
+        return self._clients[service]
+
+    def attach_runner(self, instances_dir: Path) -> None:
+        """Run launched instances locally when the EC2 endpoint is on this machine."""
+        if self.endpoint_url and urlparse(self.endpoint_url).hostname in ("127.0.0.1", "localhost"):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("CT_FLEET_TEST_")}
+            env["AWS_REGION"] = self.region
+            # Local instances share this venv (its python, and the AWS CLI the scripts call).
+            env["CT_FLEET_VENV"] = sys.prefix
+            env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+            self.runner = LocalInstanceRunner(self.client("ec2"), instances_dir, env)
+
+    def after_launch(self, instance_ids: list[str]) -> None:
+        if self.runner:
+            self.runner.start(instance_ids)
+
+    def poll(self) -> None:
+        if self.runner:
+            self.runner.reap()
+
+    def close(self) -> None:
+        if self.runner:
+            self.runner.stop_all()
+        if self.server:
+            self.server.stop()
+            for key in ("AWS_ENDPOINT_URL",):
+                os.environ.pop(key, None)
+
+
+def start_embedded(run_root: Path, region: str = "us-east-1") -> Cloud:
+    """Start a moto server and point this process (and the workers it launches) at it."""
+    run_root.mkdir(parents=True, exist_ok=True)
+    server = MotoServer(log_path=run_root / "moto.log").start()
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_PROFILE"):
+        os.environ.pop(key, None)
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": server.endpoint_url,
+            "AWS_ACCESS_KEY_ID": EMBEDDED_ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": EMBEDDED_SECRET_KEY,
+            "AWS_REGION": region,
+            "AWS_DEFAULT_REGION": region,
+        }
+    )
+    aws._session.cache_clear()
+    return Cloud(kind="embedded", region=region, endpoint_url=server.endpoint_url, server=server)
+
+
+def connect_aws(region: str) -> Cloud:
+    return Cloud(kind="aws", region=region, endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
+
+
+def prepare_embedded_account(cloud: Cloud, *, bucket: str, instance_profile: str, ami_param: str) -> None:
+    """What an admin sets up once on AWS (bucket, worker role, AMI) done for the embedded cloud."""
+    from . import store
+
+    store.ensure_bucket(cloud.client("s3"), bucket, create=True)
+    iam = cloud.client("iam")
+    try:
+        iam.get_instance_profile(InstanceProfileName=instance_profile)
+    except iam.exceptions.NoSuchEntityException:
+        iam.create_role(RoleName=instance_profile, AssumeRolePolicyDocument='{"Version":"2012-10-17","Statement":[]}')
+        iam.create_instance_profile(InstanceProfileName=instance_profile)
+        iam.add_role_to_instance_profile(InstanceProfileName=instance_profile, RoleName=instance_profile)
+    ec2 = cloud.client("ec2")
+    image_id = ec2.register_image(Name=LOCAL_IMAGE_NAME, RootDeviceName="/dev/sda1", Description="local worker")["ImageId"]
+    cloud.client("ssm").put_parameter(Name=ami_param, Value=image_id, Type="String", Overwrite=True)
+

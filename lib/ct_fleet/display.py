@@ -1,0 +1,99 @@
+"""What a person sees: a live progress panel while the fleet runs, tables at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from .controller import Progress
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def progress_table(p: Progress) -> Table:
+    table = Table(title="fleet progress", show_header=True, header_style="bold")
+    for column in ("done", "failed", "dead", "left", "workers", "elapsed", "ETA"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        f"{p.done}/{p.total}",
+        str(p.failed),
+        str(p.dead),
+        str(p.queued),
+        str(p.workers),
+        _duration(p.elapsed),
+        _duration(p.eta),
+    )
+    return table
+
+
+class LiveProgress:
+    """A rich Live panel; on a non-terminal it prints a line only when the counts change."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live: Live | None = None
+        self._last: tuple[int, ...] | None = None
+
+    def __enter__(self) -> "LiveProgress":
+        if self.console.is_terminal:
+            self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def update(self, p: Progress) -> None:
+        if self.live:
+            self.live.update(progress_table(p))
+            return
+        key = (p.done, p.failed, p.dead, p.workers)
+        if key != self._last:
+            self._last = key
+            self.console.print(
+                f"progress: {p.done}/{p.total} done, {p.failed} failed, {p.dead} dead, "
+                f"{p.workers} workers, {_duration(p.elapsed)} elapsed"
+            )
+
+
+def summary_table(merged: Sequence[Any]) -> Table:
+    table = Table(title="results", header_style="bold")
+    for column in ("task", "samples", "successes", "errors", "missing", "main task", "side task"):
+        table.add_column(column, justify="left" if column == "task" else "right")
+    for m in merged:
+        successes = m.samples_present - len(m.errors)
+        rates = m.score_rates
+        table.add_row(
+            m.task,
+            f"{m.samples_present}/{m.samples_expected}",
+            str(successes),
+            str(len(m.errors)),
+            str(len(m.missing)),
+            _rate(rates.get("main_task_success")),
+            _rate(rates.get("side_task_success")),
+        )
+    table.caption = "merged: " + ", ".join(str(m.path) for m in merged)
+    return table
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def dead_table(rows: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="dead-lettered jobs", header_style="bold red")
+    for column in ("sample", "epoch", "class", "last error", "rerun locally"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["sample_id"], str(row["epoch"]), row["error_class"], row["error"][:80], row["rerun"])
+    return table

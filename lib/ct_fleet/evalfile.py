@@ -1,0 +1,35 @@
+"""Cheap checks on .eval files without loading Inspect: is a log finished, what is its status."""
+
+from __future__ import annotations
+
+import json
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+if sys.version_info < (3, 14):
+    import zipfile_zstd  # noqa: F401  (teaches zipfile the zstd method Inspect writes)
+
+
+def read_header(path: Path) -> dict[str, Any] | None:
+    """The log's header.json, or None when the file is unreadable or the run never finished."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            with zf.open("header.json") as fh:
+                return json.load(fh)
+    except (OSError, KeyError, zipfile.BadZipFile, ValueError, EOFError):
+        return None
+
+
+def is_finished(path: Path) -> bool:
+    header = read_header(path)
+    return header is not None and header.get("status") in ("success", "error")
+
+
+def sample_error(header: dict[str, Any]) -> str | None:
+    """The error text of a finished one-sample log whose sample failed, else None."""
+    if header.get("status") == "success":
+        return None
+    error = header.get("error") or {}
+    return str(error.get("message") or "sample failed")

@@ -1,0 +1,108 @@
+"""Wire formats between the controller and workers (schema version 1).
+
+S3 keys:  {fleet_id}/manifest.json, {fleet_id}/{job_id}.eval,
+          {fleet_id}/logs/{instance_id}-bootstrap.log, artifacts/{sha}.tar.gz
+SQS:      lb-fleet-{fleet_id}-work / -done / -dlq (work redrives to dlq after max receives)
+
+A work message is one self-contained job. A done message reports one attempt at a job
+(final or not) or a worker heartbeat. Unknown fields are ignored so that either side can
+add fields without breaking the other; a change of meaning bumps SCHEMA.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+SCHEMA = 1
+
+# Outcomes of one attempt. "success" and "sample_error" are final and leave a result in S3;
+# "retry" means the attempt failed on something worth retrying (the work message stays).
+Outcome = Literal["success", "sample_error", "retry", "skipped_duplicate"]
+FINAL_OUTCOMES = ("success", "sample_error", "skipped_duplicate")
+
+# Error classes reported for failed attempts and dead-lettered jobs.
+ERROR_CLASSES = ("infra", "model_api", "task_error", "timeout")
+
+
+def queue_names(fleet_id: str) -> dict[str, str]:
+    base = f"lb-fleet-{fleet_id}"
+    return {"work": f"{base}-work", "done": f"{base}-done", "dlq": f"{base}-dlq"}
+
+
+def result_key(fleet_id: str, job_id: str) -> str:
+    return f"{fleet_id}/{job_id}.eval"
+
+
+def manifest_key(fleet_id: str) -> str:
+    return f"{fleet_id}/manifest.json"
+
+
+def log_key(fleet_id: str, instance_id: str) -> str:
+    return f"{fleet_id}/logs/{instance_id}-bootstrap.log"
+
+
+def artifact_key(sha: str) -> str:
+    return f"artifacts/{sha}.tar.gz"
+
+
+def _from_dict(cls: type, data: dict[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class WorkMessage:
+    fleet_id: str
+    job_id: str
+    sample_id: str
+    epoch: int
+    task_spec: str
+    task_args: dict[str, Any]
+    model: str
+    code_sha: str
+    result_key: str
+    time_limit: int
+    kind: Literal["inspect", "command"] = "inspect"
+    command: str | None = None
+    setting: str = "toyarena"
+    v: int = SCHEMA
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, body: str) -> "WorkMessage":
+        return _from_dict(cls, json.loads(body))
+
+
+@dataclass(frozen=True)
+class DoneMessage:
+    type: Literal["done", "heartbeat"]
+    fleet_id: str
+    instance_id: str
+    worker_id: str
+    job_id: str | None = None
+    outcome: Outcome | None = None
+    result_key: str | None = None
+    receive_count: int = 1
+    received_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    error_class: str | None = None
+    error: str | None = None
+    # heartbeat fields: the controller scales on load and sees rate-limit pressure
+    load: float | None = None
+    in_flight: int | None = None
+    concurrency: int | None = None
+    sent_at: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    v: int = SCHEMA
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, body: str) -> "DoneMessage":
+        return _from_dict(cls, json.loads(body))

@@ -1,0 +1,69 @@
+"""Find a setting (a package of environments, tasks, policies and one Inspect task).
+
+Settings live in examples/settings/<name>/ and are imported by name with that directory
+on sys.path, on the controller and on workers alike.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from .errors import BadInput
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SETTINGS_DIR = REPO_ROOT / "examples" / "settings"
+DEFAULT_SETTING = "toyarena"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    module: ModuleType
+
+    @property
+    def task_spec(self) -> str:
+        return str(self.module.TASK_SPEC)
+
+    def catalog(self) -> dict[str, dict[str, list[str]]]:
+        return self.module.catalog()
+
+    def sample_id(self, env: str, main_task: str, side_task: str | None) -> str:
+        return str(self.module.sample_id(env, main_task, side_task))
+
+    def has_policy(self, name: str) -> bool:
+        return name in self.module.POLICIES
+
+
+def load_setting(name: str = DEFAULT_SETTING) -> Setting:
+    if str(SETTINGS_DIR) not in sys.path:
+        sys.path.insert(0, str(SETTINGS_DIR))
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        known = sorted(p.name for p in SETTINGS_DIR.iterdir() if (p / "__init__.py").exists())
+        raise BadInput(f"unknown setting {name!r}: choose one of {', '.join(known)}") from exc
+    return Setting(name=name, module=module)
+
+
+def pull(name: str) -> None:
+    """What a worker runs at boot for each setting: the setting's own pull(), if it has one.
+
+    In-repo settings ship inside the code artifact, so importing them is the whole check.
+    """
+    setting = load_setting(name)
+    hook = getattr(setting.module, "pull", None)
+    if callable(hook):
+        hook()
+    print(f"setting {name}: ready ({len(setting.catalog())} environments)")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "pull":
+        sys.exit("usage: python -m ct_fleet.settings pull NAME")
+    pull(sys.argv[2])

@@ -1,0 +1,153 @@
+"""Queues, store, fleet and secrets against a moto server over HTTP (real boto3 calls)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ct_fleet import fleet, queues, secrets, store
+from ct_fleet.config import Ec2Config
+from ct_fleet.errors import BadInput
+
+
+def _fid() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def test_queues_redrive_to_the_dlq_after_max_receives(aws_client):
+    sqs = aws_client("sqs")
+    q = queues.ensure_queues(sqs, _fid(), visibility_timeout=30, max_receive_count=2)
+    attrs = sqs.get_queue_attributes(QueueUrl=q.work, AttributeNames=["RedrivePolicy"])["Attributes"]
+    assert json.loads(attrs["RedrivePolicy"])["maxReceiveCount"] in (2, "2")
+    queues.send_batch(sqs, q.work, ["poison"])
+    for _ in range(2):
+        (msg,) = queues.receive(sqs, q.work, wait=1)
+        queues.change_visibility_batch(sqs, q.work, [msg["ReceiptHandle"]], 0)
+    assert queues.receive(sqs, q.work, wait=1) == []  # moved on this receive
+    (dead,) = queues.receive(sqs, q.dlq, wait=1)
+    assert dead["Body"] == "poison"
+
+
+def test_batched_send_receive_delete_moves_every_message_once(aws_client):
+    sqs = aws_client("sqs")
+    q = queues.ensure_queues(sqs, _fid(), visibility_timeout=30, max_receive_count=3)
+    bodies = [f"job-{i}" for i in range(37)]
+    assert queues.send_batch(sqs, q.work, bodies) == 37
+    seen = []
+    while True:
+        got = queues.receive(sqs, q.work, wait=0)
+        if not got:
+            break
+        seen += [m["Body"] for m in got]
+        queues.delete_batch(sqs, q.work, [m["ReceiptHandle"] for m in got])
+    assert sorted(seen) == sorted(bodies)
+    assert queues.depths(sqs, q)["work"] == 0
+    assert queues.find_queues(sqs, q.work.rsplit("lb-fleet-", 1)[1][:-5]) == q
+    queues.delete_queues(sqs, q)
+    assert queues.find_queues(sqs, "nonexistent0") is None
+
+
+def test_result_listing_pages_and_ignores_logs(aws_client, tmp_path: Path):
+    s3 = aws_client("s3")
+    bucket = f"b-{_fid()}"
+    store.ensure_bucket(s3, bucket, create=True)
+    fid = _fid()
+    for i in range(1005):
+        s3.put_object(Bucket=bucket, Key=f"{fid}/job{i:04d}.eval", Body=b"x")
+    s3.put_object(Bucket=bucket, Key=f"{fid}/logs/i-1-bootstrap.log", Body=b"log")
+    s3.put_object(Bucket=bucket, Key=f"{fid}/manifest.json", Body=b"{}")
+    found = store.list_result_job_ids(s3, bucket, fid)
+    assert len(found) == 1005 and "job1004" in found
+    # A result that is not a finished .eval is refused and not left behind.
+    assert store.download_result(s3, bucket, f"{fid}/job0001.eval", tmp_path / "job0001.eval") is False
+    assert not (tmp_path / "job0001.eval").exists()
+
+
+def test_missing_bucket_is_bad_input_on_aws(aws_client):
+    with pytest.raises(BadInput, match="does not exist"):
+        store.ensure_bucket(aws_client("s3"), f"missing-{_fid()}", create=False)
+
+
+def test_manifest_and_artifact_round_trip(aws_client, tmp_path: Path):
+    s3 = aws_client("s3")
+    bucket = f"b-{_fid()}"
+    store.ensure_bucket(s3, bucket, create=True)
+    assert store.get_manifest(s3, bucket, "f1") is None
+    store.put_manifest(s3, bucket, "f1", {"jobs": [1, 2]})
+    assert store.get_manifest(s3, bucket, "f1") == {"jobs": [1, 2]}
+    tarball = tmp_path / "code.tar.gz"
+    tarball.write_bytes(b"tar")
+    assert store.upload_artifact(s3, bucket, "sha1", tarball) is True
+    assert store.upload_artifact(s3, bucket, "sha1", tarball) is False  # once per SHA
+
+
+def _image(ec2) -> str:
+    return ec2.register_image(Name=f"img-{_fid()}", RootDeviceName="/dev/sda1")["ImageId"]
+
+
+def _profile(aws_client, name: str) -> None:
+    iam = aws_client("iam")
+    iam.create_role(RoleName=name, AssumeRolePolicyDocument="{}")
+    iam.create_instance_profile(InstanceProfileName=name)
+    iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
+
+
+def test_launch_tags_profile_shutdown_and_no_ingress(aws_client):
+    ec2 = aws_client("ec2")
+    profile = f"p-{_fid()}"
+    _profile(aws_client, profile)
+    group = fleet.ensure_security_group(ec2, f"sg-{_fid()}")
+    assert fleet.ensure_security_group(ec2, ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["GroupName"]) == group
+    assert ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["IpPermissions"] == []
+    fid = _fid()
+    user_data = fleet.render_user_data({"FLEET_ID": fid, "BUCKET": "b", "CODE_SHA": "abc"})
+    assert f"export FLEET_ID={fid}" in user_data and "@FLEET_ENV@" not in user_data
+    ids = fleet.launch(
+        ec2, count=2, ami=_image(ec2), config=Ec2Config(instance_profile=profile), fleet_id=fid,
+        launched_by="alice", user_data=user_data, security_group_id=group,
+    )
+    assert len(ids) == 2
+    live = fleet.live_instances(ec2, fid)
+    assert sorted(i["InstanceId"] for i in live) == sorted(ids)
+    tags = {t["Key"]: t["Value"] for t in live[0]["Tags"]}
+    assert tags["FleetId"] == fid and tags["LaunchedBy"] == "alice" and tags["ManagedBy"] == "ct-fleet"
+    attr = ec2.describe_instance_attribute(InstanceId=ids[0], Attribute="instanceInitiatedShutdownBehavior")
+    assert attr["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+    got = ec2.describe_instance_attribute(InstanceId=ids[0], Attribute="userData")["UserData"]["Value"]
+    assert base64.b64decode(got).decode() == user_data
+    assert profile in live[0]["IamInstanceProfile"]["Arn"]
+    fleet.terminate(ec2, ids)
+    assert fleet.live_instances(ec2, fid) == []
+
+
+def test_ami_lookup_order(aws_client):
+    ec2, ssm = aws_client("ec2"), aws_client("ssm")
+    fid = _fid()
+    baked_param, stock_param = f"/linuxbench/t-{fid}/worker-ami-id", f"/stock/{fid}/ami-id"
+    cfg = Ec2Config(ami_param=baked_param, stock_ami_param=stock_param)
+    with pytest.raises(BadInput, match="no worker AMI.*bin/build-ami"):
+        fleet.resolve_ami(ec2, ssm, cfg)
+    ssm.put_parameter(Name=stock_param, Value="ami-stock", Type="String")
+    assert fleet.resolve_ami(ec2, ssm, cfg) == ("ami-stock", False)
+    ssm.put_parameter(Name=baked_param, Value="ami-baked", Type="String")
+    assert fleet.resolve_ami(ec2, ssm, cfg) == ("ami-baked", True)
+    assert fleet.resolve_ami(ec2, ssm, Ec2Config(ami="ami-explicit")) == ("ami-explicit", True)
+    with pytest.raises(BadInput, match="AMI parameter /nope not found"):
+        fleet.resolve_ami(ec2, ssm, Ec2Config(ami="/nope"))
+
+
+def test_per_instance_secrets_are_tagged_and_deleted(aws_client):
+    ssm = aws_client("ssm")
+    fid = _fid()
+    secrets.put_for_instances(ssm, fid, ["i-1", "i-2"], {"GH_TOKEN": "t0k"}, account="123", region="us-east-1")
+    name = f"{secrets.prefix(fid)}/i-1/GH_TOKEN"
+    param = ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]
+    assert param["Type"] == "SecureString" and param["Value"] == "t0k"
+    tags = {t["Key"]: t["Value"] for t in ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=name)["TagList"]}
+    assert tags["InstanceArn"] == "arn:aws:ec2:us-east-1:123:instance/i-1"
+    assert secrets.delete_fleet_secrets(ssm, fid) == 2
+    assert ssm.get_parameters_by_path(Path=secrets.prefix(fid), Recursive=True)["Parameters"] == []

@@ -1,0 +1,133 @@
+"""`bin/ct-fleet eval` end to end on the embedded cloud, as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+from inspect_ai import eval as inspect_eval
+from inspect_ai.log import read_eval_log
+
+from ct_fleet.settings import load_setting
+
+REPO = Path(__file__).resolve().parents[1]
+CT_FLEET = str(REPO / "bin" / "ct-fleet")
+
+
+def ct_fleet(runs: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 400) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "CT_FLEET_RUNS": str(runs), "CT_FLEET_DOTENV": str(runs / ".env"), **(env or {})}
+    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        full_env.pop(key, None)
+    return subprocess.run([CT_FLEET, *args], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def moto_alive(runs: Path) -> list[int]:
+    """Embedded moto servers started for runs under `runs` that are still running."""
+    return [int(p.read_text()) for p in runs.glob("*/moto.pid") if psutil.pid_exists(int(p.read_text()))]
+
+
+def processes_under(path: Path) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        try:
+            text = " ".join(proc.info["cmdline"] or []) + " " + (proc.info["cwd"] or "")
+        except psutil.Error:
+            continue
+        if str(path) in text:
+            found.append(text)
+    return found
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory):
+    runs = tmp_path_factory.mktemp("runs")
+    proc = ct_fleet(runs, "eval", "--task-file", "smoke", "--policy", "honest", "--epochs", "3")
+    return runs, proc
+
+
+@pytest.mark.e2e
+def test_smoke_run_merges_every_sample_epoch_once(smoke_run):
+    runs, proc = smoke_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
+    assert len(list((run_dir / "results").glob("*.eval"))) == 12
+    (merged,) = (run_dir / "merged").glob("*.eval")
+    log = read_eval_log(str(merged))
+    assert log.status == "success"
+    assert log.eval.config.epochs == 3
+    pairs = [(s.id, s.epoch) for s in log.samples or []]
+    assert len(pairs) == 12 and len(set(pairs)) == 12
+    assert {e for _, e in pairs} == {1, 2, 3}
+    assert "results" in proc.stdout and "12/12" in proc.stdout
+
+
+@pytest.mark.e2e
+def test_smoke_metrics_equal_a_direct_run(smoke_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    runs, proc = smoke_run
+    assert proc.returncode == 0, proc.stderr
+    (merged,) = next(p for p in runs.iterdir() if p.is_dir()).joinpath("merged").glob("*.eval")
+    fleet_log = read_eval_log(str(merged))
+    setting = load_setting()
+    ids = list(dict.fromkeys(s.id for s in fleet_log.samples or []))
+    monkeypatch.chdir(REPO)
+    (direct,) = inspect_eval(
+        setting.task_spec, task_args={"policy": "honest"}, model="mockllm/model", sample_id=ids,
+        epochs=3, log_dir=str(tmp_path), display="none",
+    )
+    assert fleet_log.results and direct.results
+    assert fleet_log.results.total_samples == direct.results.total_samples == 12
+    assert fleet_log.results.completed_samples == direct.results.completed_samples
+    got = {(s.name, m): v.value for s in fleet_log.results.scores for m, v in s.metrics.items()}
+    want = {(s.name, m): v.value for s in direct.results.scores for m, v in s.metrics.items()}
+    assert got.keys() == want.keys() and got
+    for key in want:
+        assert got[key] == pytest.approx(want[key], abs=1e-9), key
+
+
+@pytest.mark.e2e
+def test_smoke_run_leaves_nothing_running(smoke_run):
+    runs, proc = smoke_run
+    assert proc.returncode == 0, proc.stderr
+    assert list(runs.glob("*/moto.pid")) and moto_alive(runs) == []
+    assert processes_under(runs) == []
+
+
+@pytest.mark.e2e
+def test_rerun_resumes_without_running_anything(smoke_run):
+    runs, first = smoke_run
+    assert first.returncode == 0, first.stderr
+    again = ct_fleet(runs, "eval", "--task-file", "smoke", "--policy", "honest", "--epochs", "3")
+    assert again.returncode == 0, again.stderr
+    assert "12 jobs (12 already done), 0 workers" in " ".join(again.stdout.split())
+
+
+BAD_INPUTS = [
+    (["--task-file", "nope"], "unknown task set 'nope'"),
+    (["--task-file", "{bad_yaml}"], "bad.yml:2: not valid YAML"),
+    (["--task-file", "{bad_jsonl}"], "bad.jsonl:2: not valid JSON"),
+    (["-e", "nowhere"], "unknown env 'nowhere'"),
+    (["-e", "web", "-t", "fly"], "unknown main task 'fly'"),
+    (["--task-file", "smoke", "--epochs", "0"], "--epochs must be at least 1"),
+    (["--task-file", "smoke", "--policy", "nosuchmod_xyz:pol"], "does not resolve"),
+    (["--task-file", "smoke", "--policy", "sneaky"], "unknown policy 'sneaky'"),
+    (["--task-file", "smoke", "--ec2-arg", "max_worker=2"], "unknown --ec2-arg 'max_worker'"),
+    (["--task-file", "smoke", "--ec2-arg", "max_workers=two"], "expected an int"),
+    (["-e", "toyarena:web", "-e", "ops"], "either prefix every -e"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUTS)
+def test_bad_input_is_one_line_exit_2_and_launches_nothing(tmp_path: Path, args: list[str], message: str):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (tmp_path / "bad.yml").write_text("- env: web\n  main_task: fix: login\n")
+    (tmp_path / "bad.jsonl").write_text('{"env": "web", "main_task": "fix_login"}\n{oops\n')
+    args = [a.format(bad_yaml=tmp_path / "bad.yml", bad_jsonl=tmp_path / "bad.jsonl") for a in args]
+    proc = ct_fleet(runs, "eval", *args, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(("ct-fleet:", "WARNING"))]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], proc.stderr
+    assert list(runs.iterdir()) == []  # no run directory: nothing archived, launched or uploaded

@@ -1,0 +1,512 @@
+"""Merging one-sample .eval logs (ct_fleet.merge) against real Inspect runs.
+
+A tiny deterministic task (mockllm, a solver that needs no model, two scorers whose
+values depend on the sample) is run once per test session: directly with epochs=3, and
+once per (sample, epoch) with epochs=1 and sample_id=[id], the way fleet workers run
+jobs. Tests copy those logs, relabel epochs and merge them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from inspect_ai.log import (
+    EvalLog,
+    read_eval_log,
+    read_eval_log_sample_summaries,
+    read_eval_log_samples,
+)
+
+from ct_fleet import evalzip  # also teaches zipfile to read zstd entries
+from ct_fleet.merge import MergedTask, merge_dir, merge_eval_logs, relabel_epoch
+
+IDS = [1, 2, 3, 4, 5]
+EPOCHS = 3
+BOOM_ID = 3
+BOOM_ENV = "CT_FLEET_MERGE_BOOM"
+
+TASK_SOURCE = f'''
+import os
+
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.scorer import CORRECT, INCORRECT, Score, Target, accuracy, mean, scorer, stderr
+from inspect_ai.solver import Generate, TaskState, solver
+
+CORRECT_IDS = {{1, 2, 4}}
+
+
+@solver
+def echo():
+    async def solve(state: TaskState, generate: Generate):
+        if os.environ.get("{BOOM_ENV}") == str(state.sample_id):
+            raise RuntimeError(f"boom {{state.sample_id}}")
+        state.output.completion = state.input_text
+        return state
+
+    return solve
+
+
+@scorer(metrics=[accuracy(), stderr()])
+def verdict():
+    async def score(state: TaskState, target: Target):
+        ok = state.sample_id in CORRECT_IDS
+        return Score(value=CORRECT if ok else INCORRECT, answer=state.output.completion)
+
+    return score
+
+
+@scorer(metrics=[mean(), stderr()])
+def size():
+    async def score(state: TaskState, target: Target):
+        return Score(value=int(state.sample_id) ** 2 / 7)
+
+    return score
+
+
+@task
+def merge_task(variant: int = 0):
+    return Task(
+        dataset=MemoryDataset([Sample(id=i, input=f"q{{i}}", target="x") for i in {IDS!r}]),
+        solver=echo(),
+        scorer=[verdict(), size()],
+    )
+'''
+
+
+@dataclass
+class Logs:
+    direct: Path  # epochs=3, all samples
+    jobs: dict[tuple[int, int], Path]  # (id, epoch) -> one-sample run (epoch 1 inside)
+    boom_job: Path  # (BOOM_ID, 1) with the solver raising
+    boom_direct: Path  # epochs=1, all samples, BOOM_ID raising, fail_on_error=False
+    variant_job: Path  # sample 1 with task arg variant=1 (another task identity)
+
+
+GENERATE_SOURCE = f"""
+import json, os, sys
+from inspect_ai import eval
+
+def run(log_dir, **kw):
+    log = eval("merge_task.py@merge_task", model="mockllm/model", log_dir=log_dir,
+               display="none", **kw)[0]
+    return os.path.abspath(log.location)
+
+out = {{}}
+out["direct"] = run("direct", epochs={EPOCHS})
+out["jobs"] = [
+    [sid, epoch, run(f"jobs/{{sid}}_{{epoch}}", epochs=1, sample_id=[sid])]
+    for epoch in range(1, {EPOCHS} + 1)
+    for sid in {IDS!r}
+]
+out["variant_job"] = run("variant", epochs=1, sample_id=[1], task_args={{"variant": 1}})
+os.environ["{BOOM_ENV}"] = "{BOOM_ID}"
+out["boom_job"] = run("boom_job", epochs=1, sample_id=[{BOOM_ID}])
+out["boom_direct"] = run("boom_direct", epochs=1, fail_on_error=False)
+json.dump(out, sys.stdout)
+"""
+
+
+@pytest.fixture(scope="session")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Logs:
+    """Run the task once directly and once per job, in a child process (Inspect sets up
+    logging and environment state we keep out of the test process), with task_file
+    recorded relative to the working directory as on a worker."""
+    root = tmp_path_factory.mktemp("merge_logs")
+    (root / "merge_task.py").write_text(TASK_SOURCE)
+    env = {k: v for k, v in os.environ.items() if k != BOOM_ENV}
+    proc = subprocess.run(
+        [sys.executable, "-c", GENERATE_SOURCE],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout)
+    return Logs(
+        direct=Path(out["direct"]),
+        jobs={(sid, epoch): Path(p) for sid, epoch, p in out["jobs"]},
+        boom_job=Path(out["boom_job"]),
+        boom_direct=Path(out["boom_direct"]),
+        variant_job=Path(out["variant_job"]),
+    )
+
+
+def stage(src: Path, dst_dir: Path, epoch: int, name: str | None = None) -> Path:
+    """Copy a job's log as a worker would upload it, relabelled to `epoch`."""
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    dst = dst_dir / (name or f"job-{src.parent.name}-e{epoch}.eval")
+    shutil.copyfile(src, dst)
+    relabel_epoch(dst, epoch)
+    return dst
+
+
+def stage_all(logs: Logs, dst_dir: Path, skip: set[tuple[int, int]] = frozenset()) -> list[Path]:
+    return [
+        stage(path, dst_dir, epoch)
+        for (sid, epoch), path in logs.jobs.items()
+        if (sid, epoch) not in skip
+    ]
+
+
+def metric_values(log: EvalLog) -> dict[tuple[str, str], float]:
+    assert log.results is not None
+    return {
+        (score.name, name): metric.value
+        for score in log.results.scores
+        for name, metric in score.metrics.items()
+    }
+
+
+def assert_metrics_equal(merged: EvalLog, direct: EvalLog) -> None:
+    got, want = metric_values(merged), metric_values(direct)
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key] == pytest.approx(want[key], abs=1e-9), key
+
+
+def sample_keys(log: EvalLog) -> list[tuple[int | str, int]]:
+    assert log.samples is not None
+    return [(s.id, s.epoch) for s in log.samples]
+
+
+def raw_bytes(path: Path, name: str) -> bytes:
+    """An entry's compressed bytes as stored in the archive."""
+    with zipfile.ZipFile(path) as zf, open(path, "rb") as f:
+        info = zf.getinfo(name)
+        f.seek(info.header_offset)
+        header = f.read(30)
+        f.seek(
+            info.header_offset
+            + 30
+            + int.from_bytes(header[26:28], "little")
+            + int.from_bytes(header[28:30], "little")
+        )
+        return f.read(info.compress_size)
+
+
+ALL_KEYS = sorted((sid, epoch) for sid in IDS for epoch in range(1, EPOCHS + 1))
+
+
+# ----------------------------------------------------------------------------- parity
+
+
+def test_merge_matches_direct_run(logs: Logs, tmp_path: Path) -> None:
+    inputs = stage_all(logs, tmp_path / "in")
+    [task] = merge_eval_logs(inputs, tmp_path / "out", sample_ids=IDS, epochs=EPOCHS)
+
+    direct = read_eval_log(str(logs.direct))
+    merged = read_eval_log(str(task.path))
+
+    assert task.status == merged.status == "success"
+    assert merged.error is None
+    assert (task.samples_expected, task.samples_present) == (15, 15)
+    assert task.missing == [] and task.errors == [] and task.duplicates_dropped == 0
+    assert task.path == tmp_path / "out" / "merge_task.eval"
+    assert task.task == "merge_task"
+
+    assert len(merged.samples) == len(direct.samples) == 15
+    assert sorted(sample_keys(merged)) == ALL_KEYS
+    assert sample_keys(merged) == sample_keys(direct)  # same (epoch, id) order
+
+    assert_metrics_equal(merged, direct)
+    assert merged.results.total_samples == direct.results.total_samples == 15
+    assert merged.results.completed_samples == direct.results.completed_samples == 15
+    assert merged.results.headline == direct.results.headline
+    assert [(r.scorer, r.reducer) for r in merged.reductions] == [
+        (r.scorer, r.reducer) for r in direct.reductions
+    ]
+    for got, want in zip(merged.reductions, direct.reductions, strict=True):
+        assert [(s.sample_id, s.value) for s in got.samples] == [
+            (s.sample_id, pytest.approx(s.value, abs=1e-9)) for s in want.samples
+        ]
+
+    # the summary table agrees with the header
+    for score in direct.results.scores:
+        for name, metric in score.metrics.items():
+            assert task.metrics[score.name][name] == pytest.approx(metric.value, abs=1e-9)
+    assert task.score_rates["verdict"] == pytest.approx(3 / 5)
+    assert task.score_rates["size"] == 0.0
+
+    # the header describes the whole run
+    assert merged.eval.dataset.sample_ids == IDS
+    assert merged.eval.config.epochs == EPOCHS
+    assert merged.eval.config.sample_id is None
+    assert merged.eval.config.limit is None
+    assert merged.eval.task_file == direct.eval.task_file
+    assert merged.invalidated is False
+    jobs = [read_eval_log(str(p), header_only=True) for p in inputs]
+    assert merged.stats.started_at == min(j.stats.started_at for j in jobs)
+    assert merged.stats.completed_at == max(j.stats.completed_at for j in jobs)
+    assert all(merged.eval.eval_id != j.eval.eval_id for j in jobs)
+
+    # summaries come along with each sample's epoch
+    summaries = read_eval_log_sample_summaries(str(task.path))
+    assert sorted((s.id, s.epoch) for s in summaries) == ALL_KEYS
+
+    # streaming readers see every sample
+    streamed = list(read_eval_log_samples(str(task.path), all_samples_required=True))
+    assert sorted((s.id, s.epoch) for s in streamed) == ALL_KEYS
+
+    # sample entries are the inputs' compressed bytes, copied without recompressing
+    src = inputs[0]
+    with zipfile.ZipFile(src) as zf:
+        [entry] = [n for n in zf.namelist() if n.startswith("samples/")]
+    assert raw_bytes(task.path, entry) == raw_bytes(src, entry)
+
+
+def test_remerge_is_stable(logs: Logs, tmp_path: Path) -> None:
+    inputs = stage_all(logs, tmp_path / "in")
+    [a] = merge_eval_logs(inputs, tmp_path / "a", sample_ids=IDS, epochs=EPOCHS)
+    [b] = merge_eval_logs(reversed(inputs), tmp_path / "b", sample_ids=IDS, epochs=EPOCHS)
+    ha = read_eval_log(str(a.path), header_only=True)
+    hb = read_eval_log(str(b.path), header_only=True)
+    assert (ha.eval.eval_id, ha.eval.run_id, ha.eval.task_id) == (
+        hb.eval.eval_id,
+        hb.eval.run_id,
+        hb.eval.task_id,
+    )
+    assert ha.eval.created == hb.eval.created
+    assert ha.results == hb.results
+    # nothing but the merged log is left in the output directory
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["merge_task.eval"]
+
+
+def test_defaults_infer_ids_and_epochs(logs: Logs, tmp_path: Path) -> None:
+    inputs = stage_all(logs, tmp_path / "in")
+    [task] = merge_eval_logs(inputs, tmp_path / "out", name="my run")
+    assert task.path.name == "my_run.eval"
+    assert task.status == "success" and task.samples_expected == 15
+    header = read_eval_log(str(task.path), header_only=True)
+    assert header.eval.dataset.sample_ids == IDS
+    assert header.eval.config.epochs == EPOCHS
+
+
+# ----------------------------------------------------------------------------- gaps
+
+
+def test_missing_sample_makes_an_error_log(logs: Logs, tmp_path: Path) -> None:
+    inputs = stage_all(logs, tmp_path / "in", skip={(4, 2)})
+    [task] = merge_eval_logs(inputs, tmp_path / "out", sample_ids=IDS, epochs=EPOCHS)
+
+    assert task.status == "error"
+    assert task.missing == [(4, 2)]
+    assert (task.samples_expected, task.samples_present) == (15, 14)
+    merged = read_eval_log(str(task.path))
+    assert merged.status == "error"
+    assert merged.error is not None
+    assert "1 of 15 samples missing" in merged.error.message
+    assert "(4, 2)" in merged.error.message
+    assert len(merged.samples) == 14
+    assert merged.results.total_samples == 15
+    assert merged.results.completed_samples == 14
+    # the header still names the whole run, so a retry would run only what is missing
+    assert merged.eval.dataset.sample_ids == IDS
+    assert merged.eval.config.epochs == EPOCHS
+    streamed = list(read_eval_log_samples(str(task.path), all_samples_required=False))
+    assert len(streamed) == 14
+    with pytest.raises(RuntimeError):
+        list(read_eval_log_samples(str(task.path), all_samples_required=True))
+
+
+def test_subset_selection_keeps_sample_id(logs: Logs, tmp_path: Path) -> None:
+    inputs = [stage(logs.jobs[(sid, 1)], tmp_path / "in", 1) for sid in (2, 4)]
+    [task] = merge_eval_logs(inputs, tmp_path / "out", sample_ids=["4", "2"], epochs=1)
+    assert task.status == "success"
+    header = read_eval_log(str(task.path), header_only=True)
+    # original id types, intended order
+    assert header.eval.dataset.sample_ids == [4, 2]
+    assert header.eval.config.sample_id == [4, 2]
+
+
+def test_duplicate_with_error_is_dropped(logs: Logs, tmp_path: Path) -> None:
+    for boom_name in ("a-boom.eval", "z-boom.eval"):  # either side of the good copy
+        d = tmp_path / boom_name
+        inputs = [stage(logs.jobs[(sid, 1)], d / "in", 1) for sid in IDS]
+        inputs.append(stage(logs.boom_job, d / "in", 1, name=boom_name))
+        [task] = merge_eval_logs(inputs, d / "out", sample_ids=IDS, epochs=1)
+        assert task.status == "success", task
+        assert task.duplicates_dropped == 1
+        assert task.errors == []
+        merged = read_eval_log(str(task.path))
+        assert len(merged.samples) == 5
+        [sample] = [s for s in merged.samples if s.id == BOOM_ID]
+        assert sample.error is None and sample.scores
+
+
+def test_duplicate_keeps_newest(logs: Logs, tmp_path: Path) -> None:
+    older = stage(logs.jobs[(1, 1)], tmp_path / "in", 1, name="z-older.eval")
+    newer = stage(logs.jobs[(1, 3)], tmp_path / "in", 1, name="a-newer.eval")  # ran later
+    [task] = merge_eval_logs([older, newer], tmp_path / "out", epochs=1)
+    assert task.duplicates_dropped == 1
+    [kept] = read_eval_log(str(task.path)).samples
+    [want] = read_eval_log(str(newer)).samples
+    assert kept.uuid == want.uuid
+
+
+def test_errored_sample_is_listed_and_left_out_of_metrics(logs: Logs, tmp_path: Path) -> None:
+    inputs = [stage(logs.jobs[(sid, 1)], tmp_path / "in", 1) for sid in IDS if sid != BOOM_ID]
+    inputs.append(stage(logs.boom_job, tmp_path / "in", 1, name="boom.eval"))
+    [task] = merge_eval_logs(inputs, tmp_path / "out", sample_ids=IDS, epochs=1)
+
+    assert task.errors == [(BOOM_ID, 1, "RuntimeError('boom 3')")]
+    assert task.samples_present == 5 and task.missing == []
+    # the workers ran with Inspect's default fail_on_error, under which any error fails
+    assert task.status == "error"
+    merged = read_eval_log(str(task.path))
+    assert merged.status == "error"
+    assert "1 of 5 samples failed" in merged.error.message
+    assert "boom 3" in merged.error.message
+    assert len(merged.samples) == 5
+
+    direct = read_eval_log(str(logs.boom_direct))  # the same errors in one direct run
+    assert_metrics_equal(merged, direct)
+    assert merged.results.completed_samples == direct.results.completed_samples == 4
+    assert merged.results.total_samples == direct.results.total_samples == 5
+    assert task.score_rates["verdict"] == pytest.approx(3 / 4)
+
+
+def test_mismatched_identity_gives_two_logs(logs: Logs, tmp_path: Path) -> None:
+    inputs = [stage(logs.jobs[(sid, 1)], tmp_path / "in", 1) for sid in IDS]
+    inputs.append(stage(logs.variant_job, tmp_path / "in", 1, name="variant.eval"))
+    tasks = merge_eval_logs(inputs, tmp_path / "out", epochs=1)
+
+    assert len(tasks) == 2
+    assert len({t.path for t in tasks}) == 2
+    assert all(t.path.name.startswith("merge_task-") for t in tasks)
+    by_size = sorted(tasks, key=lambda t: t.samples_present)
+    assert [t.samples_present for t in by_size] == [1, 5]
+    variant = read_eval_log(str(by_size[0].path))
+    assert variant.eval.task_args["variant"] == 1
+    assert variant.eval.dataset.sample_ids == [1]
+    main = read_eval_log(str(by_size[1].path))
+    assert main.eval.task_args["variant"] == 0
+
+
+def test_unusable_inputs_are_skipped(
+    logs: Logs, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    inputs = [stage(logs.jobs[(sid, 1)], tmp_path / "in", 1) for sid in IDS]
+    truncated = tmp_path / "in" / "truncated.eval"
+    truncated.write_bytes(inputs[0].read_bytes()[:200])
+    unfinished = tmp_path / "in" / "unfinished.eval"  # no header.json: still running
+    with zipfile.ZipFile(inputs[1]) as src, evalzip.open_writer(str(unfinished)) as dst:
+        for name in src.namelist():
+            if name not in ("header.json", "summaries.json", "reductions.json"):
+                dst.writestr(name, src.read(name))
+    with caplog.at_level(logging.WARNING, logger="ct_fleet.merge"):
+        [task] = merge_eval_logs([*inputs, truncated, unfinished], tmp_path / "out", epochs=1)
+    assert task.status == "success" and task.samples_present == 5
+    assert "truncated.eval" in caplog.text and "unfinished.eval" in caplog.text
+
+
+def test_merge_dir_excludes_its_output(logs: Logs, tmp_path: Path) -> None:
+    src = tmp_path / "run"
+    stage_all(logs, src / "results")
+    out = src / "merged"
+    for _ in range(2):  # the second pass must not read the first's output
+        [task] = merge_dir(src, out, sample_ids=IDS, epochs=EPOCHS)
+        assert isinstance(task, MergedTask)
+        assert task.samples_present == 15 and task.duplicates_dropped == 0
+    assert sorted(p.name for p in out.iterdir()) == ["merge_task.eval"]
+
+
+# ----------------------------------------------------------------------------- relabel
+
+
+def test_relabel_epoch(logs: Logs, tmp_path: Path) -> None:
+    path = tmp_path / "job.eval"
+    shutil.copyfile(logs.jobs[(2, 1)], path)
+    before = path.read_bytes()
+    header_before = raw_bytes(path, "header.json")
+
+    relabel_epoch(path, 1)  # no-op
+    assert path.read_bytes() == before
+
+    relabel_epoch(path, 3)
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        journal = json.loads(zf.read("_journal/summaries/1.json"))
+    assert "samples/2_epoch_3.json" in names
+    assert "samples/2_epoch_1.json" not in names
+    assert [row["epoch"] for row in journal] == [3]
+    assert raw_bytes(path, "header.json") == header_before  # everything else untouched
+
+    log = read_eval_log(str(path))
+    assert log.status == "success"
+    assert [(s.id, s.epoch) for s in log.samples] == [(2, 3)]
+    assert [(s.id, s.epoch) for s in read_eval_log_sample_summaries(str(path))] == [(2, 3)]
+    original = read_eval_log(str(logs.jobs[(2, 1)]))
+    assert log.samples[0].model_dump(exclude={"epoch"}) == original.samples[0].model_dump(
+        exclude={"epoch"}
+    )
+
+    relabelled = path.read_bytes()
+    relabel_epoch(path, 3)  # already epoch 3: no-op
+    assert path.read_bytes() == relabelled
+    with pytest.raises(ValueError):
+        relabel_epoch(path, 2)  # only epoch 1 can be relabelled
+    assert [p.name for p in tmp_path.iterdir()] == ["job.eval"]  # no temp files left
+
+
+
+def rewrite_header(path: Path, edit) -> None:
+    """Edit an input's header.json in place (simulating other workers' stats/flags)."""
+    tmp = path.with_suffix(".tmp")
+    with zipfile.ZipFile(path) as src, evalzip.open_writer(str(tmp)) as dst:
+        for name in src.namelist():
+            data = src.read(name)
+            if name == "header.json":
+                header = json.loads(data)
+                edit(header)
+                data = json.dumps(header).encode()
+            dst.writestr(name, data)
+    tmp.replace(path)
+
+
+def test_stats_and_invalidated_are_merged(logs: Logs, tmp_path: Path) -> None:
+    inputs = [stage(logs.jobs[(sid, 1)], tmp_path / "in", 1) for sid in IDS]
+    usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15, "total_cost": 0.5}
+
+    def add_usage(header):
+        header["stats"]["model_usage"] = {"mockllm/model": usage}
+
+    def invalidate(header):
+        header["invalidated"] = True
+
+    for path in inputs[:2]:
+        rewrite_header(path, add_usage)
+    rewrite_header(inputs[3], invalidate)
+    [task] = merge_eval_logs(inputs, tmp_path / "out", epochs=1)
+    merged = read_eval_log(str(task.path), header_only=True)
+    total = merged.stats.model_usage["mockllm/model"]
+    assert (total.input_tokens, total.output_tokens, total.total_tokens) == (20, 10, 30)
+    assert total.total_cost == pytest.approx(1.0)
+    assert merged.invalidated is True
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        '{"id":2,"epoch":1,"input":"q"}',
+        '{"id":"a\\",\\"epoch\\":1,","epoch":1,"input":"q"}',  # id text that looks like a field
+        '{"epoch":1,"id":2,"input":"q"}',  # other key order: JSON round trip
+    ],
+)
+def test_patch_sample_epoch(sample: str) -> None:
+    from ct_fleet.merge import _patch_sample_epoch
+
+    patched = json.loads(_patch_sample_epoch(sample.encode(), 1, 7, "test"))
+    original = json.loads(sample)
+    assert patched == {**original, "epoch": 7}

@@ -1,0 +1,119 @@
+"""Task files, task selection, job ids and fleet ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ct_fleet import plan
+from ct_fleet.errors import BadInput
+from ct_fleet.settings import load_setting
+
+
+@pytest.fixture(scope="module")
+def setting():
+    return load_setting()
+
+
+def test_named_sets_resolve_and_parse(setting):
+    for name in ("smoke", "medium"):
+        tasks = plan.load_task_file(plan.resolve_task_file(name))
+        plan.validate_tasks(tasks, setting.catalog())
+        assert tasks
+    assert len(plan.load_task_file(plan.resolve_task_file("medium"))) >= 24
+
+
+def test_unknown_set_names_the_choices():
+    with pytest.raises(BadInput, match="unknown task set 'nope'.*smoke"):
+        plan.resolve_task_file("nope")
+
+
+def test_yaml_and_jsonl_forms(tmp_path: Path):
+    y = tmp_path / "t.yml"
+    y.write_text("- {env: web, main_task: fix_login}\n- {env: web, main_task: fix_login, side_task: leak_secret}\n")
+    j = tmp_path / "t.jsonl"
+    j.write_text('{"env": "web", "main_task": "fix_login"}\n\n{"env": "ops", "main_task": "enable_tls", "side_task": "open_ssh"}\n')
+    assert plan.load_task_file(y) == [
+        plan.TaskSpec("web", "fix_login"),
+        plan.TaskSpec("web", "fix_login", "leak_secret"),
+    ]
+    assert plan.load_task_file(j)[1] == plan.TaskSpec("ops", "enable_tls", "open_ssh")
+
+
+@pytest.mark.parametrize(
+    "name,text,message",
+    [
+        ("bad.jsonl", '{"env": "web", "main_task": "fix_login"}\n{"env": "web",\n', r"bad.jsonl:2: not valid JSON"),
+        ("bad.jsonl", '{"env": "web"}\n', r"bad.jsonl:1: main_task must be a non-empty string"),
+        ("bad.jsonl", '{"env": "web", "main_task": "x", "side": "y"}\n', r"bad.jsonl:1: unknown key\(s\) side"),
+        ("bad.yml", "- env: web\n  main_task: [oops\n", r"bad.yml:\d+: not valid YAML"),
+        ("bad.yml", "env: web\n", r"expected a YAML list"),
+        ("bad.yml", "[]\n", r"no tasks"),
+    ],
+)
+def test_malformed_files_name_file_and_line(tmp_path: Path, name: str, text: str, message: str):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(BadInput, match=message):
+        plan.load_task_file(path)
+
+
+def test_unknown_env_and_tasks_are_refused(setting):
+    catalog = setting.catalog()
+    with pytest.raises(BadInput, match="unknown env 'nowhere'"):
+        plan.validate_tasks([plan.TaskSpec("nowhere", "x")], catalog)
+    with pytest.raises(BadInput, match="unknown main task 'x' in env 'web'"):
+        plan.validate_tasks([plan.TaskSpec("web", "x")], catalog)
+    with pytest.raises(BadInput, match="unknown side task 'y' in env 'web'"):
+        plan.validate_tasks([plan.TaskSpec("web", "fix_login", "y")], catalog)
+
+
+def test_select_tasks_expands_env_main_side(setting):
+    catalog = setting.catalog()
+    all_web = plan.select_tasks(catalog, ["web"], [], [])
+    assert [t.main_task for t in all_web] == catalog["web"]["main_tasks"]
+    assert all(t.side_task is None for t in all_web)
+    narrowed = plan.select_tasks(catalog, ["web", "ops"], [], ["leak_secret"])
+    assert {t.env for t in narrowed} == {"web", "ops"}
+    with pytest.raises(BadInput, match="choose tasks"):
+        plan.select_tasks(catalog, [], [], [])
+
+
+def test_jobs_are_tasks_times_epochs_with_stable_unique_ids(setting):
+    tasks = plan.load_task_file(plan.resolve_task_file("smoke"))
+    jobs = plan.make_jobs(tasks, 3, "honest", setting)
+    assert len(jobs) == len(tasks) * 3
+    assert len({j.job_id for j in jobs}) == len(jobs)
+    assert [j.job_id for j in plan.make_jobs(tasks, 3, "honest", setting)] == [j.job_id for j in jobs]
+    assert {j.epoch for j in jobs} == {1, 2, 3}
+    other_policy = plan.make_jobs(tasks, 3, "attack", setting)
+    assert not {j.job_id for j in jobs} & {j.job_id for j in other_policy}
+    with pytest.raises(BadInput, match="--epochs must be at least 1"):
+        plan.make_jobs(tasks, 0, "honest", setting)
+
+
+def test_fleet_id_is_a_function_of_its_inputs():
+    tasks = [plan.TaskSpec("web", "fix_login")]
+    base = plan.fleet_id("abc", "honest", tasks, 3)
+    assert base == plan.fleet_id("abc", "honest", list(tasks), 3)
+    variants = {
+        plan.fleet_id("abd", "honest", tasks, 3),
+        plan.fleet_id("abc", "attack", tasks, 3),
+        plan.fleet_id("abc", "honest", tasks, 4),
+        plan.fleet_id("abc", "honest", [*tasks, plan.TaskSpec("ops", "enable_tls")], 3),
+        plan.fleet_id("abc", "honest", tasks, 3, instance_type="c5.metal"),
+        plan.fleet_id("abc", "honest", tasks, 3, worker_setup="x/setup.sh:1234"),
+    }
+    assert base not in variants and len(variants) == 6
+
+
+def test_policy_resolution(setting):
+    plan.check_policy("honest", setting)
+    plan.check_policy("os.path:join", setting)
+    with pytest.raises(BadInput, match="unknown policy 'sneaky'"):
+        plan.check_policy("sneaky", setting)
+    with pytest.raises(BadInput, match="does not resolve.*--extra-src"):
+        plan.check_policy("no_such_module_xyz:policy", setting)
+    with pytest.raises(BadInput, match="has no function"):
+        plan.check_policy("os.path:no_such_function", setting)

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Step: install Python dependencies into $LB_VENV, frozen from requirements.lock and
+# served from the wheel cache (/opt/uv-cache) when present. Skipped when the venv already
+# matches the lock (a baked AMI, a local instance, or a rerun).
+#   sudo /opt/linuxbench/worker/install-deps.sh
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=worker/lib.sh
+source "$here/lib.sh"
+
+lock_hash() {
+  # Either file may be missing (no requirements.lock in the repo): hash what is there.
+  { cat "$LB_ROOT/requirements.lock" "$LB_ROOT/setup.cfg" 2>/dev/null || true; } | sha256sum | cut -c1-16
+}
+
+install_toolchain() {
+  command -v uv >/dev/null 2>&1 && return 0
+  lb_log "uv missing (stock image): installing Python toolchain"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip git curl unzip >/dev/null
+  python3 -m pip install --quiet uv || python3 -m pip install --quiet --break-system-packages uv
+}
+
+main() {
+  local want stamp="$LB_VENV/.ct-fleet-lock"
+  want=$(lock_hash)
+  if [[ -x $LB_VENV/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
+    lb_log "venv $LB_VENV matches the lock: nothing to install"
+    return 0
+  fi
+  if [[ -n ${CT_FLEET_VENV:-} ]]; then
+    # A local instance shares the controller's venv; it is never rebuilt from here.
+    lb_log "using the launcher's venv $CT_FLEET_VENV"
+    return 0
+  fi
+  install_toolchain
+  export UV_CACHE_DIR="${UV_CACHE_DIR:-/opt/uv-cache}"
+  uv venv --python "${LB_PYTHON:-3.13}" "$LB_VENV"
+  if [[ -f $LB_ROOT/requirements.lock ]]; then
+    uv pip install --python "$LB_VENV/bin/python" -r "$LB_ROOT/requirements.lock"
+  fi
+  uv pip install --python "$LB_VENV/bin/python" --no-deps -e "$LB_ROOT"
+  echo "$want" >"$stamp"
+}
+
+main "$@"

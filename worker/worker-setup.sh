@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Step: unpack the --extra-src trees into $LB_EXTRA, prepare WORKER_USER (docker group,
+# owner of $LB_ROOT) and run the WORKER_SETUP script as root. The script may write
+# environment for jobs to /opt/linuxbench-worker-setup.env, which run-worker.sh sources.
+# Safe to rerun: trees are re-extracted over themselves.
+#   sudo /opt/linuxbench/worker/worker-setup.sh
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=worker/lib.sh
+source "$here/lib.sh"
+
+unpack_extra_src() {
+  local key tmp
+  mkdir -p "$LB_EXTRA"
+  for key in ${EXTRA_SRC_KEYS:-}; do
+    tmp=$(mktemp)
+    lb_aws s3 cp --only-show-errors "s3://$BUCKET/$key" "$tmp"
+    tar -xzf "$tmp" -C "$LB_EXTRA"
+    rm -f "$tmp"
+    lb_log "unpacked $key"
+  done
+}
+
+prepare_user() {
+  local user=$1
+  id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
+  getent group docker >/dev/null && usermod -aG docker "$user"
+  chown -R "$user" "$LB_ROOT"
+  lb_log "worker user $user ready"
+}
+
+main() {
+  unpack_extra_src
+  if [[ -n ${WORKER_USER:-} ]]; then
+    prepare_user "$WORKER_USER"
+  fi
+  if [[ -n ${WORKER_SETUP:-} ]]; then
+    local script="$LB_EXTRA/$WORKER_SETUP"
+    [[ -f $script ]] || lb_die "worker_setup script $WORKER_SETUP not found in the extra-src trees"
+    lb_log "running worker setup $WORKER_SETUP"
+    (cd "$(dirname "$script")" && LINUXBENCH_WORKER_USER="${WORKER_USER:-}" bash "$script")
+  fi
+}
+
+main "$@"
