@@ -106,14 +106,3 @@ def test_fleet_id_is_a_function_of_its_inputs():
         plan.fleet_id("abc", "honest", tasks, 3, worker_setup="x/setup.sh:1234"),
     }
     assert base not in variants and len(variants) == 6
-
-
-def test_policy_resolution(setting):
-    plan.check_policy("honest", setting)
-    plan.check_policy("os.path:join", setting)
-    with pytest.raises(BadInput, match="unknown policy 'sneaky'"):
-        plan.check_policy("sneaky", setting)
-    with pytest.raises(BadInput, match="does not resolve.*--extra-src"):
-        plan.check_policy("no_such_module_xyz:policy", setting)
-    with pytest.raises(BadInput, match="has no function"):
-        plan.check_policy("os.path:no_such_function", setting)

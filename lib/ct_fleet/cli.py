@@ -6,16 +6,20 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
+import yaml
 from rich.console import Console
 
-from . import code, config, credentials, plan
+from . import code, config, cost, credentials, fleet, plan, preflight, store
+from . import secrets as fleet_secrets
 from .cloud import Cloud, connect_aws, prepare_embedded_account, start_embedded
-from .controller import Controller, FleetSpec, RunResult
-from .display import LiveProgress, dead_table, summary_table
+from .config import START_CONCURRENCY
+from .controller import Controller, FleetSpec, RunResult, first_launch_count
+from .display import LiveProgress, dead_table, estimate_table, summary_table
 from .errors import BadInput
-from .settings import DEFAULT_SETTING, REPO_ROOT, load_setting
+from .settings import REPO_ROOT, Setting, load_setting
 
 console = Console(stderr=False)
 err = Console(stderr=True)
@@ -50,7 +54,7 @@ def cli() -> None:
     """
 
 
-def _tasks(setting_name: str, task_file: str | None, envs: Sequence[str], mains: Sequence[str], sides: Sequence[str]) -> tuple[object, list[plan.TaskSpec]]:
+def _tasks(setting_name: str, task_file: str | None, envs: Sequence[str], mains: Sequence[str], sides: Sequence[str]) -> tuple[Setting, list[plan.TaskSpec]]:
     setting = load_setting(setting_name)
     catalog = setting.catalog()
     if task_file:
@@ -63,23 +67,10 @@ def _tasks(setting_name: str, task_file: str | None, envs: Sequence[str], mains:
     return setting, plan.dedupe(tasks)
 
 
-def _settings_and_envs(envs: Sequence[str]) -> tuple[str, list[str]]:
-    """-e setting:env selects the setting; only the controller parses the prefix."""
-    prefixed = [e for e in envs if ":" in e]
-    if prefixed and len(prefixed) != len(envs):
-        raise BadInput("either prefix every -e with its setting (setting:env) or none of them")
-    if not prefixed:
-        return DEFAULT_SETTING, list(envs)
-    settings = list(dict.fromkeys(e.split(":", 1)[0] for e in prefixed))
-    if len(settings) > 1:
-        raise BadInput(f"one setting per run for now: got {', '.join(settings)}; run each setting separately")
-    return settings[0], [e.split(":", 1)[1] for e in prefixed]
-
-
-def _worker_settings(spec: FleetSpec, cloud: Cloud, secrets: dict[str, str]) -> dict[str, str]:
+def _worker_settings(spec: FleetSpec, cloud: Cloud, secrets: dict[str, str], extra_keys: list[str]) -> dict[str, str]:
+    """The fleet's settings as they appear in user-data: names and knobs, never a secret value."""
     cfg = spec.config
-    from .secrets import prefix
-
+    docker_name, docker_pat = preflight.docker_auth_params(dict(os.environ))
     values = {
         "FLEET_ID": spec.fleet_id,
         "BUCKET": cfg.bucket,
@@ -91,8 +82,11 @@ def _worker_settings(spec: FleetSpec, cloud: Cloud, secrets: dict[str, str]) -> 
         "HEARTBEAT_INTERVAL": str(cfg.heartbeat_interval),
         "SETTINGS": spec.setting,
         "SECRET_NAMES": " ".join(sorted(secrets)),
-        "SECRET_PREFIX": prefix(spec.fleet_id),
+        "SECRET_PREFIX": fleet_secrets.prefix(spec.fleet_id),
         "SPOT": "true" if cfg.spot else "false",
+        "DOCKER_ORG_NAME_SSM_PARAM": docker_name,
+        "DOCKER_ORG_PAT_SSM_PARAM": docker_pat,
+        "EXTRA_SRC_KEYS": " ".join(extra_keys),
     }
     if cfg.worker_user:
         values["WORKER_USER"] = cfg.worker_user
@@ -101,15 +95,52 @@ def _worker_settings(spec: FleetSpec, cloud: Cloud, secrets: dict[str, str]) -> 
     return values
 
 
+def _run_config(path: Path | None, attack: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(option defaults, ec2_args) from a YAML run config; the chosen attack's keys win."""
+    if path is None:
+        if attack:
+            raise BadInput("--attack needs --config")
+        return {}, {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise BadInput(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}: expected a mapping (task_file, policy, epochs, ec2_args, attacks)")
+    allowed = {"task_file", "policy", "epochs", "model", "ec2_args", "attacks"}
+    unknown = set(data) - allowed
+    if unknown:
+        raise BadInput(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
+    options = {k: data[k] for k in ("task_file", "policy", "epochs", "model") if k in data}
+    ec2_args = config.from_mapping(data.get("ec2_args") or {}, f"{path}: ec2_args")
+    attacks = data.get("attacks") or []
+    names = [str(a.get("name")) for a in attacks if isinstance(a, dict)]
+    if attacks and attack is None and len(attacks) > 1:
+        raise BadInput(f"{path} has several attacks: choose one with --attack ({', '.join(names)})")
+    if attacks:
+        chosen = attacks[0] if attack is None else next((a for a in attacks if str(a.get("name")) == attack), None)
+        if chosen is None:
+            raise BadInput(f"no attack {attack!r} in {path}: choose one of {', '.join(names)}")
+        options.update({k: chosen[k] for k in ("policy", "epochs", "model", "task_file") if k in chosen})
+        ec2_args.update(config.from_mapping(chosen.get("ec2_args") or {}, f"{path}: attack {chosen.get('name')}"))
+    elif attack:
+        raise BadInput(f"{path} has no attacks")
+    return options, ec2_args
+
+
 @cli.command(name="eval", epilog=_knob_help())
 @click.option("--task-file", help="named task set (examples/task_sets/NAME.yml|.jsonl) or a path")
 @click.option("-e", "--env", "envs", multiple=True, help="environment (repeatable); setting:env picks the setting")
 @click.option("-t", "--main-task", "mains", multiple=True, help="main task within the selected envs (repeatable)")
 @click.option("-s", "--side-task", "sides", multiple=True, help="side task within the selected envs (repeatable)")
-@click.option("--policy", default="honest", show_default=True, help="honest, attack, or module:function")
-@click.option("--epochs", type=int, default=1, show_default=True, help="epochs per sample; one job per sample x epoch")
-@click.option("--model", default="mockllm/model", show_default=True, help="Inspect model the policy may call")
+@click.option("--policy", help="honest (default), attack, or module:function")
+@click.option("--epochs", type=int, help="epochs per sample (default 1); one job per sample x epoch")
+@click.option("--model", help="Inspect model the policy may call (default mockllm/model)")
 @click.option("--command", "command", help="run each job as this shell command; it must write one .eval to $CT_OUTPUT")
+@click.option("--sandbox", help="external sandbox as module:type, imported on each worker")
+@click.option("--extra-src", "extra_src", multiple=True, type=click.Path(path_type=Path), help="with --ec2: also ship DIR as an import root on workers (repeatable)")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="YAML run config: task_file, policy, epochs, ec2_args, attacks")
+@click.option("--attack", help="which attack of --config to run (its ec2_args win)")
 @click.option("--ec2", is_flag=True, help="run on EC2 instead of the embedded local cloud")
 @click.option("--ec2-arg", "ec2_args", multiple=True, metavar="KEY=VALUE", help="fleet knob (repeatable; listed below)")
 def eval_command(
@@ -117,10 +148,14 @@ def eval_command(
     envs: tuple[str, ...],
     mains: tuple[str, ...],
     sides: tuple[str, ...],
-    policy: str,
-    epochs: int,
-    model: str,
+    policy: str | None,
+    epochs: int | None,
+    model: str | None,
     command: str | None,
+    sandbox: str | None,
+    extra_src: tuple[Path, ...],
+    config_path: Path | None,
+    attack: str | None,
     ec2: bool,
     ec2_args: tuple[str, ...],
 ) -> None:
@@ -131,18 +166,26 @@ def eval_command(
       ct-fleet eval --task-file smoke --policy honest --epochs 3
       ct-fleet eval -e web -t fix_login --policy attack -s leak_secret
       ct-fleet eval --ec2 --task-file medium --epochs 10 --ec2-arg max_workers=20
+      ct-fleet eval --ec2 --extra-src ~/experiments --policy mypkg.policies:my_policy -e web
 
     A rerun of the same command resumes: only jobs without a finished result run again.
     Results land in runs/<fleet_id>/ (per-job logs in results/, the merged run in merged/).
     """
-    cfg = config.build_config(config.parse_ec2_args(ec2_args)).resolved(embedded=not ec2)
-    setting_name, env_names = _settings_and_envs(envs)
+    defaults, config_args = _run_config(config_path, attack)
+    task_file = task_file or defaults.get("task_file")
+    policy = policy or defaults.get("policy") or "honest"
+    epochs = epochs if epochs is not None else int(defaults.get("epochs", 1))
+    model = model or defaults.get("model") or "mockllm/model"
+    cfg = config.build_config(config_args, config.parse_ec2_args(ec2_args)).resolved(embedded=not ec2)
+    extra = preflight.check_extra_src(extra_src, ec2=ec2)
+    setting_name, env_names = preflight.split_env_args(envs)
     setting, tasks = _tasks(setting_name, task_file, env_names, mains, sides)
-    plan.check_policy(policy, setting)  # type: ignore[arg-type]
-    jobs = plan.make_jobs(tasks, epochs, policy, setting)  # type: ignore[arg-type]
+    preflight.check_policy(policy, setting, extra, ec2=ec2)
+    if sandbox:
+        preflight.check_ref("--sandbox", sandbox, extra, ec2=ec2)
+    setup_digest = preflight.worker_setup_digest(cfg.worker_setup, extra)
+    jobs = plan.make_jobs(tasks, epochs, policy, setting)
     version = code.code_version(REPO_ROOT)
-    if version.untracked:
-        err.print(f"[yellow]warning:[/] {version.untracked} untracked file(s) will not ship to workers (git add them)")
     fleet_id = plan.fleet_id(
         version.sha,
         policy,
@@ -150,13 +193,18 @@ def eval_command(
         epochs,
         model=model,
         command=command,
+        sandbox=sandbox,
         instance_type=cfg.instance_type if ec2 else None,
-        worker_setup=cfg.worker_setup,
+        worker_setup=f"{cfg.worker_setup}:{setup_digest}" if setup_digest else None,
+        extra_src=[p.name for p in extra] or None,
     )
+    dotenv = credentials.read_dotenv(DOTENV)
+    if ec2:
+        credentials.apply_aws_credentials(dotenv)
     spec = FleetSpec(
         fleet_id=fleet_id,
         setting=setting_name,
-        task_spec=setting.task_spec,  # type: ignore[attr-defined]
+        task_spec=setting.task_spec,
         policy=policy,
         model=model,
         epochs=epochs,
@@ -165,16 +213,19 @@ def eval_command(
         code_sha=version.sha,
         config=cfg,
         command=command,
+        sandbox=sandbox,
+        hourly_price=cost.hourly_price(cfg.instance_type, cfg.hourly_price) if ec2 else 0.0,
     )
-    dotenv = credentials.read_dotenv(DOTENV)
-    if ec2:
-        credentials.apply_aws_credentials(dotenv)
+    if ec2 and not _confirm_cost(spec):
+        return
+    if version.untracked:
+        err.print(f"[yellow]warning:[/] {version.untracked} untracked file(s) will not ship to workers (git add them)")
     run_dir = RUNS_DIR / fleet_id
     run_dir.mkdir(parents=True, exist_ok=True)
     tarball = code.archive(REPO_ROOT, version.sha, run_dir / "code.tar.gz")
     cloud = connect_aws(cfg.region or "us-east-1") if ec2 else start_embedded(run_dir, cfg.region or "us-east-1")
     try:
-        result = _run(cloud, spec, run_dir, tarball, dotenv)
+        result = _run(cloud, spec, run_dir, tarball, dotenv, extra)
     finally:
         cloud.close()
     _report(result)
@@ -182,20 +233,52 @@ def eval_command(
         sys.exit(1)
 
 
-def _run(cloud: Cloud, spec: FleetSpec, run_dir: Path, tarball: Path, dotenv: dict[str, str]) -> RunResult:
+def _confirm_cost(spec: FleetSpec) -> bool:
+    """Show the estimate; launch only when confirmed (or auto_confirm). estimate=true stops here."""
+    cfg = spec.config
+    seen = cost.seen_duration(RUNS_DIR, spec.setting, spec.policy)
+    seconds, source = (seen[0], f"mean of {seen[1]} earlier jobs") if seen else (float(cfg.sample_time_limit), "sample_time_limit (upper bound)")
+    est = cost.estimate(
+        jobs=len(spec.jobs),
+        workers=first_launch_count(len(spec.jobs), cfg),
+        concurrency=min(START_CONCURRENCY, cfg.concurrency_per_worker or START_CONCURRENCY),
+        seconds_per_job=seconds,
+        source=source,
+        price=spec.hourly_price,
+        baked_ami=True,
+    )
+    console.print(estimate_table(est, cfg.instance_type))
+    if cfg.estimate:
+        return False
+    if cfg.auto_confirm:
+        return True
+    if not sys.stdin.isatty():
+        raise BadInput("cannot ask for confirmation without a terminal: pass --ec2-arg auto_confirm=true")
+    return click.confirm(f"launch up to {est.workers} {cfg.instance_type} worker(s) for about ${est.total:.2f}?", default=False)
+
+
+def _run(cloud: Cloud, spec: FleetSpec, run_dir: Path, tarball: Path, dotenv: dict[str, str], extra: list[Path]) -> RunResult:
     cfg = spec.config
     if cloud.embedded:
         prepare_embedded_account(cloud, bucket=cfg.bucket, instance_profile=cfg.instance_profile, ami_param=cfg.ami_param)
+    else:
+        store.ensure_bucket(cloud.client("s3"), cfg.bucket, create=False)
+        fleet.resolve_ami(cloud.client("ec2"), cloud.client("ssm"), cfg)  # a missing AMI stops here
     cloud.attach_runner(run_dir / "instances")
     sts = cloud.client("sts")
     launched_by = credentials.launched_by(sts)
     account = sts.get_caller_identity()["Account"]
     secrets = credentials.worker_secrets(dotenv)
+    extra_keys = [
+        code.upload_extra_src(cloud.client("s3"), cfg.bucket, path, run_dir / f"extra-{path.name}.tar.gz") for path in extra
+    ]
     console.print(
         f"fleet [bold]{spec.fleet_id}[/]: {len(spec.jobs)} jobs ({len(spec.tasks)} tasks x {spec.epochs} epochs), "
         f"policy {spec.policy}, {cloud.kind} cloud, up to {cfg.max_workers} workers x {cfg.concurrency_per_worker}",
         highlight=False,
     )
+    if not cloud.embedded:
+        console.print(f"EC2 console: {fleet.console_link(cloud.region, spec.fleet_id)}", highlight=False, soft_wrap=True)
     with LiveProgress(console) as live:
         controller = Controller(
             cloud,
@@ -207,7 +290,7 @@ def _run(cloud: Cloud, spec: FleetSpec, run_dir: Path, tarball: Path, dotenv: di
             on_progress=live.update,
             warn=lambda text: err.print(f"[yellow]warning:[/] {text}", highlight=False),
         )
-        return controller.run(tarball, _worker_settings(spec, cloud, secrets))
+        return controller.run(tarball, _worker_settings(spec, cloud, secrets, extra_keys))
 
 
 def _report(result: RunResult) -> None:
@@ -215,7 +298,8 @@ def _report(result: RunResult) -> None:
     console.print(
         f"fleet {result.fleet_id}: {result.jobs} jobs ({result.resumed} already done), "
         f"{result.workers_launched} workers, {result.elapsed:.1f}s; attempts {state.attempts}, "
-        f"redeliveries {state.redeliveries}, duplicates dropped {state.duplicates}",
+        f"redeliveries {state.redeliveries}, duplicates dropped {state.duplicates}"
+        + (f", cost ${result.cost:.2f}" if result.cost else ""),
         highlight=False,
     )
     if result.merged:

@@ -7,6 +7,7 @@ tarball is `git archive` of that commit or tree, so workers see exactly what git
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import BadInput
 
@@ -83,3 +85,12 @@ def pack_extra_src(src: Path, dest: Path) -> Path:
                     path = Path(root) / name
                     tar.add(path, arcname=str(Path(src.name) / path.relative_to(src)), recursive=False)
     return dest
+
+
+def upload_extra_src(s3: Any, bucket: str, src: Path, tarball: Path) -> str:
+    """Pack and upload one --extra-src tree under artifacts/extra-<basename>-<digest>.tar.gz."""
+    pack_extra_src(src, tarball)
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()[:16]
+    key = f"artifacts/extra-{src.name}-{digest}.tar.gz"
+    s3.upload_file(str(tarball), bucket, key)
+    return key

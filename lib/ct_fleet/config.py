@@ -15,6 +15,9 @@ from typing import Any
 
 from .errors import BadInput
 
+# Concurrent samples a worker starts with; it adapts from there up to concurrency_per_worker.
+START_CONCURRENCY = 10
+
 
 def knob(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
@@ -41,6 +44,7 @@ class Ec2Config:
     auto_confirm: bool = knob(False, "skip the cost confirmation prompt")
     new_fleet: bool = knob(False, "start a fresh fleet instead of resuming one with the same id")
     max_cost: float | None = knob(None, "stop launching and tear down when the cost so far reaches this (USD)")
+    hourly_price: float | None = knob(None, "USD per instance-hour for estimates (default: the dated table in lib/ct_fleet/prices.json)")
     sample_time_limit: int = knob(3600, "seconds one sample may run before it is killed (class timeout)")
     worker_setup: str | None = knob(None, "<extra-src basename>/<path> of a script run as root before jobs")
     worker_user: str | None = knob(None, "account that runs jobs on workers (added to docker, owns /opt/linuxbench)")

@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import fleet, merge, queues, store
+from . import cost, fleet, merge, queues, store
 from . import secrets as fleet_secrets
 from .cloud import Cloud
-from .config import Ec2Config
+from .config import START_CONCURRENCY, Ec2Config
 from .evalfile import is_finished
 from .plan import Job, TaskSpec
 from .protocol import DoneMessage, WorkMessage, log_key, result_key
@@ -28,6 +28,8 @@ from .protocol import DoneMessage, WorkMessage, log_key, result_key
 MANIFEST_SCHEMA = 1
 FIRST_LAUNCH_CAP = 24
 SCALE_UP_LOAD = 0.85
+DONE_POLL_PAUSE = 1.0
+STRAGGLER_GRACE = 30
 
 
 @dataclass
@@ -45,6 +47,8 @@ class FleetSpec:
     code_sha: str
     config: Ec2Config
     command: str | None = None
+    sandbox: str | None = None
+    hourly_price: float = 0.0  # 0 on the embedded cloud
 
     def work_message(self, job: Job) -> WorkMessage:
         return WorkMessage(
@@ -61,6 +65,7 @@ class FleetSpec:
             kind="command" if self.command else "inspect",
             command=self.command,
             setting=self.setting,
+            sandbox=self.sandbox,
         )
 
 
@@ -102,6 +107,13 @@ class RunResult:
     elapsed: float
     stopped_reason: str | None = None
     dead_report: list[dict[str, Any]] = field(default_factory=list)
+    cost: float = 0.0
+
+
+def first_launch_count(pending: int, cfg: Ec2Config) -> int:
+    """Up to 24 workers, fewer when max_workers or the pending work (at starting concurrency) is smaller."""
+    per_worker = min(START_CONCURRENCY, cfg.concurrency_per_worker or START_CONCURRENCY)
+    return max(1, min(FIRST_LAUNCH_CAP, cfg.max_workers or 1, math.ceil(pending / per_worker)))
 
 
 class Controller:
@@ -135,6 +147,10 @@ class Controller:
         self.state = JobState()
         self.launched: list[str] = []
         self.replacements = 0
+        self.launch_times: dict[str, float] = {}
+        self.end_times: dict[str, float] = {}
+        self.job_seconds: list[float] = []
+        self.last_scale_up = 0.0
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
         self.downloads = ThreadPoolExecutor(max_workers=8)
         self.pending_downloads: dict[str, Future[bool]] = {}
@@ -224,6 +240,7 @@ class Controller:
                 raise
         complete = len(self.state.final) + len(self.state.dead) >= len(self.jobs)
         self.teardown(delete_queues=complete)
+        self._record_durations()
         merged = merge.merge_eval_logs(
             sorted(self.results_dir.glob("*.eval")),
             self.run_dir / "merged",
@@ -241,11 +258,11 @@ class Controller:
             elapsed=time.monotonic() - start,
             stopped_reason=stopped_reason,
             dead_report=self.dead_report(),
+            cost=self.cost_so_far(),
         )
 
     def _first_launch_count(self, pending: int) -> int:
-        per_worker = min(10, self.cfg.concurrency_per_worker or 10)
-        return max(1, min(FIRST_LAUNCH_CAP, self.cfg.max_workers or 1, math.ceil(pending / per_worker)))
+        return first_launch_count(pending, self.cfg)
 
     def _launch(self, count: int, settings: dict[str, str]) -> list[str]:
         ami, _ = fleet.resolve_ami(self.ec2, self.ssm, self.cfg)
@@ -266,7 +283,12 @@ class Controller:
         )
         self.cloud.after_launch(ids)
         self.launched.extend(ids)
+        now = time.time()
+        self.launch_times.update({i: now for i in ids})
         return ids
+
+    def cost_so_far(self) -> float:
+        return cost.cost_so_far(self.launch_times, time.time(), self.spec.hourly_price, self.end_times)
 
     # -- tracking ----------------------------------------------------------------------
     def _track(self, start: float, settings: dict[str, str]) -> str | None:
@@ -276,7 +298,11 @@ class Controller:
         warned_stale = False
         live: list[str] = list(self.launched)
         while len(self.state.final) + len(self.state.dead) < len(self.jobs):
-            messages = queues.receive(self.sqs, self.q.done, wait=1 if self.pending_downloads else 2)
+            messages = queues.receive(self.sqs, self.q.done, wait=1 if self.pending_downloads else 5)
+            if len(messages) < queues.BATCH and not self.pending_downloads:
+                # A part-full batch means the queue is drained: let done messages pile up a
+                # little so that receives and deletes stay batched (calls per second, not per job).
+                time.sleep(DONE_POLL_PAUSE)
             before = len(self.state.final)
             for msg in messages:
                 self._on_done(DoneMessage.from_json(msg["Body"]))
@@ -294,6 +320,10 @@ class Controller:
                 self._drain_dlq()
                 self.cloud.poll()
                 live = [inst["InstanceId"] for inst in fleet.live_instances(self.ec2, self.spec.fleet_id)]
+                for gone in set(self.launch_times) - set(live) - set(self.end_times):
+                    self.end_times[gone] = time.time()
+                if self.cfg.max_cost is not None and self.cost_so_far() >= self.cfg.max_cost:
+                    return f"cost so far ${self.cost_so_far():.2f} reached max_cost ${self.cfg.max_cost:.2f}: fleet terminated"
                 stop = self._manage_workers(live, settings)
                 if stop:
                     return stop
@@ -330,6 +360,8 @@ class Controller:
         if job_id in self.state.final or job_id in self.pending_downloads:
             self.state.duplicates += 1
             return
+        if msg.started_at and msg.finished_at and msg.outcome != "skipped_duplicate":
+            self.job_seconds.append(msg.finished_at - msg.started_at)
         if msg.outcome == "sample_error":
             self.state.last_error[job_id] = (msg.error_class or "task_error", msg.error or "")
         self.pending_downloads[job_id] = self.downloads.submit(self._fetch_result, job_id)
@@ -363,20 +395,31 @@ class Controller:
             queues.delete_batch(self.sqs, self.q.dlq, [m["ReceiptHandle"] for m in messages])
 
     def _manage_workers(self, live: list[str], settings: dict[str, str]) -> str | None:
+        """Replace workers that died with work left; add workers while the fleet is CPU-bound."""
         remaining = len(self.jobs) - len(self.state.final) - len(self.state.dead) - len(self.pending_downloads)
         if remaining <= 0:
             return None
-        if not live:
+        waiting = queues.depths(self.sqs, self.q).get("work", 0)
+        wanted = self._first_launch_count(remaining)
+        # Workers leave only when the queue is empty, so visible work with too few workers
+        # means some died (a failed bootstrap, a kill, a spot interruption).
+        if waiting and len(live) < wanted:
             if self.replacements >= self.cfg.max_replacements:
-                return self._bootstrap_failure()
-            self.replacements += 1
-            self.warn(f"no worker is up with {remaining} job(s) left: launching replacements ({self.replacements}/{self.cfg.max_replacements})")
-            self._launch(self._first_launch_count(remaining), settings)
+                return self._bootstrap_failure() if not live else None
+            count = min(wanted - len(live), self.cfg.max_replacements - self.replacements)
+            self.replacements += count
+            self.warn(
+                f"{len(live)} worker(s) up with {waiting} job(s) waiting: launching {count} "
+                f"replacement(s) ({self.replacements}/{self.cfg.max_replacements})"
+            )
+            self._launch(count, settings)
             return None
-        if len(live) < (self.cfg.max_workers or 0):
-            fresh = [load for load, at in self.worker_load.values() if time.monotonic() - at < 3 * self.cfg.heartbeat_interval]
-            backlog = remaining - len(live) * (self.cfg.concurrency_per_worker or 1)
-            if fresh and sum(fresh) / len(fresh) >= SCALE_UP_LOAD and backlog > 0:
+        if len(live) < (self.cfg.max_workers or 0) and waiting:
+            now = time.monotonic()
+            fresh = [load for load, at in self.worker_load.values() if now - at < 3 * self.cfg.heartbeat_interval]
+            cooled = now - self.last_scale_up >= 2 * self.cfg.heartbeat_interval
+            if cooled and fresh and sum(fresh) / len(fresh) >= SCALE_UP_LOAD:
+                self.last_scale_up = now
                 self._launch(1, settings)
         return None
 
@@ -412,6 +455,7 @@ class Controller:
                 workers=len(live),
                 elapsed=elapsed,
                 eta=remaining / rate if rate > 0 else None,
+                cost=self.cost_so_far() if self.spec.hourly_price else None,
             )
         )
 
@@ -431,9 +475,23 @@ class Controller:
             )
         return rows
 
+    def _record_durations(self) -> None:
+        """Seconds per job, read by the cost estimate of later fleets of this setting and policy."""
+        if self.job_seconds:
+            data = {"setting": self.spec.setting, "policy": self.spec.policy, "seconds": self.job_seconds}
+            (self.run_dir / "durations.json").write_text(json.dumps(data))
+
     # -- teardown ----------------------------------------------------------------------
     def teardown(self, *, delete_queues: bool) -> None:
         live = [inst["InstanceId"] for inst in fleet.live_instances(self.ec2, self.spec.fleet_id)]
+        if delete_queues and live:
+            # The work is done: workers see the empty queue, upload their logs and shut down
+            # by themselves within idle_timeout. Only stragglers are terminated.
+            deadline = time.monotonic() + (self.cfg.idle_timeout or 0) + STRAGGLER_GRACE
+            while live and time.monotonic() < deadline:
+                time.sleep(1)
+                self.cloud.poll()
+                live = [inst["InstanceId"] for inst in fleet.live_instances(self.ec2, self.spec.fleet_id)]
         fleet.terminate(self.ec2, live)
         self.cloud.poll()
         fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id)

@@ -21,7 +21,7 @@ def _duration(seconds: float | None) -> str:
 
 def progress_table(p: Progress) -> Table:
     table = Table(title="fleet progress", show_header=True, header_style="bold")
-    for column in ("done", "failed", "dead", "left", "workers", "elapsed", "ETA"):
+    for column in ("done", "failed", "dead", "left", "workers", "elapsed", "ETA", "cost"):
         table.add_column(column, justify="right")
     table.add_row(
         f"{p.done}/{p.total}",
@@ -31,6 +31,7 @@ def progress_table(p: Progress) -> Table:
         str(p.workers),
         _duration(p.elapsed),
         _duration(p.eta),
+        "-" if p.cost is None else f"${p.cost:.2f}",
     )
     return table
 
@@ -63,6 +64,7 @@ class LiveProgress:
             self.console.print(
                 f"progress: {p.done}/{p.total} done, {p.failed} failed, {p.dead} dead, "
                 f"{p.workers} workers, {_duration(p.elapsed)} elapsed"
+                + ("" if p.cost is None else f", ${p.cost:.2f} so far")
             )
 
 
@@ -96,4 +98,16 @@ def dead_table(rows: Sequence[dict[str, Any]]) -> Table:
         table.add_column(column)
     for row in rows:
         table.add_row(row["sample_id"], str(row["epoch"]), row["error_class"], row["error"][:80], row["rerun"])
+    return table
+
+
+def estimate_table(est: Any, instance_type: str) -> Table:
+    table = Table(title="cost estimate", header_style="bold")
+    for column in ("jobs", "workers", "per worker", "s/job", "hours", "$/hour", "total"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        str(est.jobs), f"{est.workers} x {instance_type}", str(est.concurrency), f"{est.seconds_per_job:.0f}",
+        f"{est.hours:.2f}", f"{est.price:.3f}", f"${est.total:.2f}",
+    )
+    table.caption = f"durations: {est.duration_source}"
     return table

@@ -7,7 +7,6 @@ same fleet id, which is what makes a rerun of the same command resume its fleet.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -142,21 +141,6 @@ def validate_tasks(tasks: Iterable[TaskSpec], catalog: dict[str, dict[str, list[
 
 def dedupe(tasks: Iterable[TaskSpec]) -> list[TaskSpec]:
     return list(dict.fromkeys(tasks))
-
-
-def check_policy(policy: str, setting: Setting) -> None:
-    """A policy is a name the setting knows or an importable module:function."""
-    if setting.has_policy(policy):
-        return
-    if ":" not in policy:
-        raise BadInput(f"unknown policy {policy!r}: use honest, attack or module:function")
-    module_name, _, func = policy.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise BadInput(f"policy {policy!r} does not resolve ({exc}); with --ec2 ship its code with --extra-src") from None
-    if not callable(getattr(module, func, None)):
-        raise BadInput(f"policy {policy!r}: module {module_name} has no function {func}")
 
 
 def make_jobs(tasks: Sequence[TaskSpec], epochs: int, policy: str, setting: Setting) -> list[Job]:

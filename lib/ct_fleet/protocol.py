@@ -67,6 +67,7 @@ class WorkMessage:
     kind: Literal["inspect", "command"] = "inspect"
     command: str | None = None
     setting: str = "toyarena"
+    sandbox: str | None = None  # module:type of an external sandbox, imported on the worker
     v: int = SCHEMA
 
     def to_json(self) -> str:

@@ -12,6 +12,7 @@ Exit status: 0 when OUT holds a finished log (even if the sample failed), else n
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -20,6 +21,15 @@ import tempfile
 from pathlib import Path
 
 from .protocol import WorkMessage
+
+
+def _sandbox(ref: str | None) -> str | None:
+    """module:type -> import the module (it registers the sandbox type) and name the type."""
+    if not ref:
+        return None
+    module, _, kind = ref.partition(":")
+    importlib.import_module(module)
+    return kind
 
 
 def run_inspect(job: WorkMessage, out: Path) -> None:
@@ -38,6 +48,7 @@ def run_inspect(job: WorkMessage, out: Path) -> None:
             log_format="eval",
             display="none",
             time_limit=job.time_limit or None,
+            sandbox=_sandbox(job.sandbox),
         )
         if not logs or not logs[0].location:
             raise RuntimeError("inspect eval wrote no log")

@@ -32,12 +32,12 @@ import psutil
 
 from . import aws, queues, store
 from .evalfile import read_header, sample_error
+from .config import START_CONCURRENCY
 from .protocol import DoneMessage, WorkMessage, queue_names
 
 log = logging.getLogger("ct_fleet.worker")
 
 RATE_LIMIT = re.compile(r"rate.?limit|\b429\b|overloaded|too many requests|RateLimitError", re.I)
-START_CONCURRENCY = 10
 
 
 @dataclass

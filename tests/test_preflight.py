@@ -1,0 +1,116 @@
+"""Checks before launch: -e forms, --extra-src, policy/sandbox refs, worker_setup, Docker params,
+run configs and the cost estimate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ct_fleet import cost, preflight
+from ct_fleet.cli import _run_config
+from ct_fleet.errors import BadInput
+from ct_fleet.settings import load_setting
+
+
+def test_env_forms():
+    assert preflight.split_env_args(["web", "ops"]) == ("toyarena", ["web", "ops"])
+    assert preflight.split_env_args(["toyarena:web", "toyarena:ops"]) == ("toyarena", ["web", "ops"])
+    assert preflight.split_env_args([]) == ("toyarena", [])
+    with pytest.raises(BadInput, match="either prefix every -e"):
+        preflight.split_env_args(["toyarena:web", "ops"])
+    with pytest.raises(BadInput, match="one setting per run"):
+        preflight.split_env_args(["toyarena:web", "basharena:bash"])
+
+
+def test_extra_src_rules(tmp_path: Path):
+    a, b = tmp_path / "one" / "exp", tmp_path / "two" / "exp"
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
+    assert preflight.check_extra_src([a], ec2=True) == [a.resolve()]
+    with pytest.raises(BadInput, match="applies only with --ec2"):
+        preflight.check_extra_src([a], ec2=False)
+    with pytest.raises(BadInput, match="share the basename 'exp'"):
+        preflight.check_extra_src([a, b], ec2=True)
+    with pytest.raises(BadInput, match="not a directory"):
+        preflight.check_extra_src([tmp_path / "missing"], ec2=True)
+
+
+def test_refs_resolve_from_shipped_trees_on_ec2(tmp_path: Path):
+    setting = load_setting()
+    extra = tmp_path / "experiments"
+    (extra / "mypkg").mkdir(parents=True)
+    (extra / "mypkg" / "__init__.py").write_text("")
+    (extra / "mypkg" / "policies.py").write_text("def mine(): ...\n")
+    preflight.check_policy("honest", setting, [], ec2=True)
+    preflight.check_policy("toyarena.policies:honest_policy", setting, [], ec2=True)  # in the repo
+    preflight.check_policy("mypkg.policies:mine", setting, [extra], ec2=True)
+    with pytest.raises(BadInput, match="neither in this repo nor in an --extra-src root.*--extra-src DIR"):
+        preflight.check_policy("mypkg.policies:mine", setting, [], ec2=True)
+    with pytest.raises(BadInput, match="--sandbox 'vmbox:vm'.*--extra-src"):
+        preflight.check_ref("--sandbox", "vmbox:vm", [extra], ec2=True)
+    # Locally a ref resolves from what this machine can import.
+    preflight.check_policy("os.path:join", setting, [], ec2=False)
+    with pytest.raises(BadInput, match="not importable here"):
+        preflight.check_policy("no_such_module_xyz:p", setting, [], ec2=False)
+    with pytest.raises(BadInput, match="unknown policy 'sneaky'"):
+        preflight.check_policy("sneaky", setting, [], ec2=False)
+
+
+def test_worker_setup_digest_follows_content(tmp_path: Path):
+    tree = tmp_path / "glovebox"
+    (tree / "ci").mkdir(parents=True)
+    script = tree / "ci" / "setup.sh"
+    script.write_text("echo one\n")
+    first = preflight.worker_setup_digest("glovebox/ci/setup.sh", [tree])
+    script.write_text("echo two\n")
+    assert first and preflight.worker_setup_digest("glovebox/ci/setup.sh", [tree]) != first
+    assert preflight.worker_setup_digest(None, []) is None
+    with pytest.raises(BadInput, match="no such file"):
+        preflight.worker_setup_digest("glovebox/ci/missing.sh", [tree])
+    with pytest.raises(BadInput, match="<extra-src basename>/<path>"):
+        preflight.worker_setup_digest("other/setup.sh", [tree])
+
+
+def test_docker_params_stay_under_their_prefix():
+    assert preflight.docker_auth_params({}) == ("/linuxbench/docker-org-name", "/linuxbench/docker-org-pat")
+    assert preflight.docker_auth_params({"DOCKER_ORG_PAT_SSM_PARAM": "/linuxbench/docker-org-pat2"})[1].endswith("pat2")
+    with pytest.raises(BadInput, match="must stay under /linuxbench/docker-org-"):
+        preflight.docker_auth_params({"DOCKER_ORG_NAME_SSM_PARAM": "/linuxbench/other"})
+
+
+def test_run_config_attack_keys_win(tmp_path: Path):
+    path = tmp_path / "run.yml"
+    path.write_text(
+        "task_file: smoke\nepochs: 2\nec2_args: {max_workers: 4, spot: true}\n"
+        "attacks:\n  - {name: a, policy: attack, ec2_args: {max_workers: 9}}\n  - {name: b}\n"
+    )
+    options, args = _run_config(path, "a")
+    assert options == {"task_file": "smoke", "epochs": 2, "policy": "attack"}
+    assert args == {"max_workers": 9, "spot": True}
+    assert _run_config(path, "b")[1] == {"max_workers": 4, "spot": True}
+    with pytest.raises(BadInput, match="several attacks: choose one with --attack"):
+        _run_config(path, None)
+    with pytest.raises(BadInput, match="no attack 'c'"):
+        _run_config(path, "c")
+    path.write_text("ec2_args: {max_wrkers: 4}\n")
+    with pytest.raises(BadInput, match="unknown --ec2-arg 'max_wrkers'"):
+        _run_config(path, None)
+
+
+def test_cost_estimate_and_cost_so_far(tmp_path: Path):
+    est = cost.estimate(jobs=100, workers=5, concurrency=10, seconds_per_job=600, source="x", price=0.68, baked_ami=True)
+    # 100 jobs on 50 slots = 2 waves of 10 min, plus boot: ~0.35 h per worker.
+    assert est.hours == pytest.approx((1200 + 65) / 3600)
+    assert est.total == pytest.approx(5 * est.hours * 0.68)
+    assert cost.hourly_price("c6i.4xlarge") > 0
+    assert cost.hourly_price("x1.weird", override=1.5) == 1.5
+    with pytest.raises(BadInput, match="hourly_price"):
+        cost.hourly_price("x1.weird")
+    assert cost.cost_so_far({"i-1": 0.0, "i-2": 1800.0}, 3600.0, 2.0, {"i-2": 2700.0}) == pytest.approx(2.0 + 0.5)
+    run = tmp_path / "f1"
+    run.mkdir()
+    (run / "durations.json").write_text(json.dumps({"setting": "toyarena", "policy": "honest", "seconds": [2.0, 4.0]}))
+    assert cost.seen_duration(tmp_path, "toyarena", "honest") == (3.0, 2)
+    assert cost.seen_duration(tmp_path, "toyarena", "attack") is None
