@@ -19,7 +19,7 @@ REGION = "us-east-1"
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with MotoServer(log_path=log) as server:
+    with MotoServer(log_path=log, lease_timeout=3600) as server:
         yield server
 
 

@@ -44,7 +44,7 @@ def test_refs_resolve_from_shipped_trees_on_ec2(tmp_path: Path):
     (extra / "mypkg" / "__init__.py").write_text("")
     (extra / "mypkg" / "policies.py").write_text("def mine(): ...\n")
     preflight.check_policy("honest", setting, [], ec2=True)
-    preflight.check_policy("toyarena.policies:honest_policy", setting, [], ec2=True)  # in the repo
+    preflight.check_policy("toyarena.policies:honest", setting, [], ec2=True)  # in the repo
     preflight.check_policy("mypkg.policies:mine", setting, [extra], ec2=True)
     with pytest.raises(BadInput, match="neither in this repo nor in an --extra-src root.*--extra-src DIR"):
         preflight.check_policy("mypkg.policies:mine", setting, [], ec2=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -16,10 +17,10 @@ from . import code, config, cost, credentials, fleet, plan, preflight, store
 from . import secrets as fleet_secrets
 from .cloud import Cloud, connect_aws, prepare_embedded_account, start_embedded
 from .config import START_CONCURRENCY
-from .controller import Controller, FleetSpec, RunResult, first_launch_count
+from .controller import Controller, FleetInterrupted, FleetSpec, RunResult, first_launch_count
 from .display import LiveProgress, dead_table, estimate_table, summary_table
 from .errors import BadInput
-from .settings import REPO_ROOT, Setting, load_setting
+from .settings import REPO_ROOT, SETTINGS_DIR, Setting, load_setting
 
 console = Console(stderr=False)
 err = Console(stderr=True)
@@ -80,6 +81,7 @@ def _worker_settings(spec: FleetSpec, cloud: Cloud, secrets: dict[str, str], ext
         "IDLE_TIMEOUT": str(cfg.idle_timeout),
         "VISIBILITY_TIMEOUT": str(cfg.visibility_timeout),
         "HEARTBEAT_INTERVAL": str(cfg.heartbeat_interval),
+        "RETRY_BACKOFF": str(cfg.retry_backoff),
         "SETTINGS": spec.setting,
         "SECRET_NAMES": " ".join(sorted(secrets)),
         "SECRET_PREFIX": fleet_secrets.prefix(spec.fleet_id),
@@ -224,10 +226,18 @@ def eval_command(
     run_dir.mkdir(parents=True, exist_ok=True)
     tarball = code.archive(REPO_ROOT, version.sha, run_dir / "code.tar.gz")
     cloud = connect_aws(cfg.region or "us-east-1") if ec2 else start_embedded(run_dir, cfg.region or "us-east-1")
+    leave_running = False
     try:
         result = _run(cloud, spec, run_dir, tarball, dotenv, extra)
+    except FleetInterrupted as exc:
+        leave_running = exc.leave_running
+        if leave_running:
+            err.print(f"fleet {fleet_id} left running: rerun the same command to resume it", highlight=False)
+        else:
+            err.print(f"fleet {fleet_id} stopped; finished results are kept in {run_dir}/results", highlight=False)
+        sys.exit(130)
     finally:
-        cloud.close()
+        cloud.close(leave_running=leave_running)
     _report(result)
     if result.stopped_reason or result.dead_report:
         sys.exit(1)
@@ -289,15 +299,27 @@ def _run(cloud: Cloud, spec: FleetSpec, run_dir: Path, tarball: Path, dotenv: di
             secrets=secrets,
             on_progress=live.update,
             warn=lambda text: err.print(f"[yellow]warning:[/] {text}", highlight=False),
+            leave_running_on_interrupt=_ask_leave_running,
         )
         return controller.run(tarball, _worker_settings(spec, cloud, secrets, extra_keys))
+
+
+def _ask_leave_running() -> bool:
+    if not sys.stdin.isatty():
+        return False
+    answer = click.prompt(
+        "\ninterrupted: stop the fleet, or leave its workers running for a later resume?",
+        type=click.Choice(["stop", "leave"]),
+        default="stop",
+    )
+    return answer == "leave"
 
 
 def _report(result: RunResult) -> None:
     state = result.state
     console.print(
         f"fleet {result.fleet_id}: {result.jobs} jobs ({result.resumed} already done), "
-        f"{result.workers_launched} workers, {result.elapsed:.1f}s; attempts {state.attempts}, "
+        f"{result.workers_launched} workers, {result.elapsed:.1f}s; enqueued {result.enqueued}, attempts {state.attempts}, "
         f"redeliveries {state.redeliveries}, duplicates dropped {state.duplicates}"
         + (f", cost ${result.cost:.2f}" if result.cost else ""),
         highlight=False,
@@ -306,6 +328,8 @@ def _report(result: RunResult) -> None:
         console.print(summary_table(result.merged))
     if result.dead_report:
         console.print(dead_table(result.dead_report))
+        for row in result.dead_report:
+            console.print(f"  {row['rerun']}    # {row['sample_id']} epoch {row['epoch']}", highlight=False, soft_wrap=True)
     if result.stopped_reason:
         err.print(f"[bold red]stopped:[/] {result.stopped_reason}", highlight=False)
 
@@ -324,6 +348,48 @@ def merge_command(src: Path, out: Path | None) -> None:
     if not merged:
         raise BadInput(f"no .eval files under {src}")
     console.print(summary_table(merged))
+
+
+@cli.command(name="run-job")
+@click.argument("fleet_id")
+@click.argument("job_id")
+def run_job_command(fleet_id: str, job_id: str) -> None:
+    """Run one job of a fleet here, as a worker would, to debug it.
+
+    \b
+    Reads runs/FLEET_ID/manifest.json and writes runs/FLEET_ID/rerun/JOB_ID.eval.
+    The dead-letter report of a run prints this command for every job that failed.
+    """
+    import subprocess
+
+    from .evalfile import read_header, sample_error
+    from .protocol import WorkMessage
+
+    path = RUNS_DIR / fleet_id / "manifest.json"
+    if not path.exists():
+        raise BadInput(f"no manifest at {path}: run the fleet from this checkout first")
+    manifest = json.loads(path.read_text())
+    job = next((j for j in manifest["jobs"] if j["job_id"] == job_id), None)
+    if job is None:
+        raise BadInput(f"fleet {fleet_id} has no job {job_id}")
+    message = WorkMessage(
+        fleet_id=fleet_id, job_id=job_id, sample_id=job["sample_id"], epoch=job["epoch"],
+        task_spec=manifest["task_spec"], task_args={"policy": manifest["policy"]}, model=manifest["model"],
+        code_sha=manifest["code_sha"], result_key="", time_limit=int(manifest["config"].get("sample_time_limit", 0)),
+        kind="command" if manifest.get("command") else "inspect", command=manifest.get("command"),
+        setting=manifest["setting"], sandbox=manifest.get("sandbox"),
+    )
+    out = RUNS_DIR / fleet_id / "rerun" / f"{job_id}.eval"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "lib"), str(SETTINGS_DIR), str(REPO_ROOT)])}
+    console.print(f"running {job['sample_id']} epoch {job['epoch']} of fleet {fleet_id} here", highlight=False)
+    proc = subprocess.run([sys.executable, "-m", "ct_fleet.runner", message.to_json(), str(out)], cwd=REPO_ROOT, env=env)
+    header = read_header(out) if out.exists() else None
+    if proc.returncode != 0 or header is None:
+        err.print(f"[bold red]job failed[/] (runner exit {proc.returncode})")
+        sys.exit(1)
+    error = sample_error(header)
+    console.print(f"{'sample error: ' + error if error else 'success'}; log: {out}", highlight=False)
 
 
 @cli.group(name="cloud")

@@ -25,6 +25,7 @@ from .moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
 
 SHIMS_DIR = Path(__file__).resolve().parent / "shims"
 LOCAL_IMAGE_NAME = "ct-fleet-local-worker"
+SPOT_NOTICE = "spot-interruption-notice"
 
 
 class LocalInstanceRunner:
@@ -34,32 +35,41 @@ class LocalInstanceRunner:
         self.ec2 = ec2
         self.dir = instances_dir
         self.env = env
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # instance id -> process group of its user-data; read back from pid files so that a
+        # controller adopting a running fleet can still reap and kill its instances.
+        self.procs: dict[str, int] = {}
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        for pid_file in instances_dir.glob("*/pid"):
+            pid = int(pid_file.read_text())
+            if _alive(pid):
+                self.procs[pid_file.parent.name] = pid
 
     def start(self, instance_ids: list[str]) -> None:
         for instance_id in instance_ids:
             home = self.dir / instance_id
             home.mkdir(parents=True, exist_ok=True)
             attr = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
-            user_data = attr.get("UserData", {}).get("Value", "")
             script = home / "user-data"
-            script.write_bytes(base64.b64decode(user_data))
+            script.write_bytes(base64.b64decode(attr.get("UserData", {}).get("Value", "")))
             env = {
                 **self.env,
                 "LB_HOME": str(home),
                 "INSTANCE_ID": instance_id,
                 "PATH": f"{SHIMS_DIR}:{self.env['PATH']}",
-                "CT_SPOT_NOTICE_FILE": str(home / "spot-interruption-notice"),
+                "CT_SPOT_NOTICE_FILE": str(home / SPOT_NOTICE),
             }
             with open(home / "console.log", "ab") as console:
                 proc = subprocess.Popen(
                     ["bash", str(script)], cwd=home, env=env, stdout=console, stderr=console, start_new_session=True
                 )
             (home / "pid").write_text(str(proc.pid))
-            self.procs[instance_id] = proc
+            self.procs[instance_id] = proc.pid
+            self._children[proc.pid] = proc
 
     def reap(self) -> None:
         """Kill the process trees of instances that EC2 reports terminated."""
+        for proc in self._children.values():
+            proc.poll()  # collect exited children so they do not linger as zombies
         if not self.procs:
             return
         resp = self.ec2.describe_instances(InstanceIds=list(self.procs))
@@ -69,18 +79,28 @@ class LocalInstanceRunner:
                     self._kill(inst["InstanceId"])
 
     def _kill(self, instance_id: str) -> None:
-        proc = self.procs.pop(instance_id, None)
-        if proc is None:
+        pid = self.procs.pop(instance_id, None)
+        if pid is None:
             return
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        proc.wait()
+        child = self._children.pop(pid, None)
+        if child:
+            child.wait()
 
     def stop_all(self) -> None:
         for instance_id in list(self.procs):
             self._kill(instance_id)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except OSError:
+        return False
+    return True
 
 
 @dataclass
@@ -116,21 +136,26 @@ class Cloud:
             self.runner.start(instance_ids)
 
     def poll(self) -> None:
+        if self.server:
+            self.server.renew()
         if self.runner:
             self.runner.reap()
 
-    def close(self) -> None:
+    def close(self, *, leave_running: bool = False) -> None:
+        """Stop local instances and the embedded server, unless the fleet is left running."""
+        if leave_running:
+            return
         if self.runner:
             self.runner.stop_all()
         if self.server:
             self.server.stop()
-            for key in ("AWS_ENDPOINT_URL",):
-                os.environ.pop(key, None)
+            os.environ.pop("AWS_ENDPOINT_URL", None)
 
 
 def start_embedded(run_root: Path, region: str = "us-east-1") -> Cloud:
     """Start a moto server and point this process (and the workers it launches) at it."""
     run_root.mkdir(parents=True, exist_ok=True)
+    # A server left by an earlier controller of this fleet is adopted, with its state.
     server = MotoServer(log_path=run_root / "moto.log").start()
     for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_PROFILE"):
         os.environ.pop(key, None)
@@ -163,7 +188,10 @@ def prepare_embedded_account(cloud: Cloud, *, bucket: str, instance_profile: str
         iam.create_role(RoleName=instance_profile, AssumeRolePolicyDocument='{"Version":"2012-10-17","Statement":[]}')
         iam.create_instance_profile(InstanceProfileName=instance_profile)
         iam.add_role_to_instance_profile(InstanceProfileName=instance_profile, RoleName=instance_profile)
+    ssm = cloud.client("ssm")
+    if cloud.server and cloud.server.adopted:
+        return
     ec2 = cloud.client("ec2")
     image_id = ec2.register_image(Name=LOCAL_IMAGE_NAME, RootDeviceName="/dev/sda1", Description="local worker")["ImageId"]
-    cloud.client("ssm").put_parameter(Name=ami_param, Value=image_id, Type="String", Overwrite=True)
+    ssm.put_parameter(Name=ami_param, Value=image_id, Type="String", Overwrite=True)
 

@@ -50,6 +50,7 @@ class Ec2Config:
     worker_user: str | None = knob(None, "account that runs jobs on workers (added to docker, owns /opt/linuxbench)")
     visibility_timeout: int = knob(120, "seconds a received job stays hidden; workers extend it while the job runs")
     max_receive_count: int = knob(3, "attempts before a job goes to the dead-letter queue")
+    retry_backoff: int = knob(30, "seconds before a failed attempt is retried, times the attempt number")
     idle_timeout: int | None = knob(None, "seconds a worker waits on an empty queue before it shuts down (default 60 on EC2, 8 locally)")
     max_replacements: int = knob(3, "workers launched to replace ones that died early, before giving up")
     stale_after: int = knob(600, "seconds without progress before a stale warning")

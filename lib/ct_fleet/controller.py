@@ -95,6 +95,14 @@ class Progress:
     message: str = ""
 
 
+class FleetInterrupted(Exception):
+    """Ctrl-C: the fleet was stopped, or left running (leave_running) for a later resume."""
+
+    def __init__(self, leave_running: bool) -> None:
+        super().__init__("interrupted")
+        self.leave_running = leave_running
+
+
 @dataclass
 class RunResult:
     fleet_id: str
@@ -108,6 +116,8 @@ class RunResult:
     stopped_reason: str | None = None
     dead_report: list[dict[str, Any]] = field(default_factory=list)
     cost: float = 0.0
+    enqueued: int = 0
+    adopted_workers: int = 0
 
 
 def first_launch_count(pending: int, cfg: Ec2Config) -> int:
@@ -128,6 +138,7 @@ class Controller:
         secrets: dict[str, str] | None = None,
         on_progress: Callable[[Progress], None] = lambda p: None,
         warn: Callable[[str], None] = print,
+        leave_running_on_interrupt: Callable[[], bool] = lambda: False,
     ) -> None:
         self.cloud = cloud
         self.spec = spec
@@ -138,6 +149,7 @@ class Controller:
         self.account = account
         self.secrets = secrets or {}
         self.on_progress = on_progress
+        self.leave_running_on_interrupt = leave_running_on_interrupt
         self.warn = warn
         self.sqs = cloud.client("sqs")
         self.s3 = cloud.client("s3")
@@ -179,6 +191,7 @@ class Controller:
             "epochs": self.spec.epochs,
             "code_sha": self.spec.code_sha,
             "command": self.spec.command,
+            "sandbox": self.spec.sandbox,
             "launched_by": self.launched_by,
             "config": cfg,
             "tasks": [asdict(t) for t in self.spec.tasks],
@@ -218,6 +231,7 @@ class Controller:
         self.q = q
         pending = [job for job_id, job in self.jobs.items() if job_id not in done]
         adopted = bool(existing and live and previous and previous.get("enqueued"))
+        enqueued = 0
         if adopted:
             self.launched = [inst["InstanceId"] for inst in live]
             self.warn(f"adopting the running fleet {self.spec.fleet_id}: {len(live)} worker(s) already up")
@@ -226,7 +240,7 @@ class Controller:
                 # Leftovers of a fleet whose workers are gone: start the queue afresh.
                 self.sqs.purge_queue(QueueUrl=q.work)
             self._write_manifest(enqueued=False)
-            queues.send_batch(self.sqs, q.work, [self.spec.work_message(job).to_json() for job in pending])
+            enqueued = queues.send_batch(self.sqs, q.work, [self.spec.work_message(job).to_json() for job in pending])
         self._write_manifest(enqueued=True)
 
         stopped_reason = None
@@ -236,8 +250,10 @@ class Controller:
             try:
                 stopped_reason = self._track(start, user_data_settings)
             except KeyboardInterrupt:
-                self.teardown(delete_queues=False)
-                raise
+                leave = self.leave_running_on_interrupt()
+                if not leave:
+                    self.teardown(delete_queues=False)
+                raise FleetInterrupted(leave) from None
         complete = len(self.state.final) + len(self.state.dead) >= len(self.jobs)
         self.teardown(delete_queues=complete)
         self._record_durations()
@@ -259,6 +275,8 @@ class Controller:
             stopped_reason=stopped_reason,
             dead_report=self.dead_report(),
             cost=self.cost_so_far(),
+            enqueued=enqueued,
+            adopted_workers=len(live) if adopted else 0,
         )
 
     def _first_launch_count(self, pending: int) -> int:

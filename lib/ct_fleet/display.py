@@ -94,10 +94,11 @@ def _rate(value: float | None) -> str:
 
 def dead_table(rows: Sequence[dict[str, Any]]) -> Table:
     table = Table(title="dead-lettered jobs", header_style="bold red")
-    for column in ("sample", "epoch", "class", "last error", "rerun locally"):
+    for column in ("sample", "epoch", "class", "last error"):
         table.add_column(column)
     for row in rows:
-        table.add_row(row["sample_id"], str(row["epoch"]), row["error_class"], row["error"][:80], row["rerun"])
+        table.add_row(row["sample_id"], str(row["epoch"]), row["error_class"], row["error"][:120])
+    table.caption = "rerun one here with the command printed below it"
     return table
 
 

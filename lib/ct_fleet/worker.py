@@ -50,6 +50,7 @@ class WorkerSettings:
     idle_timeout: float
     visibility_timeout: int
     heartbeat_interval: float
+    retry_backoff: int
     work_dir: Path
     spot_notice_file: Path | None = None
     spot: bool = False
@@ -67,6 +68,7 @@ class WorkerSettings:
             idle_timeout=float(env.get("IDLE_TIMEOUT", "60")),
             visibility_timeout=int(env.get("VISIBILITY_TIMEOUT", "120")),
             heartbeat_interval=float(env.get("HEARTBEAT_INTERVAL", "30")),
+            retry_backoff=int(env.get("RETRY_BACKOFF", "30")),
             work_dir=Path(env.get("WORK_DIR") or tempfile.mkdtemp(prefix="ct-worker-")),
             spot_notice_file=Path(notice) if notice else None,
             spot=env.get("SPOT", "false") == "true",
@@ -168,7 +170,9 @@ class Worker:
     # -- one job -----------------------------------------------------------------------
     def _run_subprocess(self, job: WorkMessage, out: Path) -> Attempt:
         attempt = Attempt(outcome="success")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # The job's identity is in the environment for command templates and for
+        # settings that want it (fault drills in tests key on it).
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "CT_JOB_ID": job.job_id, "CT_EPOCH": str(job.epoch)}
         cmd = [sys.executable, "-m", "ct_fleet.runner", job.to_json(), str(out)]
         stderr_path = out.with_suffix(".stderr")
         with open(stderr_path, "wb") as err:
@@ -214,7 +218,8 @@ class Worker:
                 if attempt.error_class == "model_api":
                     self.concurrency.pressure()
                 # Back off before the next attempt, on this worker or another.
-                queues.change_visibility_batch(self.sqs, self.work_url, [handle], min(30 * receive_count, 300))
+                backoff = min(self.s.retry_backoff * receive_count, 300)
+                queues.change_visibility_batch(self.sqs, self.work_url, [handle], backoff)
             else:
                 self.concurrency.success()
                 queues.delete_batch(self.sqs, self.work_url, [handle])
