@@ -143,3 +143,56 @@ def test_bad_ec2_input_exits_2_before_launching(account, args, message, extra_en
     assert message in proc.stderr
     after = len([i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]])
     assert after == before
+
+
+def ct(account, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE",)}
+    env.update(AWS_ENDPOINT_URL=account["kw"]["endpoint_url"], AWS_ACCESS_KEY_ID="testing",
+               AWS_SECRET_ACCESS_KEY="testing", AWS_REGION="us-east-1", CT_FLEET_RUNS=str(account["runs"]),
+               CT_FLEET_DOTENV=str(account["runs"] / ".env"), COLUMNS="200")
+    return subprocess.run([str(REPO / "bin" / "ct-fleet"), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.e2e
+def test_status_and_logs_from_another_machine(ec2_run, account, tmp_path: Path):
+    proc, fleet_id = ec2_run
+    assert proc.returncode == 0, proc.stderr
+    status = ct(account, "status", fleet_id, "--bucket", account["bucket"])
+    assert status.returncode == 0, status.stderr
+    row = next(line for line in status.stdout.splitlines() if "honest" in line)
+    assert [c.strip() for c in row.strip("│ ").split("│")][:3] == ["4", "4", "0"]
+    logs = ct(account, "logs", fleet_id, "--bucket", account["bucket"])
+    assert logs.returncode == 0 and "step run-worker: ok" in logs.stdout and "step fetch-code: ok" in logs.stdout
+    got = ct(account, "logs", fleet_id, "--bucket", account["bucket"], "-o", str(tmp_path / "logs"))
+    assert got.returncode == 0 and list((tmp_path / "logs").glob("i-*-bootstrap.log"))
+    missing = ct(account, "status", "nosuchfleet0", "--bucket", account["bucket"])
+    assert missing.returncode == 2 and "no fleet nosuchfleet0" in missing.stderr
+
+
+@pytest.mark.e2e
+def test_cloud_status_groups_own_and_all_fleets_and_ssh(account):
+    from ct_fleet import fleet as fleet_mod
+    from ct_fleet import queues as queues_mod
+    from ct_fleet.config import Ec2Config
+
+    ec2, sqs = client(account, "ec2"), client(account, "sqs")
+    me = client(account, "sts").get_caller_identity()["Arn"].rsplit("/", 1)[-1]
+    image = ec2.register_image(Name=f"s-{uuid.uuid4().hex[:6]}", RootDeviceName="/dev/sda1")["ImageId"]
+    group = fleet_mod.ensure_security_group(ec2, "linuxbench-fleet-worker-sg")
+    mine, theirs = "mine" + uuid.uuid4().hex[:8], "theirs" + uuid.uuid4().hex[:6]
+    ids = {}
+    for fid, owner in ((mine, me), (theirs, "someone-else")):
+        ids[fid] = fleet_mod.launch(ec2, count=1, ami=image, config=Ec2Config(), fleet_id=fid, launched_by=owner,
+                                    user_data="#!/bin/bash\n", security_group_id=group)
+        queues_mod.ensure_queues(sqs, fid, visibility_timeout=30, max_receive_count=3)
+    own = ct(account, "cloud", "status")
+    assert own.returncode == 0, own.stderr
+    assert mine in own.stdout and theirs not in own.stdout
+    everyone = ct(account, "cloud", "status", "--all-users")
+    assert mine in everyone.stdout and theirs in everyone.stdout and "someone-else" in everyone.stdout
+    ssh = ct(account, "ssh", ids[mine][0], "--dry-run")
+    assert ssh.returncode == 0, ssh.stderr
+    assert f"ec2-instance-connect open-tunnel --instance-id {ids[mine][0]}" in ssh.stdout
+    for fid in (mine, theirs):
+        fleet_mod.terminate(ec2, ids[fid])
+        queues_mod.delete_queues(sqs, queues_mod.find_queues(sqs, fid))

@@ -112,3 +112,42 @@ def estimate_table(est: Any, instance_type: str) -> Table:
     )
     table.caption = f"durations: {est.duration_source}"
     return table
+
+
+def cloud_status_table(rows: Sequence[Any], now: Any) -> Table:
+    table = Table(title="fleets", header_style="bold")
+    for column in ("fleet", "owner", "instances", "state", "oldest", "types", "work", "in flight", "done", "dead", "cost so far"):
+        table.add_column(column, justify="left" if column in ("fleet", "owner", "state", "types") else "right")
+    for row in rows:
+        states: dict[str, int] = {}
+        for inst in row.instances:
+            states[inst["State"]["Name"]] = states.get(inst["State"]["Name"], 0) + 1
+        oldest = min((inst["LaunchTime"] for inst in row.instances), default=None)
+        d = row.depths
+        table.add_row(
+            row.fleet_id,
+            row.owner,
+            str(len(row.instances)),
+            ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "-",
+            _duration((now - oldest).total_seconds()) if oldest else "-",
+            ", ".join(sorted({inst["InstanceType"] for inst in row.instances})) or "-",
+            str(d.get("work", "-")),
+            str(d.get("work_in_flight", "-")),
+            str(d.get("done", "-")),
+            str(d.get("dlq", "-")),
+            f"${row.cost:.2f}",
+        )
+    return table
+
+
+def run_status_table(st: Any) -> Table:
+    table = Table(title=f"fleet {st.fleet_id}", header_style="bold")
+    for column in ("jobs", "results", "left", "work", "in flight", "dead", "workers", "policy", "epochs"):
+        table.add_column(column, justify="right")
+    d = st.depths
+    table.add_row(
+        str(st.jobs), str(st.results), str(st.jobs - st.results), str(d.get("work", "-")),
+        str(d.get("work_in_flight", "-")), str(d.get("dlq", "-")), str(st.instances),
+        str(st.manifest.get("policy")), str(st.manifest.get("epochs")),
+    )
+    return table
