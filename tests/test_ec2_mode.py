@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import os
+import re
+import sys
 import subprocess
 import uuid
 from pathlib import Path
@@ -37,11 +39,11 @@ def account(moto_server, tmp_path_factory: pytest.TempPathFactory):
     return {"kw": kw, "bucket": bucket, "param": param, "runs": runs, "boto3": boto3}
 
 
-def run_ec2(account, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_ec2(account, *args: str, extra_env: dict[str, str] | None = None, endpoint: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE",)}
     env.update(extra_env or {})
     env.update(
-        AWS_ENDPOINT_URL=account["kw"]["endpoint_url"], AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+        AWS_ENDPOINT_URL=endpoint or account["kw"]["endpoint_url"], AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
         AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1", CT_FLEET_RUNS=str(account["runs"]),
         CT_FLEET_DOTENV=str(account["runs"] / ".env"),
     )
@@ -196,3 +198,36 @@ def test_cloud_status_groups_own_and_all_fleets_and_ssh(account):
     for fid in (mine, theirs):
         fleet_mod.terminate(ec2, ids[fid])
         queues_mod.delete_queues(sqs, queues_mod.find_queues(sqs, fid))
+
+
+@pytest.mark.faults
+def test_throttling_and_5xx_lose_no_job_and_no_result(account, tmp_path: Path):
+    """Every call goes through a proxy that throttles and fails a share of SQS, S3 and SSM
+    requests, some of them after the call took effect (so retries create real duplicates)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from faultproxy import spawn_proxy
+
+    rules = ["sqs:*:throttle:before:0.08", "sqs:*:5xx:after:0.04", "s3:*:throttle:before:0.08",
+             "s3:*:5xx:after:0.04", "ssm:*:throttle:before:0.1"]
+    stats_file = tmp_path / "stats.json"
+    with spawn_proxy(account["kw"]["endpoint_url"], rules=rules, stats_path=stats_file, seed=7) as proxy:
+        proc = run_ec2(
+            account, "--epochs", "3", "--ec2-arg", "new_fleet=true", "--ec2-arg", "visibility_timeout=10",
+            "--ec2-arg", "retry_backoff=1",
+            extra_env={"AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": "10"}, endpoint=proxy.endpoint_url,
+        )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    injected = proxy.injected
+    assert sum(injected.values()) >= 10, injected
+    assert {action.split(":")[0] for action, _, _ in injected} >= {"sqs", "s3"}
+    assert any(when == "after" for _, _, when in injected)  # real duplicates were made
+    fleet_id = re.search(r"fleet (\w{12}):", proc.stdout).group(1)
+    from inspect_ai.log import read_eval_log
+
+    (merged,) = (account["runs"] / fleet_id / "merged").glob("*.eval")
+    pairs = [(s.id, s.epoch) for s in read_eval_log(str(merged)).samples or []]
+    assert len(pairs) == 12 and len(set(pairs)) == 12
+    ec2 = client(account, "ec2")
+    live = ec2.describe_instances(Filters=[{"Name": "tag:FleetId", "Values": [fleet_id]},
+                                           {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    assert live["Reservations"] == []

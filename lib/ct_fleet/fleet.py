@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,9 @@ def launch(
         "MinCount": count,
         "MaxCount": count,
         "UserData": user_data,
+        # Idempotency: botocore's retry of a launch whose first attempt landed (a 5xx after
+        # the fact) must not start a second set of workers.
+        "ClientToken": f"{fleet_id}-{uuid.uuid4().hex}",
         "IamInstanceProfile": {"Name": config.instance_profile},
         "SecurityGroupIds": [security_group_id],
         "InstanceInitiatedShutdownBehavior": "terminate",

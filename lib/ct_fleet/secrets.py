@@ -23,12 +23,18 @@ def put_for_instances(
     for instance_id in instance_ids:
         arn = f"arn:aws:ec2:{region}:{account}:instance/{instance_id}"
         for name, value in secrets.items():
-            ssm.put_parameter(
-                Name=f"{prefix(fleet_id)}/{instance_id}/{name}",
-                Value=value,
-                Type="SecureString",
-                Tags=[{"Key": "InstanceArn", "Value": arn}, {"Key": "FleetId", "Value": fleet_id}],
-            )
+            param = f"{prefix(fleet_id)}/{instance_id}/{name}"
+            try:
+                ssm.put_parameter(
+                    Name=param,
+                    Value=value,
+                    Type="SecureString",
+                    Tags=[{"Key": "InstanceArn", "Value": arn}, {"Key": "FleetId", "Value": fleet_id}],
+                )
+            except ssm.exceptions.ParameterAlreadyExists:
+                # A retried call whose first attempt did land (a 5xx after the write): the
+                # tags are there already, and AWS refuses Tags together with Overwrite.
+                ssm.put_parameter(Name=param, Value=value, Type="SecureString", Overwrite=True)
 
 
 def delete_fleet_secrets(ssm: Any, fleet_id: str) -> int:
