@@ -1,0 +1,80 @@
+#!/usr/bin/env bats
+# worker/fetch-secrets.sh: SSM SecureStrings $SECRET_PREFIX/<instance>/NAME -> secrets.env (0600).
+
+load helpers
+
+# Values with spaces, both quotes, $, backslash and backtick: they must survive `source`.
+ANTHROPIC_VALUE='sk-ant BATS-SECRET-ONE "double" '\''single'\'' $HOME \n `id` ;&|'
+GH_VALUE='ghp_BATS-SECRET-TWO  two  spaces '
+
+setup_file() { start_moto; }
+teardown_file() { stop_moto; }
+
+setup() {
+  worker_setup
+  PREFIX="/linuxbench/bats/$TEST_ID"
+  SECRETS="$LB_HOME/etc/linuxbench/secrets.env"
+  fleet_env "SECRET_NAMES=ANTHROPIC_API_KEY GH_TOKEN" "SECRET_PREFIX=$PREFIX" "AWS_REGION=$TEST_REGION"
+}
+
+# check_secrets_file: secrets.env is 0600 and sourcing it gives back both values exactly.
+check_secrets_file() {
+  [ -f "$SECRETS" ]
+  assert_equal "$(stat -c %a "$SECRETS")" 600
+  run bash -c 'set -eu; source "$1"; printf "%s\n%s" "$ANTHROPIC_API_KEY" "$GH_TOKEN"' check "$SECRETS"
+  [ "$status" -eq 0 ]
+  assert_equal "${lines[0]}" "$ANTHROPIC_VALUE"
+  assert_equal "${lines[1]}" "$GH_VALUE"
+}
+
+@test "fetch-secrets: (re)writes secrets.env, mode 600, values intact, never printed" {
+  ssm_secrets "$PREFIX/$INSTANCE_ID/ANTHROPIC_API_KEY" "$ANTHROPIC_VALUE" \
+    "$PREFIX/$INSTANCE_ID/GH_TOKEN" "$GH_VALUE"
+  # A rerun rewrites the file: nothing of an earlier one survives.
+  echo "export STALE=1" >"$SECRETS"
+
+  run "$WORKER_DIR/fetch-secrets.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "fetched secrets: ANTHROPIC_API_KEY GH_TOKEN"
+  refute_contains "$output" "BATS-SECRET-ONE"
+  refute_contains "$output" "BATS-SECRET-TWO"
+  [ ! -e "$SECRETS.tmp" ]
+  refute_contains "$(cat "$SECRETS")" "STALE"
+  check_secrets_file
+}
+
+@test "fetch-secrets: waits for secrets the controller writes after launch" {
+  fleet_env "SECRET_NAMES=GH_TOKEN"
+  # GH_TOKEN lands 2 s into the step: the first read misses it, a retry finds it.
+  (sleep 2 && ssm_secret "$PREFIX/$INSTANCE_ID/GH_TOKEN" "$GH_VALUE") 3>&- &
+  local put=$!
+  SECRETS_WAIT=60 run "$WORKER_DIR/fetch-secrets.sh"
+  wait "$put"
+  [ "$status" -eq 0 ]
+  assert_equal "$(source "$SECRETS" && echo "$GH_TOKEN")" "$GH_VALUE"
+  assert_equal "$(stat -c %a "$SECRETS")" 600
+}
+
+@test "fetch-secrets: a missing secret fails after SECRETS_WAIT, writing nothing" {
+  ssm_secret "$PREFIX/$INSTANCE_ID/ANTHROPIC_API_KEY" "$ANTHROPIC_VALUE"
+  local start=$SECONDS
+  SECRETS_WAIT=2 run "$WORKER_DIR/fetch-secrets.sh"
+  [ "$status" -eq 1 ]
+  [ $((SECONDS - start)) -ge 2 ]
+  assert_contains "$output" "secrets ANTHROPIC_API_KEY GH_TOKEN not readable under $PREFIX/$INSTANCE_ID"
+  refute_contains "$output" "BATS-SECRET-ONE"
+  [ ! -e "$SECRETS" ]
+  [ ! -e "$SECRETS.tmp" ]
+}
+
+@test "fetch-secrets: no SECRET_NAMES writes an empty 0600 file without calling AWS" {
+  : >"$FLEET_ENV"
+  fleet_env "SECRET_NAMES=" "SECRET_PREFIX=$PREFIX"
+  # A dead endpoint proves no AWS call is made.
+  AWS_ENDPOINT_URL=http://127.0.0.1:9 run "$WORKER_DIR/fetch-secrets.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "no secrets for this fleet"
+  [ -f "$SECRETS" ]
+  [ ! -s "$SECRETS" ]
+  assert_equal "$(stat -c %a "$SECRETS")" 600
+}

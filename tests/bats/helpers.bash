@@ -1,0 +1,225 @@
+# shellcheck shell=bash
+# Shared by the bats tests of the worker scripts (worker/*.sh, lib/ct_fleet/shims/shutdown).
+#
+# - One real moto server per .bats file (start_moto in setup_file, stop_moto in
+#   teardown_file); the real AWS CLI talks to it over HTTP. Nothing AWS is faked.
+# - A fresh LB_HOME per test (worker_setup in setup), so tests never share files.
+# - Only what cannot run here (shutdown, docker, apt-get, useradd, usermod, sudo...) is
+#   replaced by recording stubs on PATH: each appends its argv, one line per call, to
+#   $STUB_DIR/<name>.calls (and stdin to <name>.stdin when asked).
+#
+# Usage in a .bats file:
+#   load helpers
+#   setup_file() { start_moto; make_bucket; }
+#   teardown_file() { stop_moto; }
+#   setup() { worker_setup; }
+
+# shellcheck disable=SC2034  # WORKER_DIR, SHIM_DIR, LB_ROOT_DIR...: used by the .bats files
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+WORKER_DIR="$REPO_ROOT/worker"
+SHIM_DIR="$REPO_ROOT/lib/ct_fleet/shims"
+# The venv holding the AWS CLI, moto and python (bin/test puts it first on PATH too).
+TEST_VENV="${CT_FLEET_TEST_VENV:-${CT_FLEET_VENV:-$REPO_ROOT/.venv}}"
+TEST_REGION=us-east-1
+TEST_BUCKET=ct-bats-fleet-results
+
+# Everything a worker script reads from its environment or fleet.env: cleared per test
+# so a developer's shell (or an earlier test) cannot leak into a run.
+WORKER_VARS=(
+  LB_HOME LB_ROOT LB_ETC LB_LOG LB_EXTRA LB_SETUP_ENV LB_VENV LB_STEP LB_NO_SHUTDOWN LB_PYTHON
+  CT_FLEET_VENV INSTANCE_ID FLEET_ID BUCKET CODE_SHA SECRET_NAMES SECRET_PREFIX SECRETS_WAIT
+  SETTINGS WORKER_USER WORKER_SETUP EXTRA_SRC_KEYS WORK_DIR UV_CACHE_DIR
+  DOCKER_ORG_NAME DOCKER_ORG_PAT DOCKER_ORG_NAME_SSM_PARAM DOCKER_ORG_PAT_SSM_PARAM
+  AWS_PROFILE AWS_DEFAULT_PROFILE AWS_SESSION_TOKEN AWS_DEFAULT_REGION
+)
+
+aws_test_env() {
+  export PATH="$TEST_VENV/bin:$PATH"
+  export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION="$TEST_REGION"
+  export AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_EC2_METADATA_DISABLED=true
+  unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_SESSION_TOKEN AWS_DEFAULT_REGION
+}
+
+free_port() {
+  python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Start a moto server on a free loopback port; exports MOTO_PID, MOTO_URL, AWS_ENDPOINT_URL.
+start_moto() {
+  aws_test_env
+  python -c 'import moto.server' 2>/dev/null || {
+    echo "moto is not importable by $(command -v python): run bin/ensure-venv test" >&2
+    return 1
+  }
+  local log="$BATS_FILE_TMPDIR/moto.log" port attempt
+  for attempt in 1 2 3; do
+    port=$(free_port)
+    # fd 3 closed: bats waits for it, and a background server would hold it open.
+    MOTO_EC2_LOAD_DEFAULT_AMIS=false python -m moto.server -H 127.0.0.1 -p "$port" >"$log" 2>&1 3>&- &
+    export MOTO_PID=$! MOTO_URL="http://127.0.0.1:$port"
+    export AWS_ENDPOINT_URL="$MOTO_URL"
+    for _ in $(seq 150); do
+      curl -s -o /dev/null "$MOTO_URL/moto-api/" && return 0
+      kill -0 "$MOTO_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill "$MOTO_PID" 2>/dev/null || true
+    echo "moto did not start on port $port (attempt $attempt):" >&2
+    cat "$log" >&2
+  done
+  return 1
+}
+
+stop_moto() {
+  [[ -n ${MOTO_PID:-} ]] || return 0
+  kill "$MOTO_PID" 2>/dev/null || true
+  local _
+  for _ in $(seq 50); do
+    kill -0 "$MOTO_PID" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -9 "$MOTO_PID" 2>/dev/null || true
+}
+
+# The real AWS CLI against the test's moto server, for setting up and checking state.
+awsm() {
+  aws --endpoint-url "$MOTO_URL" --region "$TEST_REGION" "$@"
+}
+
+make_bucket() {
+  awsm s3 mb "s3://${1:-$TEST_BUCKET}" >/dev/null
+}
+
+# s3_put FILE KEY [BUCKET] / s3_get KEY [BUCKET] (object to stdout) / s3_exists KEY [BUCKET]
+s3_put() {
+  awsm s3 cp --only-show-errors "$1" "s3://${3:-$TEST_BUCKET}/$2"
+}
+
+s3_get() {
+  awsm s3 cp --only-show-errors "s3://${2:-$TEST_BUCKET}/$1" -
+}
+
+s3_exists() {
+  awsm s3api head-object --bucket "${2:-$TEST_BUCKET}" --key "$1" >/dev/null 2>&1
+}
+
+# ssm_secret NAME VALUE: a SecureString, as the controller writes per-instance secrets.
+ssm_secret() {
+  awsm ssm put-parameter --type SecureString --overwrite --name "$1" --value "$2" >/dev/null
+}
+
+# Per test: a fresh LB_HOME and stub dir, nothing inherited. Exports TEST_ID (unique in
+# the file), INSTANCE_ID (as the local instance runner does) and the stub paths.
+worker_setup() {
+  unset "${WORKER_VARS[@]}"
+  aws_test_env
+  export TEST_ID="t${BATS_TEST_NUMBER}"
+  export INSTANCE_ID="i-0bats${BATS_TEST_NUMBER}"
+  export LB_HOME="$BATS_TEST_TMPDIR/home"
+  export STUB_DIR="$BATS_TEST_TMPDIR/calls"
+  STUB_BIN="$BATS_TEST_TMPDIR/bin"
+  mkdir -p "$LB_HOME/etc/linuxbench" "$STUB_DIR" "$STUB_BIN"
+  export PATH="$STUB_BIN:$PATH"
+  FLEET_ENV="$LB_HOME/etc/linuxbench/fleet.env"
+  LB_ROOT_DIR="$LB_HOME/opt/linuxbench"
+  LOG_FILE="$LB_HOME/var/log/linuxbench-bootstrap.log"
+}
+
+# fleet_env KEY=VALUE...: append settings to fleet.env as the user-data writes them.
+fleet_env() {
+  local kv
+  for kv in "$@"; do
+    printf 'export %s=%q\n' "${kv%%=*}" "${kv#*=}" >>"$FLEET_ENV"
+  done
+}
+
+# make_stub NAME [CODE]: a recording stub first on PATH. It appends its argv (one line)
+# to $STUB_DIR/NAME.calls, then runs CODE (default: exit 0). CODE is shell text run by
+# the stub, e.g. 'cat >>"$STUB_DIR/docker.stdin"' or 'exit 3'.
+make_stub() {
+  local name=$1 code=${2:-exit 0}
+  # shellcheck disable=SC2016  # $* and $STUB_DIR expand when the stub runs
+  printf '#!/usr/bin/env bash\nprintf "%%s\\n" "$*" >>"$STUB_DIR/%s.calls"\n%s\n' "$name" "$code" >"$STUB_BIN/$name"
+  chmod +x "$STUB_BIN/$name"
+}
+
+# calls NAME: the recorded argv lines of a stub (empty when never called).
+calls() {
+  cat "$STUB_DIR/$1.calls" 2>/dev/null || true
+}
+
+assert_not_called() {
+  if [[ -s $STUB_DIR/$1.calls ]]; then
+    printf 'expected %s not to be called, got:\n%s\n' "$1" "$(calls "$1")" >&2
+    return 1
+  fi
+}
+
+assert_contains() {
+  [[ $1 == *"$2"* ]] && return 0
+  printf 'expected to find: %s\nin:\n%s\n' "$2" "$1" >&2
+  return 1
+}
+
+refute_contains() {
+  [[ $1 != *"$2"* ]] && return 0
+  printf 'expected NOT to find: %s\nin:\n%s\n' "$2" "$1" >&2
+  return 1
+}
+
+assert_equal() {
+  [[ $1 == "$2" ]] && return 0
+  printf 'expected: %q\nactual:   %q\n' "$2" "$1" >&2
+  return 1
+}
+
+# assert_in_order TEXT PATTERN...: each fixed string occurs, each after the previous one.
+assert_in_order() {
+  local text=$1 pattern rest
+  shift
+  rest=$text
+  for pattern in "$@"; do
+    if [[ $rest != *"$pattern"* ]]; then
+      printf 'expected, in order: %s\nmissing or out of order: %s\nin:\n%s\n' "$*" "$pattern" "$text" >&2
+      return 1
+    fi
+    rest=${rest#*"$pattern"}
+  done
+}
+
+# make_tarball DIR OUT: a gzipped tarball of DIR's contents, as `git archive` lays it out.
+make_tarball() {
+  tar -czf "$2" -C "$1" .
+}
+
+# upload_code SHA [DIR]: put a code artifact at artifacts/SHA.tar.gz holding DIR (default:
+# a tree with a marker file naming the SHA).
+upload_code() {
+  local sha=$1 dir=${2:-} tarball="$BATS_TEST_TMPDIR/$1.tar.gz"
+  if [[ -z $dir ]]; then
+    dir="$BATS_TEST_TMPDIR/code-$sha"
+    mkdir -p "$dir"
+    echo "code at $sha" >"$dir/MARKER"
+  fi
+  make_tarball "$dir" "$tarball"
+  s3_put "$tarball" "artifacts/$sha.tar.gz"
+}
+
+# A 40-hex fake commit SHA, unique per test and label.
+fake_sha() {
+  printf '%s' "$BATS_TEST_FILENAME:$BATS_TEST_NUMBER:${1:-}" | sha1sum | cut -c1-40
+}
+
+# ssm_secrets NAME VALUE [NAME VALUE...]: several SecureStrings, written in parallel.
+ssm_secrets() {
+  local pids=() pid rc=0
+  while (($# >= 2)); do
+    ssm_secret "$1" "$2" 3>&- &
+    pids+=($!)
+    shift 2
+  done
+  for pid in "${pids[@]}"; do
+    wait "$pid" || rc=1
+  done
+  return "$rc"
+}

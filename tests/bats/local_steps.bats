@@ -1,0 +1,212 @@
+#!/usr/bin/env bats
+# The steps that need no AWS: worker/install-deps.sh, worker/settings-pull.sh,
+# worker/run-worker.sh. uv, apt-get, python3 (the system one) and sudo are recording stubs;
+# the venv's python runs for real, on code laid out in $LB_ROOT as fetch-code leaves it.
+
+load helpers
+
+setup() {
+  worker_setup
+  VENV_DIR="$LB_ROOT_DIR/.venv"
+  mkdir -p "$LB_ROOT_DIR"
+}
+
+# A uv stub: records argv and UV_CACHE_DIR; `uv venv ... DIR` creates DIR/bin/python.
+make_uv_stub() {
+  make_stub uv 'echo "UV_CACHE_DIR=${UV_CACHE_DIR-}" >>"$STUB_DIR/uv.env"
+if [[ $1 == venv ]]; then dir=${*: -1}; mkdir -p "$dir/bin"; printf "#!/bin/sh\n" >"$dir/bin/python"; chmod +x "$dir/bin/python"; fi'
+}
+
+lock_files() {
+  printf 'inspect-ai==0.3.0\n' >"$LB_ROOT_DIR/requirements.lock"
+  printf '[metadata]\nname = ct-fleet\n' >"$LB_ROOT_DIR/setup.cfg"
+}
+
+# The venv stamp install-deps compares with: a hash of requirements.lock + setup.cfg.
+lock_hash() {
+  cat "$LB_ROOT_DIR/requirements.lock" "$LB_ROOT_DIR/setup.cfg" | sha256sum | cut -c1-16
+}
+
+# fake_worker_code: $LB_ROOT/lib/ct_fleet with a job loop that prints what it was given.
+fake_worker_code() {
+  mkdir -p "$LB_ROOT_DIR/lib/ct_fleet"
+  : >"$LB_ROOT_DIR/lib/ct_fleet/__init__.py"
+  cat >"$LB_ROOT_DIR/lib/ct_fleet/worker.py" <<'EOF'
+import os
+import sys
+
+for key in ("PYTHONPATH", "CODE_ROOT", "WORK_DIR", "INSTANCE_ID", "FLEET_ID", "ANTHROPIC_API_KEY", "SETUP_VAR"):
+    print(f"{key}={os.environ.get(key, '<unset>')}")
+print(f"cwd={os.getcwd()}")
+print(f"python={sys.executable}")
+sys.exit(int(os.environ.get("FAKE_WORKER_EXIT", "0")))
+EOF
+}
+
+# --- install-deps.sh ----------------------------------------------------------------
+
+@test "install-deps: a local instance uses the launcher's venv, installs nothing" {
+  make_uv_stub
+  make_stub apt-get
+  CT_FLEET_VENV="$TEST_VENV" run "$WORKER_DIR/install-deps.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "using the launcher's venv $TEST_VENV"
+  assert_not_called uv
+  assert_not_called apt-get
+}
+
+@test "install-deps: a venv matching the lock is left alone" {
+  make_uv_stub
+  lock_files
+  mkdir -p "$VENV_DIR/bin" && printf '#!/bin/sh\n' >"$VENV_DIR/bin/python" && chmod +x "$VENV_DIR/bin/python"
+  lock_hash >"$VENV_DIR/.ct-fleet-lock"
+  run "$WORKER_DIR/install-deps.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "venv $VENV_DIR matches the lock: nothing to install"
+  assert_not_called uv
+}
+
+@test "install-deps: builds the venv from the lock with uv and the wheel cache, then stamps it" {
+  make_uv_stub
+  make_stub apt-get
+  lock_files
+  run "$WORKER_DIR/install-deps.sh"
+  [ "$status" -eq 0 ]
+  assert_equal "$(calls uv)" "$(printf '%s\n' \
+    "venv --python 3.13 $VENV_DIR" \
+    "pip install --python $VENV_DIR/bin/python -r $LB_ROOT_DIR/requirements.lock" \
+    "pip install --python $VENV_DIR/bin/python --no-deps -e $LB_ROOT_DIR")"
+  assert_equal "$(sort -u "$STUB_DIR/uv.env")" "UV_CACHE_DIR=/opt/uv-cache"
+  assert_equal "$(cat "$VENV_DIR/.ct-fleet-lock")" "$(lock_hash)"
+  assert_not_called apt-get
+  # A changed lock is a reinstall.
+  echo 'extra==1.0' >>"$LB_ROOT_DIR/requirements.lock"
+  run "$WORKER_DIR/install-deps.sh"
+  [ "$status" -eq 0 ]
+  assert_equal "$(calls uv | wc -l)" 6
+  assert_equal "$(cat "$VENV_DIR/.ct-fleet-lock")" "$(lock_hash)"
+}
+
+@test "install-deps: code without requirements.lock installs just the package" {
+  make_uv_stub
+  printf '[metadata]\nname = ct-fleet\n' >"$LB_ROOT_DIR/setup.cfg"
+  run "$WORKER_DIR/install-deps.sh"
+  [ "$status" -eq 0 ]
+  assert_equal "$(calls uv)" "$(printf '%s\n' \
+    "venv --python 3.13 $VENV_DIR" \
+    "pip install --python $VENV_DIR/bin/python --no-deps -e $LB_ROOT_DIR")"
+  assert_equal "$(cat "$VENV_DIR/.ct-fleet-lock")" "$(sha256sum <"$LB_ROOT_DIR/setup.cfg" | cut -c1-16)"
+}
+
+@test "install-deps: a stock image without uv gets the toolchain first" {
+  make_uv_stub
+  mkdir -p "$BATS_TEST_TMPDIR/later"
+  mv "$STUB_BIN/uv" "$BATS_TEST_TMPDIR/later/uv"
+  make_stub apt-get
+  # The system python3 "installs" uv by dropping the uv stub on PATH.
+  make_stub python3 "[[ \$* == '-m pip install --quiet uv' ]] && cp '$BATS_TEST_TMPDIR/later/uv' \"\$(dirname \"\$0\")/uv\"; exit 0"
+  lock_files
+  # Only the stubs and the base system on PATH: no uv anywhere.
+  PATH="$STUB_BIN:/usr/bin:/bin" run "$WORKER_DIR/install-deps.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "uv missing (stock image): installing Python toolchain"
+  assert_equal "$(calls apt-get)" "$(printf '%s\n' "update -qq" "install -y -qq python3-venv python3-pip git curl unzip")"
+  assert_equal "$(calls python3)" "-m pip install --quiet uv"
+  assert_contains "$(calls uv)" "venv --python 3.13 $VENV_DIR"
+  [ -f "$VENV_DIR/.ct-fleet-lock" ]
+}
+
+# --- settings-pull.sh ---------------------------------------------------------------
+
+# The real ct_fleet package and settings, plus a setting that exists only in $LB_ROOT:
+# pulling it proves the step runs the fetched code, not whatever else is installed.
+settings_code() {
+  mkdir -p "$LB_ROOT_DIR/examples"
+  cp -r "$REPO_ROOT/lib" "$LB_ROOT_DIR/lib"
+  cp -r "$REPO_ROOT/examples/settings" "$LB_ROOT_DIR/examples/settings"
+  mkdir -p "$LB_ROOT_DIR/examples/settings/batsetting"
+  cat >"$LB_ROOT_DIR/examples/settings/batsetting/__init__.py" <<'EOF'
+import os
+
+
+def catalog():
+    return {"env-a": {}, "env-b": {}}
+
+
+def pull():
+    with open(os.environ["PULL_TRACE"], "a") as f:
+        f.write(f"pulled batsetting in {os.getcwd()}\n")
+EOF
+  export PULL_TRACE="$BATS_TEST_TMPDIR/pull-trace"
+}
+
+@test "settings-pull: pulls every setting in SETTINGS with the fetched code" {
+  settings_code
+  fleet_env "SETTINGS=toyarena batsetting"
+  CT_FLEET_VENV="$TEST_VENV" run "$WORKER_DIR/settings-pull.sh"
+  [ "$status" -eq 0 ]
+  assert_in_order "$output" "setting toyarena: ready" "setting batsetting: ready (2 environments)"
+  assert_equal "$(cat "$PULL_TRACE")" "pulled batsetting in $LB_ROOT_DIR"
+}
+
+@test "settings-pull: an unknown setting fails the step before the next one" {
+  settings_code
+  fleet_env "SETTINGS=nosuch batsetting"
+  CT_FLEET_VENV="$TEST_VENV" run "$WORKER_DIR/settings-pull.sh"
+  [ "$status" -ne 0 ]
+  assert_contains "$output" "unknown setting 'nosuch'"
+  [ ! -e "$PULL_TRACE" ]
+}
+
+@test "settings-pull: no SETTINGS does nothing" {
+  # No code and no venv: anything it tried to run would fail.
+  run "$WORKER_DIR/settings-pull.sh"
+  [ "$status" -eq 0 ]
+  assert_equal "$output" ""
+}
+
+# --- run-worker.sh ------------------------------------------------------------------
+
+@test "run-worker: runs the job loop with secrets, setup env, extra trees and paths" {
+  fake_worker_code
+  fleet_env FLEET_ID=fleet-rw BUCKET=bucket-rw
+  printf 'export ANTHROPIC_API_KEY=%q\n' 'sk key' >"$LB_HOME/etc/linuxbench/secrets.env"
+  # Written by a WORKER_SETUP script, without `export`: run-worker exports it.
+  echo 'SETUP_VAR=from-setup' >"$LB_HOME/opt/linuxbench-worker-setup.env"
+  mkdir -p "$LB_HOME/opt/linuxbench-extra/tools-a" "$LB_HOME/opt/linuxbench-extra/tools-b"
+  touch "$LB_HOME/opt/linuxbench-extra/not-a-tree.txt"
+  CT_FLEET_VENV="$TEST_VENV" FAKE_WORKER_EXIT=5 run "$WORKER_DIR/run-worker.sh"
+  # exec: the job loop's exit status is the step's.
+  [ "$status" -eq 5 ]
+  local extra="$LB_HOME/opt/linuxbench-extra"
+  assert_equal "$output" "$(printf '%s\n' \
+    "PYTHONPATH=$LB_ROOT_DIR/lib:$LB_ROOT_DIR/examples/settings:$extra/tools-a:$extra/tools-b" \
+    "CODE_ROOT=$LB_ROOT_DIR" \
+    "WORK_DIR=$LB_HOME/var/lib/linuxbench/jobs" \
+    "INSTANCE_ID=$INSTANCE_ID" \
+    "FLEET_ID=fleet-rw" \
+    "ANTHROPIC_API_KEY=sk key" \
+    "SETUP_VAR=from-setup" \
+    "cwd=$LB_ROOT_DIR" \
+    "python=$TEST_VENV/bin/python")"
+}
+
+@test "run-worker: without FLEET_ID it stops, naming the setting" {
+  fake_worker_code
+  fleet_env BUCKET=bucket-rw
+  CT_FLEET_VENV="$TEST_VENV" run "$WORKER_DIR/run-worker.sh"
+  [ "$status" -eq 1 ]
+  assert_contains "$output" "FLEET_ID is not set"
+  refute_contains "$output" "CODE_ROOT="
+}
+
+@test "run-worker: WORKER_USER runs the loop through sudo with a work dir it owns" {
+  fake_worker_code
+  make_stub sudo
+  fleet_env FLEET_ID=fleet-rw BUCKET=bucket-rw WORKER_USER=nobody
+  CT_FLEET_VENV="$TEST_VENV" run "$WORKER_DIR/run-worker.sh"
+  [ "$status" -eq 0 ]
+  assert_equal "$(calls sudo)" "--preserve-env -u nobody $TEST_VENV/bin/python -m ct_fleet.worker"
+  assert_equal "$(stat -c %U "$LB_HOME/var/lib/linuxbench/jobs")" nobody
+  refute_contains "$output" "CODE_ROOT="
+}
