@@ -13,19 +13,22 @@ fetch_all() {
   for name in $SECRET_NAMES; do
     names+=("$SECRET_PREFIX/$instance_id/$name")
   done
-  # Values never reach the log: the CLI prints them only into the root-only file below.
+  # JSON, not text: values may hold tabs or newlines (a PEM key). They never reach the
+  # log: they go from the CLI's output straight into the root-only file.
   out=$(lb_aws ssm get-parameters --with-decryption --names "${names[@]}" \
-    --query 'Parameters[].[Name,Value]' --output text)
-  [[ $(grep -c . <<<"$out") -eq ${#names[@]} ]] || return 1
-  local tmp="$LB_SECRETS_ENV.tmp" path value
+    --query 'Parameters[].[Name,Value]' --output json)
   (
     umask 077
-    : >"$tmp"
-    while IFS=$'\t' read -r path value; do
-      printf 'export %s=%q\n' "${path##*/}" "$value" >>"$tmp"
-    done <<<"$out"
-  )
-  mv "$tmp" "$LB_SECRETS_ENV"
+    SECRETS_JSON=$out EXPECTED=${#names[@]} python3 -c '
+import json, os, shlex, sys
+pairs = json.loads(os.environ["SECRETS_JSON"])
+if len(pairs) != int(os.environ["EXPECTED"]):
+    sys.exit(1)
+for path, value in pairs:
+    print(f"export {path.rsplit(chr(47), 1)[-1]}={shlex.quote(value)}")
+' >"$LB_SECRETS_ENV.tmp"
+  ) || { rm -f "$LB_SECRETS_ENV.tmp"; return 1; }
+  mv "$LB_SECRETS_ENV.tmp" "$LB_SECRETS_ENV"
 }
 
 main() {

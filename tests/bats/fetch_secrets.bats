@@ -78,3 +78,12 @@ check_secrets_file() {
   [ ! -s "$SECRETS" ]
   assert_equal "$(stat -c %a "$SECRETS")" 600
 }
+
+@test "fetch-secrets: a multi-line value (a PEM key) with tabs survives exactly" {
+  fleet_env "SECRET_NAMES=GH_TOKEN"
+  local pem=$'-----BEGIN KEY-----\nline\tone\nline two\n-----END KEY-----'
+  ssm_secret "$PREFIX/$INSTANCE_ID/GH_TOKEN" "$pem"
+  run "$WORKER_DIR/fetch-secrets.sh"
+  [ "$status" -eq 0 ]
+  assert_equal "$(source "$SECRETS" && printf '%s' "$GH_TOKEN")" "$pem"
+}
