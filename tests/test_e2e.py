@@ -111,7 +111,7 @@ BAD_INPUTS = [
     (["-e", "nowhere"], "unknown env 'nowhere'"),
     (["-e", "web", "-t", "fly"], "unknown main task 'fly'"),
     (["--task-file", "smoke", "--epochs", "0"], "--epochs must be at least 1"),
-    (["--task-file", "smoke", "--policy", "nosuchmod_xyz:pol"], "does not resolve"),
+    (["--task-file", "smoke", "--policy", "nosuchmod_xyz:pol"], "not importable here"),
     (["--task-file", "smoke", "--policy", "sneaky"], "unknown policy 'sneaky'"),
     (["--task-file", "smoke", "--ec2-arg", "max_worker=2"], "unknown --ec2-arg 'max_worker'"),
     (["--task-file", "smoke", "--ec2-arg", "max_workers=two"], "expected an int"),
