@@ -131,3 +131,13 @@ def test_bad_input_is_one_line_exit_2_and_launches_nothing(tmp_path: Path, args:
     lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(("ct-fleet:", "WARNING"))]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], proc.stderr
     assert list(runs.iterdir()) == []  # no run directory: nothing archived, launched or uploaded
+
+
+@pytest.mark.e2e
+def test_new_fleet_runs_everything_again_under_a_new_id(tmp_path: Path):
+    args = ["eval", "-e", "web", "-t", "fix_login", "--ec2-arg", "idle_timeout=3"]
+    first = ct_fleet(tmp_path, *args)
+    again = ct_fleet(tmp_path, *args, "--ec2-arg", "new_fleet=true")
+    assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
+    assert "1 jobs (0 already done)" in " ".join(again.stdout.split())
+    assert len([p for p in tmp_path.iterdir() if (p / "manifest.json").exists()]) == 2

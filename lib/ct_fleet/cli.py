@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from datetime import datetime, timezone
 from collections.abc import Sequence
 from pathlib import Path
@@ -207,6 +208,8 @@ def eval_command(
         instance_type=cfg.instance_type if ec2 else None,
         worker_setup=f"{cfg.worker_setup}:{setup_digest}" if setup_digest else None,
         extra_src=[p.name for p in extra] or None,
+        # A fresh fleet gets its own id, so nothing of an earlier run with the same inputs is reused.
+        fresh=time.time_ns() if cfg.new_fleet else None,
     )
     dotenv = credentials.read_dotenv(DOTENV)
     if ec2:

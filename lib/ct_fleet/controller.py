@@ -208,40 +208,10 @@ class Controller:
     def run(self, code_tarball: Path, user_data_settings: dict[str, str]) -> RunResult:
         start = time.monotonic()
         self.results_dir.mkdir(parents=True, exist_ok=True)
-        previous = None if self.cfg.new_fleet else store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
-        if previous is None and not self.cfg.new_fleet and (self.run_dir / "manifest.json").exists():
-            previous = json.loads((self.run_dir / "manifest.json").read_text())
-        if self.cfg.new_fleet:
-            for old in self.results_dir.glob("*.eval"):
-                old.unlink()
-        done = self.completed_results() if previous else set()
-        for job_id in done:
-            self.state.final[job_id] = "success"
-        resumed = len(done)
-
+        done = self._resume()
         store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
-        existing = queues.find_queues(self.sqs, self.spec.fleet_id)
-        live = fleet.live_instances(self.ec2, self.spec.fleet_id) if existing else []
-        q = existing or queues.ensure_queues(
-            self.sqs,
-            self.spec.fleet_id,
-            visibility_timeout=self.cfg.visibility_timeout,
-            max_receive_count=self.cfg.max_receive_count,
-        )
-        self.q = q
         pending = [job for job_id, job in self.jobs.items() if job_id not in done]
-        adopted = bool(existing and live and previous and previous.get("enqueued"))
-        enqueued = 0
-        if adopted:
-            self.launched = [inst["InstanceId"] for inst in live]
-            self.warn(f"adopting the running fleet {self.spec.fleet_id}: {len(live)} worker(s) already up")
-        else:
-            if existing:
-                # Leftovers of a fleet whose workers are gone: start the queue afresh.
-                self.sqs.purge_queue(QueueUrl=q.work)
-            self._write_manifest(enqueued=False)
-            enqueued = queues.send_batch(self.sqs, q.work, [self.spec.work_message(job).to_json() for job in pending])
-        self._write_manifest(enqueued=True)
+        adopted, enqueued = self._queue(pending)
 
         stopped_reason = None
         if pending:
@@ -257,26 +227,64 @@ class Controller:
         complete = len(self.state.final) + len(self.state.dead) >= len(self.jobs)
         self.teardown(delete_queues=complete)
         self._record_durations()
-        merged = merge.merge_eval_logs(
-            sorted(self.results_dir.glob("*.eval")),
-            self.run_dir / "merged",
-            sample_ids=list(dict.fromkeys(j.sample_id for j in self.spec.jobs)),
-            epochs=self.spec.epochs,
-        ) if any(self.results_dir.glob("*.eval")) else []
         return RunResult(
             fleet_id=self.spec.fleet_id,
             run_dir=self.run_dir,
-            merged=merged,
+            merged=self._merge(),
             state=self.state,
             jobs=len(self.jobs),
-            resumed=resumed,
+            resumed=len(done),
             workers_launched=len(self.launched),
             elapsed=time.monotonic() - start,
             stopped_reason=stopped_reason,
             dead_report=self.dead_report(),
             cost=self.cost_so_far(),
             enqueued=enqueued,
-            adopted_workers=len(live) if adopted else 0,
+            adopted_workers=len(self.launched) if adopted else 0,
+        )
+
+    def _resume(self) -> set[str]:
+        """Jobs already done by an earlier run of this fleet (its manifest in S3 or on disk)."""
+        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
+        if previous is None and not (self.run_dir / "manifest.json").exists():
+            return set()
+        done = self.completed_results()
+        for job_id in done:
+            self.state.final[job_id] = "success"
+        return done
+
+    def _queue(self, pending: list[Job]) -> tuple[bool, int]:
+        """(adopted, messages sent): adopt a fleet whose workers still run, else enqueue what is left."""
+        existing = queues.find_queues(self.sqs, self.spec.fleet_id)
+        live = fleet.live_instances(self.ec2, self.spec.fleet_id) if existing else []
+        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id) if existing else None
+        self.q = existing or queues.ensure_queues(
+            self.sqs,
+            self.spec.fleet_id,
+            visibility_timeout=self.cfg.visibility_timeout,
+            max_receive_count=self.cfg.max_receive_count,
+        )
+        if existing and live and previous and previous.get("enqueued"):
+            self.launched = [inst["InstanceId"] for inst in live]
+            self.warn(f"adopting the running fleet {self.spec.fleet_id}: {len(live)} worker(s) already up")
+            return True, 0
+        # Work left on an existing queue is sent again rather than purged: a purge may also
+        # delete what is sent during the following minute, and a duplicate costs at most a
+        # skipped run (the worker finds the result and reports a duplicate).
+        self._write_manifest(enqueued=False)
+        sent = queues.send_batch(self.sqs, self.q.work, [self.spec.work_message(job).to_json() for job in pending])
+        self._write_manifest(enqueued=True)
+        return False, sent
+
+    def _merge(self) -> list[merge.MergedTask]:
+        results = sorted(self.results_dir.glob("*.eval"))
+        if not results:
+            return []
+        return merge.merge_eval_logs(
+            results,
+            self.run_dir / "merged",
+            sample_ids=list(dict.fromkeys(j.sample_id for j in self.spec.jobs)),
+            epochs=self.spec.epochs,
         )
 
     def _first_launch_count(self, pending: int) -> int:

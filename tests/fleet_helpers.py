@@ -1,0 +1,80 @@
+"""Helpers for tests that drive `bin/ct-fleet eval` as a subprocess and watch its processes."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+from inspect_ai.log import read_eval_log
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["--ec2-arg", "idle_timeout=3", "--ec2-arg", "retry_backoff=1"]
+
+
+def env_for(runs: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", "AWS_PROFILE")}
+    env.update(CT_FLEET_RUNS=str(runs), CT_FLEET_DOTENV=str(runs / ".env"), CT_FAULT_DIR=str(runs / "faults"), **extra)
+    return env
+
+
+def start(runs: Path, *args: str, **extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(REPO / "bin" / "ct-fleet"), "eval", *args],
+        cwd=REPO, env=env_for(runs, **extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: int = 400) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, " ".join(out.split()), err
+
+
+def fleet_dir(runs: Path) -> Path:
+    return next(p for p in runs.iterdir() if p.is_dir() and (p / "manifest.json").exists())
+
+
+def merged_pairs(runs: Path) -> list[tuple[str, int]]:
+    (merged,) = (fleet_dir(runs) / "merged").glob("*.eval")
+    return [(str(s.id), s.epoch) for s in read_eval_log(str(merged)).samples or []]
+
+
+def processes_in(runs: Path, needle: str = "") -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            where = proc.cwd()
+            cmd = " ".join(proc.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if str(runs) in where and needle in cmd:
+            found.append(proc)
+    return found
+
+
+def wait_for(predicate, timeout: float = 120, every: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError("condition not met in time")
+
+
+def assert_nothing_running(runs: Path) -> None:
+    time.sleep(0.5)
+    assert processes_in(runs) == []
+    for pid_file in runs.glob("*/moto.pid"):
+        assert not psutil.pid_exists(int(pid_file.read_text()))
+
+
+def stat(out: str, name: str) -> int:
+    match = re.search(rf"{name} (\d+)", out)
+    assert match, out
+    return int(match.group(1))
+
+

@@ -1,0 +1,69 @@
+"""Fault injection on the embedded cloud, controller side: a killed controller adopted by a
+rerun, resume of missing or unreadable results, hard timeouts."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from fleet_helpers import FAST, assert_nothing_running, finish, fleet_dir, merged_pairs, processes_in, start, stat, wait_for
+
+
+@pytest.mark.faults
+def test_killed_controller_is_adopted_by_a_rerun(tmp_path: Path):
+    runs = tmp_path / "runs"
+    args = ["--task-file", "smoke", "--epochs", "3", "--policy", "tests.fault_policies:slow", *FAST]
+    first = start(runs, *args, CT_FAULT_SLEEP="1.5")
+    wait_for(lambda: len(list(runs.glob("*/results/*.eval"))) >= 3, timeout=200)
+    first.send_signal(signal.SIGKILL)  # bin/ct-fleet execs python: this is the controller
+    first.communicate()
+    assert processes_in(runs, "ct_fleet.worker"), "workers should outlive the controller"
+    second = start(runs, *args, CT_FAULT_SLEEP="1.5")
+    code, out, err = finish(second)
+    assert code == 0, out + err
+    assert "adopting the running fleet" in err
+    assert stat(out, "enqueued") == 0  # nothing sent twice
+    pairs = merged_pairs(runs)
+    assert len(pairs) == 12 and len(set(pairs)) == 12
+    assert_nothing_running(runs)
+
+
+@pytest.mark.faults
+def test_rerun_enqueues_only_missing_or_unreadable_results(tmp_path: Path):
+    runs = tmp_path / "runs"
+    args = ["--task-file", "smoke", "--epochs", "2", *FAST]
+    code, out, err = finish(start(runs, *args))
+    assert code == 0, out + err
+    results = sorted((fleet_dir(runs) / "results").glob("*.eval"))
+    assert len(results) == 8
+    for path in results[:3]:
+        path.unlink()
+    results[3].write_bytes(results[3].read_bytes()[:200])  # a truncated result does not count
+    code, out, err = finish(start(runs, *args))
+    assert code == 0, out + err
+    assert "8 jobs (4 already done)" in out and stat(out, "enqueued") == 4
+    assert len(set(merged_pairs(runs))) == 8
+    assert_nothing_running(runs)
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(
+    "knobs,message",
+    [
+        (["--ec2-arg", "silent_timeout=4", "--ec2-arg", "heartbeat_interval=1000", "--ec2-arg", "stale_after=2"],
+         "no progress and no word from workers"),
+        (["--ec2-arg", "no_sample_timeout=5", "--ec2-arg", "heartbeat_interval=1"], "no completed sample"),
+    ],
+)
+def test_hard_timeouts_terminate_the_fleet(tmp_path: Path, knobs: list[str], message: str):
+    runs = tmp_path / "runs"
+    proc = start(runs, "-e", "web", "-t", "fix_login", "--policy", "tests.fault_policies:slow",
+                 "--ec2-arg", "sample_time_limit=0", *knobs, *FAST, CT_FAULT_SLEEP="60")
+    code, out, err = finish(proc, timeout=200)
+    assert code == 1, out + err
+    assert message in err
+    if "stale_after=2" in knobs:
+        assert "no progress for" in err
+    assert_nothing_running(runs)
