@@ -141,3 +141,18 @@ def test_new_fleet_runs_everything_again_under_a_new_id(tmp_path: Path):
     assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
     assert "1 jobs (0 already done)" in " ".join(again.stdout.split())
     assert len([p for p in tmp_path.iterdir() if (p / "manifest.json").exists()]) == 2
+
+
+@pytest.mark.e2e
+def test_merge_command_merges_a_directory(smoke_run, tmp_path: Path):
+    runs, proc = smoke_run
+    assert proc.returncode == 0, proc.stderr
+    results = next(p for p in runs.iterdir() if p.is_dir()) / "results"
+    merged = ct_fleet(runs, "merge", str(results), "-o", str(tmp_path / "out"))
+    assert merged.returncode == 0, merged.stderr
+    (out,) = (tmp_path / "out").glob("*.eval")
+    assert len(read_eval_log(str(out)).samples or []) == 12
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    none = ct_fleet(runs, "merge", str(empty))
+    assert none.returncode == 2 and "no .eval files" in none.stderr

@@ -6,11 +6,14 @@ from __future__ import annotations
 import base64
 import os
 import re
-import sys
 import subprocess
+import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,9 +57,25 @@ def run_ec2(account, *args: str, extra_env: dict[str, str] | None = None, endpoi
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
+def _watch_command_lines(stop: threading.Event, seen: list[str]) -> None:
+    """Collect every process command line that shows the canary secret while the fleet runs."""
+    while not stop.is_set():
+        for proc in psutil.process_iter(["cmdline"]):
+            line = " ".join(proc.info["cmdline"] or [])
+            if CANARY in line:
+                seen.append(line)
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def ec2_run(account):
+    stop, seen = threading.Event(), []
+    watcher = threading.Thread(target=_watch_command_lines, args=(stop, seen), daemon=True)
+    watcher.start()
     proc = run_ec2(account)
+    stop.set()
+    watcher.join()
+    account["cmdlines_with_canary"] = seen
     fleet_id = next(p.name for p in account["runs"].iterdir() if p.is_dir())
     return proc, fleet_id
 
@@ -115,6 +134,7 @@ def test_no_secret_left_in_ssm_s3_or_logs(ec2_run, account):
         if path.is_file() and path.name != "secrets.env":
             assert CANARY.encode() not in path.read_bytes(), path
     assert CANARY not in proc.stdout + proc.stderr
+    assert account["cmdlines_with_canary"] == []  # never on a command line, in any process
     # The workers did receive the secret, through SSM only.
     secret_files = list((account["runs"] / fleet_id / "instances").glob("*/etc/linuxbench/secrets.env"))
     assert secret_files and all(CANARY in f.read_text() for f in secret_files)

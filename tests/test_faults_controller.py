@@ -67,3 +67,17 @@ def test_hard_timeouts_terminate_the_fleet(tmp_path: Path, knobs: list[str], mes
     if "stale_after=2" in knobs:
         assert "no progress for" in err
     assert_nothing_running(runs)
+
+
+@pytest.mark.faults
+def test_ctrl_c_without_a_terminal_stops_the_fleet_and_keeps_results(tmp_path: Path):
+    runs = tmp_path / "runs"
+    proc = start(runs, "--task-file", "smoke", "--epochs", "2", "--policy", "tests.fault_policies:slow", *FAST,
+                 CT_FAULT_SLEEP="2")
+    wait_for(lambda: len(list(runs.glob("*/results/*.eval"))) >= 1, timeout=200)
+    proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc)
+    assert code == 130, out + err
+    assert "stopped; finished results are kept in" in err
+    assert list(fleet_dir(runs).glob("results/*.eval"))
+    assert_nothing_running(runs)

@@ -163,6 +163,7 @@ class Controller:
         self.end_times: dict[str, float] = {}
         self.job_seconds: list[float] = []
         self.last_scale_up = 0.0
+        self.depths: dict[str, int] = {}
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
         self.downloads = ThreadPoolExecutor(max_workers=8)
         self.pending_downloads: dict[str, Future[bool]] = {}
@@ -425,7 +426,8 @@ class Controller:
         remaining = len(self.jobs) - len(self.state.final) - len(self.state.dead) - len(self.pending_downloads)
         if remaining <= 0:
             return None
-        waiting = queues.depths(self.sqs, self.q).get("work", 0)
+        self.depths = queues.depths(self.sqs, self.q)
+        waiting = self.depths.get("work", 0)
         wanted = self._first_launch_count(remaining)
         # Workers leave only when the queue is empty, so visible work with too few workers
         # means some died (a failed bootstrap, a kill, a spot interruption).
@@ -476,8 +478,8 @@ class Controller:
                 done=len(self.state.final) - failed,
                 failed=failed,
                 dead=len(self.state.dead),
-                queued=remaining,
-                running=len(self.pending_downloads),
+                queued=self.depths.get("work", remaining),
+                running=self.depths.get("work_in_flight", 0),
                 workers=len(live),
                 elapsed=elapsed,
                 eta=remaining / rate if rate > 0 else None,

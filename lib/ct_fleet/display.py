@@ -21,13 +21,14 @@ def _duration(seconds: float | None) -> str:
 
 def progress_table(p: Progress) -> Table:
     table = Table(title="fleet progress", show_header=True, header_style="bold")
-    for column in ("done", "failed", "dead", "left", "workers", "elapsed", "ETA", "cost"):
+    for column in ("done", "failed", "dead", "queued", "running", "workers", "elapsed", "ETA", "cost"):
         table.add_column(column, justify="right")
     table.add_row(
         f"{p.done}/{p.total}",
         str(p.failed),
         str(p.dead),
         str(p.queued),
+        str(p.running),
         str(p.workers),
         _duration(p.elapsed),
         _duration(p.eta),
@@ -63,6 +64,7 @@ class LiveProgress:
             self._last = key
             self.console.print(
                 f"progress: {p.done}/{p.total} done, {p.failed} failed, {p.dead} dead, "
+                f"{p.queued} queued, {p.running} running, "
                 f"{p.workers} workers, {_duration(p.elapsed)} elapsed"
                 + ("" if p.cost is None else f", ${p.cost:.2f} so far")
             )
