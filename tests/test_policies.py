@@ -418,7 +418,7 @@ CONTROLLER_CALLS: dict[str, Call] = {
     "sqs:DeleteMessage": Call("queues.delete_batch (failed batch entries)", _simple("sqs:DeleteMessage", lambda s: s.queues("done", "dlq"))),
     "sqs:PurgeQueue": Call("controller.run (stale queues of a fleet whose workers are gone)", _simple("sqs:PurgeQueue", lambda s: s.queues("work"))),
     "sqs:DeleteQueue": Call("queues.delete_queues (teardown)", _simple("sqs:DeleteQueue", lambda s: s.queues())),
-    "ec2:DescribeInstances": Call("fleet.live_instances, LocalInstanceRunner.reap", _simple("ec2:DescribeInstances", lambda s: ["*"])),
+    "ec2:DescribeInstances": Call("fleet.live_instances", _simple("ec2:DescribeInstances", lambda s: ["*"])),
     "ec2:DescribeSecurityGroups": Call("fleet.ensure_security_group", _simple("ec2:DescribeSecurityGroups", lambda s: ["*"])),
     "ec2:CreateSecurityGroup": Call("fleet.ensure_security_group (first fleet in a region)", create_security_group_requests),
     "ec2:RunInstances": Call("fleet.launch", lambda s: run_instances_requests(s) + run_instances_requests(s, replace(s.config, spot=True))),

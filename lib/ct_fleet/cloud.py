@@ -66,17 +66,12 @@ class LocalInstanceRunner:
             self.procs[instance_id] = proc.pid
             self._children[proc.pid] = proc
 
-    def reap(self) -> None:
-        """Kill the process trees of instances that EC2 reports terminated."""
+    def reap(self, live: list[str]) -> None:
+        """Kill the process trees of instances no longer live in EC2 (terminated)."""
         for proc in self._children.values():
             proc.poll()  # collect exited children so they do not linger as zombies
-        if not self.procs:
-            return
-        resp = self.ec2.describe_instances(InstanceIds=list(self.procs))
-        for reservation in resp["Reservations"]:
-            for inst in reservation["Instances"]:
-                if inst["State"]["Name"] in ("shutting-down", "terminated"):
-                    self._kill(inst["InstanceId"])
+        for instance_id in set(self.procs) - set(live):
+            self._kill(instance_id)
 
     def _kill(self, instance_id: str) -> None:
         pid = self.procs.pop(instance_id, None)
@@ -135,11 +130,12 @@ class Cloud:
         if self.runner:
             self.runner.start(instance_ids)
 
-    def poll(self) -> None:
+    def poll(self, live: list[str]) -> None:
+        """Called with the fleet's live instances on every fleet check."""
         if self.server:
             self.server.renew()
         if self.runner:
-            self.runner.reap()
+            self.runner.reap(live)
 
     def close(self, *, leave_running: bool = False) -> None:
         """Stop local instances and the embedded server, unless the fleet is left running."""

@@ -57,6 +57,7 @@ class Ec2Config:
     silent_timeout: int = knob(10800, "seconds without progress, with workers silent, before the fleet is terminated")
     no_sample_timeout: int = knob(21600, "seconds without any completed sample before the fleet is terminated")
     heartbeat_interval: int = knob(30, "seconds between worker heartbeats (load, in-flight, concurrency)")
+    check_interval: int | None = knob(None, "seconds between the controller's looks at EC2 and the queues (default 15 on EC2, 5 locally)")
 
     def resolved(self, *, embedded: bool) -> "Ec2Config":
         cores = os.cpu_count() or 2
@@ -65,6 +66,7 @@ class Ec2Config:
             max_workers=self.max_workers or (cores if embedded else 24),
             concurrency_per_worker=self.concurrency_per_worker or (2 if embedded else 20),
             idle_timeout=self.idle_timeout if self.idle_timeout is not None else (8 if embedded else 60),
+            check_interval=self.check_interval or (5 if embedded else 15),
             region=self.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
         )
 

@@ -23,7 +23,7 @@ from .cloud import Cloud
 from .config import START_CONCURRENCY, Ec2Config
 from .evalfile import is_finished
 from .plan import Job, TaskSpec
-from .protocol import DoneMessage, WorkMessage, log_key, result_key
+from .protocol import DoneMessage, WorkMessage, decode_reports, log_key, result_key
 
 MANIFEST_SCHEMA = 1
 FIRST_LAUNCH_CAP = 24
@@ -326,13 +326,14 @@ class Controller:
         live: list[str] = list(self.launched)
         while len(self.state.final) + len(self.state.dead) < len(self.jobs):
             messages = queues.receive(self.sqs, self.q.done, wait=1 if self.pending_downloads else 5)
-            if len(messages) < queues.BATCH and not self.pending_downloads:
-                # A part-full batch means the queue is drained: let done messages pile up a
-                # little so that receives and deletes stay batched (calls per second, not per job).
+            if len(messages) < queues.BATCH:
+                # A part-full batch means the queue is drained: let reports pile up a little
+                # so that receives and deletes stay batched (calls per second, not per job).
                 time.sleep(DONE_POLL_PAUSE)
             before = len(self.state.final)
             for msg in messages:
-                self._on_done(DoneMessage.from_json(msg["Body"]))
+                for report in decode_reports(msg["Body"]):
+                    self._on_done(report)
             if messages:
                 queues.delete_batch(self.sqs, self.q.done, [m["ReceiptHandle"] for m in messages])
                 last_activity = time.monotonic()
@@ -342,16 +343,9 @@ class Controller:
                 warned_stale = False
 
             now = time.monotonic()
-            if now - last_fleet_check >= 5:
+            if now - last_fleet_check >= (self.cfg.check_interval or 5):
                 last_fleet_check = now
-                self._drain_dlq()
-                self.cloud.poll()
-                live = [inst["InstanceId"] for inst in fleet.live_instances(self.ec2, self.spec.fleet_id)]
-                for gone in set(self.launch_times) - set(live) - set(self.end_times):
-                    self.end_times[gone] = time.time()
-                if self.cfg.max_cost is not None and self.cost_so_far() >= self.cfg.max_cost:
-                    return f"cost so far ${self.cost_so_far():.2f} reached max_cost ${self.cfg.max_cost:.2f}: fleet terminated"
-                stop = self._manage_workers(live, settings)
+                live, stop = self._check_fleet(settings)
                 if stop:
                     return stop
             self._report(start, live)
@@ -367,6 +361,19 @@ class Controller:
                 return f"no completed sample for {quiet:.0f}s while workers were active: fleet terminated"
         self._collect_downloads(wait=True)
         return None
+
+    def _check_fleet(self, settings: dict[str, str]) -> tuple[list[str], str | None]:
+        """One look at EC2 and the queues: reap, cost, dead letters, replacements, scaling."""
+        live = [inst["InstanceId"] for inst in fleet.live_instances(self.ec2, self.spec.fleet_id)]
+        self.cloud.poll(live)
+        for gone in set(self.launch_times) - set(live) - set(self.end_times):
+            self.end_times[gone] = time.time()
+        if self.cfg.max_cost is not None and self.cost_so_far() >= self.cfg.max_cost:
+            return live, f"cost so far ${self.cost_so_far():.2f} reached max_cost ${self.cfg.max_cost:.2f}: fleet terminated"
+        self.depths = queues.depths(self.sqs, self.q, roles=("work", "dlq"))
+        if self.depths.get("dlq") or self.depths.get("dlq_in_flight"):
+            self._drain_dlq()
+        return live, self._manage_workers(live, settings)
 
     def _on_done(self, msg: DoneMessage) -> None:
         if msg.type == "heartbeat":
@@ -426,7 +433,6 @@ class Controller:
         remaining = len(self.jobs) - len(self.state.final) - len(self.state.dead) - len(self.pending_downloads)
         if remaining <= 0:
             return None
-        self.depths = queues.depths(self.sqs, self.q)
         waiting = self.depths.get("work", 0)
         wanted = self._first_launch_count(remaining)
         # Workers leave only when the queue is empty, so visible work with too few workers
@@ -518,10 +524,10 @@ class Controller:
             deadline = time.monotonic() + (self.cfg.idle_timeout or 0) + STRAGGLER_GRACE
             while live and time.monotonic() < deadline:
                 time.sleep(1)
-                self.cloud.poll()
                 live = [inst["InstanceId"] for inst in fleet.live_instances(self.ec2, self.spec.fleet_id)]
+                self.cloud.poll(live)
         fleet.terminate(self.ec2, live)
-        self.cloud.poll()
+        self.cloud.poll([])
         fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id)
         if delete_queues:
             queues.delete_queues(self.sqs, self.q)

@@ -5,8 +5,10 @@ S3 keys:  {fleet_id}/manifest.json, {fleet_id}/{job_id}.eval,
 SQS:      lb-fleet-{fleet_id}-work / -done / -dlq (work redrives to dlq after max receives)
 
 A work message is one self-contained job. A done message reports one attempt at a job
-(final or not) or a worker heartbeat. Unknown fields are ignored so that either side can
-add fields without breaking the other; a change of meaning bumps SCHEMA.
+(final or not) or a worker heartbeat; workers send their reports in batches, several in
+one SQS message ({"type": "batch", "reports": [...]}), so that a fleet's SQS calls grow
+with time rather than with jobs. Unknown fields are ignored so that either side can add
+fields without breaking the other; a change of meaning bumps SCHEMA.
 """
 
 from __future__ import annotations
@@ -107,3 +109,24 @@ class DoneMessage:
     @classmethod
     def from_json(cls, body: str) -> "DoneMessage":
         return _from_dict(cls, json.loads(body))
+
+
+# Reports per SQS message: well under SQS's 256 KB with errors trimmed to 2,000 characters.
+REPORTS_PER_MESSAGE = 25
+
+
+def encode_reports(reports: list[DoneMessage]) -> list[str]:
+    """Message bodies carrying the reports, up to REPORTS_PER_MESSAGE each."""
+    bodies = []
+    for start in range(0, len(reports), REPORTS_PER_MESSAGE):
+        chunk = reports[start : start + REPORTS_PER_MESSAGE]
+        bodies.append(json.dumps({"v": SCHEMA, "type": "batch", "reports": [asdict(r) for r in chunk]}, separators=(",", ":")))
+    return bodies
+
+
+def decode_reports(body: str) -> list[DoneMessage]:
+    """The reports in one done-queue message: a batch, or a single report."""
+    data = json.loads(body)
+    if data.get("type") == "batch":
+        return [_from_dict(DoneMessage, r) for r in data.get("reports", [])]
+    return [_from_dict(DoneMessage, data)]

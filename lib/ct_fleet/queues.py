@@ -123,11 +123,13 @@ def change_visibility_batch(sqs: Any, url: str, handles: Sequence[str], timeout:
         )
 
 
-def depths(sqs: Any, queues: FleetQueues) -> dict[str, int]:
-    """Approximate counts: work visible and in flight, done waiting, dead letters."""
+def depths(sqs: Any, queues: FleetQueues, roles: tuple[str, ...] = ("work", "done", "dlq")) -> dict[str, int]:
+    """Approximate counts per queue role: "<role>" visible and "<role>_in_flight"."""
     attrs = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     out: dict[str, int] = {}
     for role, url in queues.urls().items():
+        if role not in roles:
+            continue
         try:
             a = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=attrs)["Attributes"]
         except ClientError:

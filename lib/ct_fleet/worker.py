@@ -33,7 +33,7 @@ import psutil
 from . import aws, queues, store
 from .evalfile import read_header, sample_error
 from .config import START_CONCURRENCY
-from .protocol import DoneMessage, WorkMessage, queue_names
+from .protocol import DoneMessage, WorkMessage, encode_reports, queue_names
 
 log = logging.getLogger("ct_fleet.worker")
 
@@ -52,6 +52,7 @@ class WorkerSettings:
     heartbeat_interval: float
     retry_backoff: int
     work_dir: Path
+    report_interval: float = 1.0
     spot_notice_file: Path | None = None
     spot: bool = False
 
@@ -69,6 +70,7 @@ class WorkerSettings:
             visibility_timeout=int(env.get("VISIBILITY_TIMEOUT", "120")),
             heartbeat_interval=float(env.get("HEARTBEAT_INTERVAL", "30")),
             retry_backoff=int(env.get("RETRY_BACKOFF", "30")),
+            report_interval=float(env.get("REPORT_INTERVAL", "1")),
             work_dir=Path(env.get("WORK_DIR") or tempfile.mkdtemp(prefix="ct-worker-")),
             spot_notice_file=Path(notice) if notice else None,
             spot=env.get("SPOT", "false") == "true",
@@ -112,6 +114,51 @@ class Attempt:
     started_at: float = field(default_factory=time.time)
 
 
+class Reporter:
+    """Done reports and the deletes (or retry back-offs) of their work messages, sent in
+    batches once per interval: a worker's SQS calls then grow with time, not with jobs.
+
+    Order matters for exactly-once results: a job's result is uploaded before its report
+    is queued here, and its work message is deleted only after the report was sent. A
+    worker that dies in between leaves the message to be redelivered, and the next
+    attempt finds the result and reports a duplicate.
+    """
+
+    def __init__(self, sqs: Any, done_url: str, work_url: str, interval: float) -> None:
+        self.sqs, self.done_url, self.work_url, self.interval = sqs, done_url, work_url, interval
+        self.lock = threading.Lock()
+        self.reports: list[DoneMessage] = []
+        self.deletes: list[str] = []
+        self.backoffs: dict[int, list[str]] = {}
+        self.wake = threading.Event()
+
+    def add(self, report: DoneMessage, *, delete: str | None = None, backoff: tuple[str, int] | None = None) -> None:
+        with self.lock:
+            self.reports.append(report)
+            if delete:
+                self.deletes.append(delete)
+            if backoff:
+                self.backoffs.setdefault(backoff[1], []).append(backoff[0])
+
+    def flush(self) -> None:
+        with self.lock:
+            reports, deletes, backoffs = self.reports, self.deletes, self.backoffs
+            self.reports, self.deletes, self.backoffs = [], [], {}
+        if reports:
+            queues.send_batch(self.sqs, self.done_url, encode_reports(reports))
+        if deletes:
+            queues.delete_batch(self.sqs, self.work_url, deletes)
+        for seconds, handles in backoffs.items():
+            queues.change_visibility_batch(self.sqs, self.work_url, handles, seconds)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.wait(self.interval):
+            try:
+                self.flush()
+            except Exception:
+                log.exception("report flush failed; retrying")
+
+
 class Worker:
     def __init__(self, settings: WorkerSettings) -> None:
         self.s = settings
@@ -126,13 +173,11 @@ class Worker:
         self.stopping = threading.Event()
         self.worker_id = f"{settings.instance_id}/{os.getpid()}"
         self._last_extend = 0.0
+        self.reporter = Reporter(self.sqs, self.done_url, self.work_url, settings.report_interval)
 
     # -- reporting ---------------------------------------------------------------------
-    def _post(self, msg: DoneMessage) -> None:
-        queues.send_batch(self.sqs, self.done_url, [msg.to_json()])
-
-    def _done(self, job: WorkMessage, attempt: Attempt, received_at: float, receive_count: int) -> None:
-        self._post(
+    def _report(self, job: WorkMessage, attempt: Attempt, received_at: float, receive_count: int) -> DoneMessage:
+        return (
             DoneMessage(
                 type="done",
                 fleet_id=self.s.fleet_id,
@@ -154,7 +199,7 @@ class Worker:
     def heartbeat(self) -> None:
         with self.lock:
             in_flight = len(self.in_flight)
-        self._post(
+        queues.send_batch(self.sqs, self.done_url, encode_reports([
             DoneMessage(
                 type="heartbeat",
                 fleet_id=self.s.fleet_id,
@@ -165,7 +210,7 @@ class Worker:
                 concurrency=self.concurrency.current,
                 sent_at=time.time(),
             )
-        )
+        ]))
 
     # -- one job -----------------------------------------------------------------------
     def _run_subprocess(self, job: WorkMessage, out: Path) -> Attempt:
@@ -213,20 +258,21 @@ class Worker:
                 if attempt.outcome in ("success", "sample_error"):
                     self.s3.upload_file(str(out), self.s.bucket, job.result_key)
                     out.unlink(missing_ok=True)
-            self._done(job, attempt, received_at, receive_count)
+            report = self._report(job, attempt, received_at, receive_count)
             if attempt.outcome == "retry":
                 if attempt.error_class == "model_api":
                     self.concurrency.pressure()
                 # Back off before the next attempt, on this worker or another.
                 backoff = min(self.s.retry_backoff * receive_count, 300)
-                queues.change_visibility_batch(self.sqs, self.work_url, [handle], backoff)
+                self.reporter.add(report, backoff=(handle, backoff))
             else:
                 self.concurrency.success()
-                queues.delete_batch(self.sqs, self.work_url, [handle])
+                self.reporter.add(report, delete=handle)
             log.info("job %s epoch %s: %s %s", job.sample_id, job.epoch, attempt.outcome, attempt.error_class or "")
         except Exception:
             log.exception("job %s failed in the worker; it will be redelivered", job.job_id)
         finally:
+            # The slot frees now; the report and the delete go out with the next flush.
             with self.lock:
                 self.in_flight.pop(handle, None)
 
@@ -291,6 +337,8 @@ class Worker:
         self.s.work_dir.mkdir(parents=True, exist_ok=True)
         keeper = threading.Thread(target=self._keep_hidden, daemon=True)
         keeper.start()
+        reporter = threading.Thread(target=self.reporter.run, args=(self.stopping,), daemon=True)
+        reporter.start()
         idle_since = time.monotonic()
         with ThreadPoolExecutor(max_workers=self.s.max_concurrency) as pool:
             while not self.stopping.is_set():
@@ -319,6 +367,8 @@ class Worker:
                 if messages or busy:
                     idle_since = time.monotonic()
         self.stopping.set()
+        reporter.join()
+        self.reporter.flush()  # the reports of the last jobs
         return 0
 
 
