@@ -171,6 +171,7 @@ class Worker:
         self.in_flight: dict[str, InFlight] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+        self.slot_freed = threading.Event()
         self.worker_id = f"{settings.instance_id}/{os.getpid()}"
         self._last_extend = 0.0
         self.reporter = Reporter(self.sqs, self.done_url, self.work_url, settings.report_interval)
@@ -217,8 +218,19 @@ class Worker:
         attempt = Attempt(outcome="success")
         # The job's identity is in the environment for command templates and for
         # settings that want it (fault drills in tests key on it).
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "CT_JOB_ID": job.job_id, "CT_EPOCH": str(job.epoch)}
-        cmd = [sys.executable, "-m", "ct_fleet.runner", job.to_json(), str(out)]
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "CT_JOB_ID": job.job_id,
+            "CT_SAMPLE_ID": job.sample_id,
+            "CT_EPOCH": str(job.epoch),
+            "CT_OUTPUT": str(out),
+        }
+        if job.kind == "command":
+            # A command job needs no Python of its own: run the template directly.
+            cmd = ["bash", "-c", job.command or ""]
+        else:
+            cmd = [sys.executable, "-m", "ct_fleet.runner", job.to_json(), str(out)]
         stderr_path = out.with_suffix(".stderr")
         with open(stderr_path, "wb") as err:
             proc = subprocess.Popen(cmd, cwd=self.s.code_root, env=env, stdout=err, stderr=err)
@@ -275,6 +287,7 @@ class Worker:
             # The slot frees now; the report and the delete go out with the next flush.
             with self.lock:
                 self.in_flight.pop(handle, None)
+            self.slot_freed.set()
 
     # -- background duties -------------------------------------------------------------
     def _keep_hidden(self) -> None:
@@ -346,7 +359,9 @@ class Worker:
                     busy = len(self.in_flight)
                 free = self.concurrency.current - busy
                 if free <= 0:
-                    time.sleep(0.2)
+                    # Woken the moment a job finishes, so the next one starts at once.
+                    self.slot_freed.wait(1.0)
+                    self.slot_freed.clear()
                     continue
                 idle_for = time.monotonic() - idle_since
                 if busy == 0 and idle_for >= self.s.idle_timeout:
