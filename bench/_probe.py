@@ -1,0 +1,68 @@
+"""Run the ct-fleet CLI in this process with an observer on the controller's SQS calls.
+
+    python bench/_probe.py RECORD.jsonl eval --task-file smoke ...   (same arguments as ct-fleet)
+
+Used by bench/makespan.py, which needs timestamps the controller does not persist: when
+the first work message was sent, and every done report (received_at / started_at /
+finished_at, stamped by the workers), one report per message or a batch of them. The observer is a botocore event hook added to
+each SQS client made through ct_fleet.aws.client; the controller code is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+
+from ct_fleet import aws  # noqa: E402
+
+_lock = threading.Lock()
+_out = open(sys.argv[1], "a", buffering=1)  # noqa: SIM115  (lives as long as the process)
+
+
+def _write(record: dict[str, Any]) -> None:
+    with _lock:
+        _out.write(json.dumps(record) + "\n")
+
+
+def _before_send(params: dict[str, Any], **_: Any) -> None:
+    url = params.get("QueueUrl", "")
+    _write({"ev": "send", "t": time.time(), "queue": url.rsplit("-", 1)[-1], "n": len(params.get("Entries", []))})
+
+
+def _after_receive(parsed: dict[str, Any], model: Any = None, **_: Any) -> None:
+    now = time.time()
+    for msg in parsed.get("Messages", []) or []:
+        try:
+            body = json.loads(msg["Body"])
+        except ValueError:
+            continue
+        # One report per message, or several: {"type": "batch", "reports": [...]}.
+        reports = body.get("reports", []) if body.get("type") == "batch" else [body]
+        for report in reports:
+            if report.get("type") in ("done", "heartbeat"):
+                _write({"ev": "done", "t": now, "msg": report})
+
+
+_original = aws.client
+
+
+def _client(service: str, *args: Any, **kwargs: Any) -> Any:
+    made = _original(service, *args, **kwargs)
+    if service == "sqs":
+        made.meta.events.register("before-parameter-build.sqs.SendMessageBatch", _before_send)
+        made.meta.events.register("after-call.sqs.ReceiveMessage", _after_receive)
+    return made
+
+
+aws.client = _client
+
+if __name__ == "__main__":
+    from ct_fleet.cli import cli
+
+    cli(args=sys.argv[2:], prog_name="ct-fleet")
