@@ -151,3 +151,18 @@ def test_per_instance_secrets_are_tagged_and_deleted(aws_client):
     assert tags["InstanceArn"] == "arn:aws:ec2:us-east-1:123:instance/i-1"
     assert secrets.delete_fleet_secrets(ssm, fid) == 2
     assert ssm.get_parameters_by_path(Path=secrets.prefix(fid), Recursive=True)["Parameters"] == []
+
+
+def test_spot_launch_asks_for_spot_instances(aws_client):
+    ec2 = aws_client("ec2")
+    profile = f"p-{_fid()}"
+    _profile(aws_client, profile)
+    group = fleet.ensure_security_group(ec2, f"sg-{_fid()}")
+    fid = _fid()
+    (instance_id,) = fleet.launch(
+        ec2, count=1, ami=_image(ec2), config=Ec2Config(instance_profile=profile, spot=True), fleet_id=fid,
+        launched_by="alice", user_data="#!/bin/bash\n", security_group_id=group,
+    )
+    (inst,) = fleet.live_instances(ec2, fid)
+    assert inst.get("InstanceLifecycle") == "spot"
+    fleet.terminate(ec2, [instance_id])
