@@ -8,6 +8,8 @@ per group that reads like a direct run of the whole task:
 - pass 1 reads only each file's `header.json` and `summaries.json` (a few KB), checks
   which task it belongs to and keeps one record per (str(sample id), epoch): no error
   beats an error, then the newest `completed_at` wins;
+  each record's summary and entry location, and each input's stats, are parked in a
+  temporary spool file so memory holds only small per-sample records;
 - pass 2 copies each kept sample entry's *compressed* bytes into the output zip
   (`evalzip.copy_raw_member`), never inflating or parsing a sample;
 - results are computed from the summaries' scores with Inspect's own reducers and
@@ -35,7 +37,9 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import re
+import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -192,38 +196,86 @@ def _patch_sample_epoch(data: bytes, old: int, new: int, where: str) -> bytes:
 # --------------------------------------------------------------------------- pass 1
 
 
+class _Spool:
+    """An append-only temporary file: pass 1 parks each sample's summary and zip entry
+    location (and each input's stats) here, keeping only an offset in memory."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile(prefix="ct-fleet-merge-")
+        self._end = 0
+
+    def put(self, value: Any) -> tuple[int, int]:
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        self._file.seek(self._end)
+        self._file.write(data)
+        offset = self._end
+        self._end += len(data)
+        return offset, len(data)
+
+    def get(self, offset: int, length: int) -> Any:
+        self._file.seek(offset)
+        return pickle.loads(self._file.read(length))
+
+    def close(self) -> None:
+        self._file.close()
+
+
 @dataclass(slots=True)
 class _Record:
-    """One sample of one input: enough to choose it, score it and copy it."""
+    """One sample of one input: enough to choose it; its summary and entry are spooled."""
 
     file: int  # index into _Group.files
     sample_id: str | int
     epoch: int
     error: str | None
     completed_at: datetime
-    summary: bytes  # compact JSON of the sample summary
-    member: RawMember
+    spool: _Spool
+    offset: int
+    length: int
+
+    def _load(self) -> tuple[bytes, RawMember]:
+        return self.spool.get(self.offset, self.length)
+
+    @property
+    def summary(self) -> bytes:
+        """Compact JSON of the sample summary."""
+        return self._load()[0]
+
+    @property
+    def member(self) -> RawMember:
+        return self._load()[1]
 
 
 @dataclass(slots=True)
-class _FileInfo:
-    path: Path
-    created: str
+class _FileStats:
     started_at: str
     completed_at: str
     model_usage: dict[str, Any]
     role_usage: dict[str, Any]
     connection_limit_history: list[Any]
+
+
+@dataclass(slots=True)
+class _FileInfo:
+    path: str
     invalidated: bool
+    spool: _Spool
+    offset: int
+    length: int
+
+    def stats(self) -> _FileStats:
+        return self.spool.get(self.offset, self.length)
 
 
 @dataclass
 class _Group:
     key: str
     header: dict[str, Any]  # template: the first input's header (inputs sorted by path)
+    spool: _Spool = field(default_factory=_Spool)
     files: list[_FileInfo] = field(default_factory=list)
     records: dict[tuple[str, int], _Record] = field(default_factory=dict)
     duplicates_dropped: int = 0
+    created: str = ""  # earliest eval.created over all inputs
 
 
 def _scan(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], RawMember]]] | None:
@@ -277,28 +329,39 @@ def _group_inputs(inputs: Iterable[Path]) -> list[_Group]:
         if group is None:
             group = groups[key] = _Group(key=key, header=header)
         stats = header.get("stats") or {}
-        group.files.append(
-            _FileInfo(
-                path=path,
-                created=header["eval"].get("created", ""),
+        created = header["eval"].get("created", "")
+        if created and (not group.created or _timestamp(created) < _timestamp(group.created)):
+            group.created = created
+        offset, length = group.spool.put(
+            _FileStats(
                 started_at=stats.get("started_at") or "",
                 completed_at=stats.get("completed_at") or "",
                 model_usage=stats.get("model_usage") or {},
                 role_usage=stats.get("role_usage") or {},
                 connection_limit_history=stats.get("connection_limit_history") or [],
+            )
+        )
+        group.files.append(
+            _FileInfo(
+                path=str(path),
                 invalidated=bool(header.get("invalidated")),
+                spool=group.spool,
+                offset=offset,
+                length=length,
             )
         )
         file_index = len(group.files) - 1
         for row, member in samples:
+            offset, length = group.spool.put((_dumps(row), member))
             record = _Record(
                 file=file_index,
                 sample_id=row["id"],
                 epoch=int(row["epoch"]),
                 error=_error_text(row.get("error")),
                 completed_at=_timestamp(row.get("completed_at")),
-                summary=_dumps(row),
-                member=member,
+                spool=group.spool,
+                offset=offset,
+                length=length,
             )
             rkey = (str(record.sample_id), record.epoch)
             current = group.records.get(rkey)
@@ -391,16 +454,21 @@ def merge_eval_logs(
     stems = _stems(groups, name)
     run_id = _short_id("run", *sorted(g.key for g in groups))
     results = []
-    for group in groups:
-        results.append(
-            _merge_group(
-                group,
-                out_dir / f"{stems[group.key]}.eval",
-                run_id=run_id,
-                sample_ids=sample_ids,
-                epochs=epochs,
+    try:
+        for group in groups:
+            results.append(
+                _merge_group(
+                    group,
+                    out_dir / f"{stems[group.key]}.eval",
+                    run_id=run_id,
+                    sample_ids=sample_ids,
+                    epochs=epochs,
+                )
             )
-        )
+            group.spool.close()
+    finally:
+        for group in groups:
+            group.spool.close()
     return results
 
 
@@ -522,9 +590,8 @@ def _header(
     eval_spec["eval_id"] = _short_id("eval", *id_parts)
     eval_spec["run_id"] = run_id
     eval_spec["task_id"] = _short_id("task", *id_parts)
-    created = [f.created for f in group.files if f.created]
-    if created:
-        eval_spec["created"] = min(created, key=_timestamp)
+    if group.created:
+        eval_spec["created"] = group.created
     dataset = dict(ev.get("dataset") or {})
     dataset["sample_ids"] = ids
     eval_spec["dataset"] = dataset
@@ -636,21 +703,37 @@ def _compute_results(
     from inspect_ai.scorer import Score
     from inspect_ai.scorer._metric import SampleScore
 
+    # eval_results needs every score at once. Samples whose id, metadata and scores are
+    # equal (typically the same sample over many epochs) share one read-only score dict,
+    # and equal strings and numbers share one object (pydantic keeps them as is), so
+    # memory grows with the distinct scores rather than with every sample. Inspect's
+    # reducers and metrics only read scores; the parity test pins this.
+    shared: dict[tuple[type, Any], Any] = {}
+    seen: dict[bytes, dict[str, SampleScore]] = {}
     scores: list[dict[str, SampleScore]] = []
     for record in kept:
         summary = json.loads(record.summary)
         if not summary.get("scores"):
             continue
-        scores.append(
-            {
+        key = hashlib.blake2b(
+            _dumps([summary["id"], summary.get("metadata"), summary["scores"]]), digest_size=16
+        ).digest()
+        sample_scores = seen.get(key)
+        if sample_scores is None:
+            sample_id = _share(summary["id"], shared)
+            metadata = _share(summary.get("metadata"), shared)
+            sample_scores = seen[key] = {
                 name: SampleScore(
-                    score=Score.model_validate(value, context=_deserializing_context()),
-                    sample_id=summary["id"],
-                    sample_metadata=summary.get("metadata"),
+                    score=Score.model_validate(
+                        _share(value, shared), context=_deserializing_context()
+                    ),
+                    sample_id=sample_id,
+                    sample_metadata=metadata,
                 )
-                for name, value in summary["scores"].items()
+                for name, value in _share(summary["scores"], shared).items()
             }
-        )
+        scores.append(sample_scores)
+    del seen, shared
     empty = EvalResults(total_samples=total, completed_samples=completed)
     if not scores:
         return empty, None
@@ -671,6 +754,18 @@ def _compute_results(
         )
         return empty, None
     return results, reductions
+
+
+def _share(value: Any, shared: dict[tuple[type, Any], Any]) -> Any:
+    """`value` with its str/int/float leaves (and dict keys) replaced by equal shared ones."""
+    if isinstance(value, dict):
+        return {_share(k, shared): _share(v, shared) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_share(v, shared) for v in value]
+    kind = type(value)
+    if kind is str or kind is int or kind is float:
+        return shared.setdefault((kind, value), value)
+    return value
 
 
 def _metrics_table(results: Any) -> dict[str, dict[str, float]]:
@@ -712,25 +807,39 @@ def _should_fail(errors: int, total: int, fail_on_error: bool | float | None) ->
 
 
 def _merge_stats(files: list[_FileInfo]) -> dict[str, Any]:
+    """Running totals over the files' spooled stats (one file's stats in memory at a time)."""
     from inspect_ai.model import ModelUsage
 
-    def total(which: str) -> dict[str, Any]:
-        sums: dict[str, ModelUsage] = {}
-        for f in files:
-            for model, usage in getattr(f, which).items():
+    usage_sums: dict[str, dict[str, ModelUsage]] = {"model_usage": {}, "role_usage": {}}
+    started: str | None = None
+    finished: str | None = None
+    history: list[Any] = []
+    for f in files:
+        stats = f.stats()
+        for which, sums in usage_sums.items():
+            for model, usage in getattr(stats, which).items():
                 u = ModelUsage.model_validate(usage)
                 sums[model] = sums[model] + u if model in sums else u
-        return {k: v.model_dump(exclude_none=True) for k, v in sums.items()}
-
-    started = [f.started_at for f in files if f.started_at]
-    finished = [f.completed_at for f in files if f.completed_at]
-    history = [h for f in files for h in f.connection_limit_history]
+        # min/max keep the first of equal timestamps, as min()/max() over the list did
+        if stats.started_at and (
+            started is None or _timestamp(stats.started_at) < _timestamp(started)
+        ):
+            started = stats.started_at
+        if stats.completed_at and (
+            finished is None or _timestamp(stats.completed_at) > _timestamp(finished)
+        ):
+            finished = stats.completed_at
+        history.extend(stats.connection_limit_history)
     history.sort(key=lambda h: h.get("timestamp", 0) if isinstance(h, dict) else 0)
     return {
-        "started_at": min(started, key=_timestamp) if started else "",
-        "completed_at": max(finished, key=_timestamp) if finished else "",
-        "model_usage": total("model_usage"),
-        "role_usage": total("role_usage"),
+        "started_at": started or "",
+        "completed_at": finished or "",
+        "model_usage": {
+            k: v.model_dump(exclude_none=True) for k, v in usage_sums["model_usage"].items()
+        },
+        "role_usage": {
+            k: v.model_dump(exclude_none=True) for k, v in usage_sums["role_usage"].items()
+        },
         "connection_limit_history": history,
     }
 
