@@ -330,7 +330,9 @@ def _report(result: RunResult) -> None:
     state = result.state
     console.print(
         f"fleet {result.fleet_id}: {result.jobs} jobs ({result.resumed} already done), "
-        f"{result.workers_launched} workers, {result.elapsed:.1f}s; enqueued {result.enqueued}, attempts {state.attempts}, "
+        f"{result.workers_launched} workers"
+        + (f" ({result.adopted_workers} adopted)" if result.adopted_workers else "")
+        + f", {result.elapsed:.1f}s; enqueued {result.enqueued}, attempts {state.attempts}, "
         f"redeliveries {state.redeliveries}, duplicates dropped {state.duplicates}"
         + (f", cost ${result.cost:.2f}" if result.cost else ""),
         highlight=False,

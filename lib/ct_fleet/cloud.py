@@ -119,7 +119,7 @@ class Cloud:
     def attach_runner(self, instances_dir: Path) -> None:
         """Run launched instances locally when the EC2 endpoint is on this machine."""
         if self.endpoint_url and urlparse(self.endpoint_url).hostname in ("127.0.0.1", "localhost"):
-            env = {k: v for k, v in os.environ.items() if not k.startswith("CT_FLEET_TEST_")}
+            env = dict(os.environ)
             env["AWS_REGION"] = self.region
             # Local instances share this venv (its python, and the AWS CLI the scripts call).
             env["CT_FLEET_VENV"] = sys.prefix

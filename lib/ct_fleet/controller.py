@@ -77,7 +77,6 @@ class JobState:
     attempts: int = 0
     redeliveries: int = 0
     duplicates: int = 0
-    running: set[str] = field(default_factory=set)
 
 
 @dataclass
