@@ -166,3 +166,41 @@ def test_spot_launch_asks_for_spot_instances(aws_client):
     (inst,) = fleet.live_instances(ec2, fid)
     assert inst.get("InstanceLifecycle") == "spot"
     fleet.terminate(ec2, [instance_id])
+
+
+def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, tmp_path: Path):
+    """Past the first launch (24), workers are added one at a time while heartbeats say the
+    fleet is CPU-bound and work is waiting, never beyond max_workers."""
+    import time
+
+    from ct_fleet.cloud import Cloud
+    from ct_fleet.controller import Controller, FleetSpec
+    from ct_fleet.plan import Job
+
+    ec2, ssm = aws_client("ec2"), aws_client("ssm")
+    fid, profile = _fid(), f"p-{_fid()}"
+    _profile(aws_client, profile)
+    param = f"/linuxbench/t-{fid}/worker-ami-id"
+    ssm.put_parameter(Name=param, Value=_image(ec2), Type="String")
+    cfg = Ec2Config(max_workers=25, concurrency_per_worker=10, ami_param=param, instance_profile=profile,
+                    security_group=f"sg-{fid}").resolved(embedded=False)
+    jobs = [Job(f"j{i}", f"web:fix_login#{i}", "web", "fix_login", None, 1) for i in range(300)]
+    spec = FleetSpec(fid, "toyarena", "x", "honest", "mockllm/model", 1, [], jobs, "sha", cfg)
+    ctl = Controller(Cloud(kind="aws", region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"]), spec,
+                     tmp_path, launched_by="alice", account="123", warn=lambda text: None)
+    ctl.q = queues.ensure_queues(ctl.sqs, fid, visibility_timeout=30, max_receive_count=3)
+    queues.send_batch(ctl.sqs, ctl.q.work, ["job"] * 20)
+    ctl.depths = queues.depths(ctl.sqs, ctl.q, roles=("work", "dlq"))
+    first = ctl._launch(ctl._first_launch_count(len(jobs)), {})
+    assert len(first) == 24
+
+    def live() -> list[str]:
+        return [i["InstanceId"] for i in fleet.live_instances(ec2, fid)]
+
+    ctl.worker_load = {i: (0.3, time.monotonic()) for i in first}  # not CPU-bound: nothing added
+    assert ctl._manage_workers(live(), {}) is None and len(live()) == 24
+    ctl.worker_load = {i: (0.95, time.monotonic()) for i in first}
+    assert ctl._manage_workers(live(), {}) is None and len(live()) == 25
+    ctl.last_scale_up = 0.0  # past the cool-down
+    assert ctl._manage_workers(live(), {}) is None and len(live()) == 25  # max_workers reached
+    fleet.terminate(ec2, live())
