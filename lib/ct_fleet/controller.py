@@ -208,10 +208,11 @@ class Controller:
     def run(self, code_tarball: Path, user_data_settings: dict[str, str]) -> RunResult:
         start = time.monotonic()
         self.results_dir.mkdir(parents=True, exist_ok=True)
-        done = self._resume()
+        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
+        done = self._resume(previous)
         store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
         pending = [job for job_id, job in self.jobs.items() if job_id not in done]
-        adopted, enqueued = self._queue(pending)
+        adopted, enqueued = self._queue(pending, previous)
 
         stopped_reason = None
         if pending:
@@ -243,9 +244,8 @@ class Controller:
             adopted_workers=len(self.launched) if adopted else 0,
         )
 
-    def _resume(self) -> set[str]:
+    def _resume(self, previous: dict[str, Any] | None) -> set[str]:
         """Jobs already done by an earlier run of this fleet (its manifest in S3 or on disk)."""
-        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
         if previous is None and not (self.run_dir / "manifest.json").exists():
             return set()
         done = self.completed_results()
@@ -253,11 +253,10 @@ class Controller:
             self.state.final[job_id] = "success"
         return done
 
-    def _queue(self, pending: list[Job]) -> tuple[bool, int]:
+    def _queue(self, pending: list[Job], previous: dict[str, Any] | None) -> tuple[bool, int]:
         """(adopted, messages sent): adopt a fleet whose workers still run, else enqueue what is left."""
         existing = queues.find_queues(self.sqs, self.spec.fleet_id)
         live = fleet.live_instances(self.ec2, self.spec.fleet_id) if existing else []
-        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id) if existing else None
         self.q = existing or queues.ensure_queues(
             self.sqs,
             self.spec.fleet_id,
