@@ -19,13 +19,12 @@ from typing import Any, Literal
 
 SCHEMA = 1
 
-# Outcomes of one attempt. "success" and "sample_error" are final and leave a result in S3;
-# "retry" means the attempt failed on something worth retrying (the work message stays).
-Outcome = Literal["success", "sample_error", "retry", "skipped_duplicate"]
-FINAL_OUTCOMES = ("success", "sample_error", "skipped_duplicate")
+# Outcomes of one attempt. "success" and "sample_error" are final and leave a result in S3,
+# "failed" is final without one (a timeout), "skipped_duplicate" means the result was
+# already there, and "retry" means the work message stays for another attempt.
+Outcome = Literal["success", "sample_error", "failed", "retry", "skipped_duplicate"]
 
-# Error classes reported for failed attempts and dead-lettered jobs.
-ERROR_CLASSES = ("infra", "model_api", "task_error", "timeout")
+# Error classes of failed attempts and dead-lettered jobs: infra, model_api, task_error, timeout.
 
 
 def queue_names(fleet_id: str) -> dict[str, str]:
