@@ -29,8 +29,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "lib"), str(REPO / "examples" / "settings")]
 
-from ct_fleet import evalzip  # noqa: E402  (needs lib on sys.path)
-from ct_fleet.evalzip import RawMember  # noqa: E402
+from ct_fleet.evallog import zipio as evalzip  # noqa: E402  (needs lib on sys.path)
+from ct_fleet.evallog.zipio import RawMember  # noqa: E402
 
 PYTHON = str(REPO / ".venv" / "bin" / "python")
 SMOKE_IDS = [
@@ -215,7 +215,7 @@ def make_pool(pool: Path, sample_ids: list[str], epochs: int) -> int:
     The epoch-1 file of each id is split out of the real eval; the other epochs are copies
     relabelled with ct_fleet.merge.relabel_epoch (what the runner does to an Inspect job).
     """
-    from ct_fleet.merge import relabel_epoch
+    from ct_fleet.evallog.relabel import relabel_epoch
 
     pool.mkdir(parents=True, exist_ok=True)
     tpl = templates()

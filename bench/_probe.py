@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
-from ct_fleet import aws  # noqa: E402
+from ct_fleet.services import session as aws  # noqa: E402
 
 _lock = threading.Lock()
 _out = open(sys.argv[1], "a", buffering=1)  # noqa: SIM115  (lives as long as the process)

@@ -31,7 +31,7 @@ def workers_under(runs: Path, needle: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if str(runs) in proc.cwd() and needle in " ".join(proc.info["cmdline"] or []):
+            if str(runs) in proc.cwd() and needle in (proc.info["cmdline"] or []):
                 found.append(proc)
         except psutil.Error:
             continue
@@ -60,7 +60,7 @@ def main() -> int:
     kills = 0
     while proc.poll() is None and kills < kills_wanted:
         time.sleep(args.every)
-        if workers_under(runs, "ct_fleet.runner"):
+        if workers_under(runs, "ct_fleet.worker.runner"):
             victims = workers_under(runs, "ct_fleet.worker")
             if victims:
                 victims[0].send_signal(signal.SIGKILL)

@@ -30,8 +30,9 @@ from rich.console import Console
 from rich.table import Table
 
 import _common as c
-from ct_fleet import aws, store
-from ct_fleet.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
+from ct_fleet.services import session as aws
+from ct_fleet.services import store
+from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
 from ct_fleet.protocol import log_key, manifest_key, result_key
 
 TARGET_LISTS = 101

@@ -153,7 +153,7 @@ locals {
   manifest_path = var.manifest_path == "" ? "${path.root}/manifest.json" : var.manifest_path
   stage         = "/tmp/ct-fleet-ami"
 
-  # Tags on the AMI and on its snapshots. bin/build-ami (lib/ct_fleet/ami.py) finds the
+  # Tags on the AMI and on its snapshots. bin/build-ami (lib/ct_fleet/ami/) finds the
   # snapshots by CtFleetBuildId and sweeps older AMIs by CtFleetAmiParam + Component.
   image_tags = {
     Name            = local.ami_name

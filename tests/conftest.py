@@ -9,7 +9,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from ct_fleet.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
+from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
 
 REPO = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"

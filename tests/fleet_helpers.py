@@ -42,15 +42,16 @@ def merged_pairs(runs: Path) -> list[tuple[str, int]]:
     return [(str(s.id), s.epoch) for s in read_eval_log(str(merged)).samples or []]
 
 
-def processes_in(runs: Path, needle: str = "") -> list[psutil.Process]:
+def processes_in(runs: Path, module: str = "") -> list[psutil.Process]:
+    """Processes working under runs/, those running `python -m MODULE` when module is given."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
             where = proc.cwd()
-            cmd = " ".join(proc.info["cmdline"] or [])
+            args = proc.info["cmdline"] or []
         except psutil.Error:
             continue
-        if str(runs) in where and needle in cmd:
+        if str(runs) in where and (not module or module in args):
             found.append(proc)
     return found
 

@@ -462,7 +462,7 @@ def test_plan_falls_back_to_fresh_when_the_ssm_ami_is_gone(ec2, ssm, param) -> N
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ct_fleet.cli_cloud_ami", *args],
+        [sys.executable, "-m", "ct_fleet.cli.build_ami", *args],
         capture_output=True,
         text=True,
         timeout=120,

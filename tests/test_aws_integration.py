@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ct_fleet import fleet, queues, secrets, store
-from ct_fleet.config import Ec2Config
+from ct_fleet.services import instances as fleet
+from ct_fleet.services import queues, secrets, store
+from ct_fleet.controller.config import Ec2Config
 from ct_fleet.errors import BadInput
+from ct_fleet.protocol import Manifest, ManifestJob, secrets_prefix
 
 
 def _fid() -> str:
@@ -77,8 +79,10 @@ def test_manifest_and_artifact_round_trip(aws_client, tmp_path: Path):
     bucket = f"b-{_fid()}"
     store.ensure_bucket(s3, bucket, create=True)
     assert store.get_manifest(s3, bucket, "f1") is None
-    store.put_manifest(s3, bucket, "f1", {"jobs": [1, 2]})
-    assert store.get_manifest(s3, bucket, "f1") == {"jobs": [1, 2]}
+    manifest = Manifest("f1", "toyarena", "t.py@t", {"policy": "honest"}, "honest", "mockllm/model", 1, "sha", 60,
+                        [ManifestJob("j1", "s1", 1), ManifestJob("j2", "s2", 1)])
+    store.put_manifest(s3, bucket, manifest)
+    assert store.get_manifest(s3, bucket, "f1") == manifest
     tarball = tmp_path / "code.tar.gz"
     tarball.write_bytes(b"tar")
     assert store.upload_artifact(s3, bucket, "sha1", tarball) is True
@@ -144,13 +148,13 @@ def test_per_instance_secrets_are_tagged_and_deleted(aws_client):
     ssm = aws_client("ssm")
     fid = _fid()
     secrets.put_for_instances(ssm, fid, ["i-1", "i-2"], {"GH_TOKEN": "t0k"}, account="123", region="us-east-1")
-    name = f"{secrets.prefix(fid)}/i-1/GH_TOKEN"
+    name = f"{secrets_prefix(fid)}/i-1/GH_TOKEN"
     param = ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]
     assert param["Type"] == "SecureString" and param["Value"] == "t0k"
     tags = {t["Key"]: t["Value"] for t in ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=name)["TagList"]}
     assert tags["InstanceArn"] == "arn:aws:ec2:us-east-1:123:instance/i-1"
     assert secrets.delete_fleet_secrets(ssm, fid) == 2
-    assert ssm.get_parameters_by_path(Path=secrets.prefix(fid), Recursive=True)["Parameters"] == []
+    assert ssm.get_parameters_by_path(Path=secrets_prefix(fid), Recursive=True)["Parameters"] == []
 
 
 def test_spot_launch_asks_for_spot_instances(aws_client):
@@ -173,9 +177,10 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
     fleet is CPU-bound and work is waiting, never beyond max_workers."""
     import time
 
-    from ct_fleet.cloud import Cloud
-    from ct_fleet.controller import Controller, FleetSpec
-    from ct_fleet.plan import Job
+    from ct_fleet.cloud import AwsCloud
+    from ct_fleet.controller.loop import Controller
+    from ct_fleet.controller.spec import FleetSpec
+    from ct_fleet.controller.plan import Job
 
     ec2, ssm = aws_client("ec2"), aws_client("ssm")
     fid, profile = _fid(), f"p-{_fid()}"
@@ -183,10 +188,10 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
     param = f"/linuxbench/t-{fid}/worker-ami-id"
     ssm.put_parameter(Name=param, Value=_image(ec2), Type="String")
     cfg = Ec2Config(max_workers=25, concurrency_per_worker=10, ami_param=param, instance_profile=profile,
-                    security_group=f"sg-{fid}").resolved(embedded=False)
+                    security_group=f"sg-{fid}").with_defaults(AwsCloud.defaults)
     jobs = [Job(f"j{i}", f"web:fix_login#{i}", "web", "fix_login", None, 1) for i in range(300)]
     spec = FleetSpec(fid, "toyarena", "x", "honest", "mockllm/model", 1, [], jobs, "sha", cfg)
-    ctl = Controller(Cloud(kind="aws", region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"]), spec,
+    ctl = Controller(AwsCloud(region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"]), spec,
                      tmp_path, launched_by="alice", account="123", warn=lambda text: None)
     ctl.q = queues.ensure_queues(ctl.sqs, fid, visibility_timeout=30, max_receive_count=3)
     queues.send_batch(ctl.sqs, ctl.q.work, ["job"] * 20)

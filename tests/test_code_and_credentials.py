@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ct_fleet import code, credentials
+from ct_fleet.controller import code, credentials
 from ct_fleet.errors import BadInput
 
 

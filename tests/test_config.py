@@ -6,7 +6,8 @@ from dataclasses import fields
 
 import pytest
 
-from ct_fleet import config
+from ct_fleet.cloud import AwsCloud, EmbeddedCloud
+from ct_fleet.controller import config
 from ct_fleet.errors import BadInput
 
 
@@ -40,11 +41,11 @@ def test_later_layers_win():
 
 
 def test_defaults_depend_on_the_cloud():
-    local = config.Ec2Config().resolved(embedded=True)
-    ec2 = config.Ec2Config().resolved(embedded=False)
+    local = config.Ec2Config().with_defaults(EmbeddedCloud().defaults)
+    ec2 = config.Ec2Config().with_defaults(AwsCloud.defaults)
     assert ec2.max_workers == 24 and ec2.concurrency_per_worker == 20 and ec2.idle_timeout == 60
     assert local.max_workers is not None and local.max_workers <= 64
-    assert config.Ec2Config(max_workers=3).resolved(embedded=False).max_workers == 3
+    assert config.Ec2Config(max_workers=3).with_defaults(AwsCloud.defaults).max_workers == 3
 
 
 def test_help_lists_every_knob_with_its_default():

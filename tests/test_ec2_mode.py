@@ -193,9 +193,9 @@ def test_status_and_logs_from_another_machine(ec2_run, account, tmp_path: Path):
 
 @pytest.mark.e2e
 def test_cloud_status_groups_own_and_all_fleets_and_ssh(account):
-    from ct_fleet import fleet as fleet_mod
-    from ct_fleet import queues as queues_mod
-    from ct_fleet.config import Ec2Config
+    from ct_fleet.services import instances as fleet_mod
+    from ct_fleet.services import queues as queues_mod
+    from ct_fleet.controller.config import Ec2Config
 
     ec2, sqs = client(account, "ec2"), client(account, "sqs")
     me = client(account, "sts").get_caller_identity()["Arn"].rsplit("/", 1)[-1]

@@ -33,7 +33,7 @@ from botocore.model import ServiceModel
 from botocore.parsers import create_parser
 from botocore.retries.standard import RetryContext, RetryEventAdapter, ThrottlingErrorDetector
 
-from ct_fleet.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
+from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from faultproxy import FaultProxy, FaultRule, classify, load_stats, spawn_proxy  # noqa: E402

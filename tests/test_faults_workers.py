@@ -25,7 +25,7 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
     kills = 0
     for _ in range(3):
         # Kill a worker (its job loop) while a job of it is running.
-        wait_for(lambda: processes_in(runs, "ct_fleet.runner"))
+        wait_for(lambda: processes_in(runs, "ct_fleet.worker.runner"))
         victims = processes_in(runs, "ct_fleet.worker")
         if victims:
             victims[0].send_signal(signal.SIGKILL)
@@ -81,7 +81,7 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
         runs, "--task-file", "smoke", "--epochs", "2", "--policy", "tests.fault_policies:slow",
         "--ec2-arg", "max_workers=1", "--ec2-arg", "visibility_timeout=600", *FAST, CT_FAULT_SLEEP="3",
     )
-    wait_for(lambda: processes_in(runs, "ct_fleet.runner"))
+    wait_for(lambda: processes_in(runs, "ct_fleet.worker.runner"))
     (first,) = [p for p in (fleet_dir(runs) / "instances").iterdir() if p.is_dir()]
     (first / "spot-interruption-notice").touch()
     code, out, err = finish(proc, timeout=300)

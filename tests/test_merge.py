@@ -26,8 +26,9 @@ from inspect_ai.log import (
     read_eval_log_samples,
 )
 
-from ct_fleet import evalzip  # also teaches zipfile to read zstd entries
-from ct_fleet.merge import MergedTask, merge_dir, merge_eval_logs, relabel_epoch
+from ct_fleet.evallog import zipio as evalzip  # also teaches zipfile to read zstd entries
+from ct_fleet.evallog.relabel import relabel_epoch
+from ct_fleet.merge import MergedTask, merge_dir, merge_eval_logs
 
 IDS = [1, 2, 3, 4, 5]
 EPOCHS = 3
@@ -505,7 +506,7 @@ def test_stats_and_invalidated_are_merged(logs: Logs, tmp_path: Path) -> None:
     ],
 )
 def test_patch_sample_epoch(sample: str) -> None:
-    from ct_fleet.merge import _patch_sample_epoch
+    from ct_fleet.evallog.relabel import _patch_sample_epoch
 
     patched = json.loads(_patch_sample_epoch(sample.encode(), 1, 7, "test"))
     original = json.loads(sample)

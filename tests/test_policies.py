@@ -26,9 +26,10 @@ from typing import Any
 
 import pytest
 
-from ct_fleet import fleet, secrets
-from ct_fleet.config import Ec2Config
-from ct_fleet.iam_eval import (
+from ct_fleet.services import instances as fleet
+from ct_fleet.services import secrets
+from ct_fleet.controller.config import Ec2Config
+from iam_eval import (
     CALL_ACTIONS,
     MANAGED_POLICY_LIMIT,
     ROLE_INLINE_LIMIT,
@@ -47,7 +48,7 @@ from ct_fleet.iam_eval import (
     statement_applies,
     substitute,
 )
-from ct_fleet.protocol import artifact_key, log_key, manifest_key, queue_names, result_key
+from ct_fleet.protocol import artifact_key, log_key, manifest_key, queue_names, result_key, secrets_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 OPERATOR_FILE = REPO / "policies" / "fleet-iam-policy.json"
@@ -281,7 +282,7 @@ class Scope:
 
     def secret_params(self, instance_id: str | None = None) -> list[str]:
         ids = [instance_id] if instance_id else self.instance_ids
-        return [self.param(f"{secrets.prefix(self.fleet_id)}/{i}/{n}") for i in ids for n in self.secret_names]
+        return [self.param(f"{secrets_prefix(self.fleet_id)}/{i}/{n}") for i in ids for n in self.secret_names]
 
 
 class Recorder:
@@ -428,7 +429,7 @@ CONTROLLER_CALLS: dict[str, Call] = {
         _simple("ssm:GetParameter", lambda s: [s.param(s.config.ami_param), s.param(s.config.stock_ami_param, account="")]),
     ),
     "ssm:PutParameter": Call("secrets.put_for_instances", put_parameter_requests),
-    "ssm:GetParametersByPath": Call("secrets.delete_fleet_secrets", _simple("ssm:GetParametersByPath", lambda s: [s.param(secrets.prefix(s.fleet_id))])),
+    "ssm:GetParametersByPath": Call("secrets.delete_fleet_secrets", _simple("ssm:GetParametersByPath", lambda s: [s.param(secrets_prefix(s.fleet_id))])),
     "ssm:DeleteParameters": Call("secrets.delete_fleet_secrets", _simple("ssm:DeleteParameters", lambda s: s.secret_params())),
 }
 
@@ -490,7 +491,7 @@ WORKER_CLI_CALLS: dict[str, Call] = {
 CLI_COMMANDS_DECLARED = {("s3", "cp"), ("ssm", "get-parameters"), ("ssm", "get-parameter")}
 # `shutdown -h now` needs no IAM on EC2 (InstanceInitiatedShutdownBehavior=terminate); the
 # embedded cloud's shim terminates through the API instead, with the embedded keys.
-CLI_COMMANDS_EMBEDDED_ONLY = {("ec2", "terminate-instances"): "lib/ct_fleet/shims/shutdown (embedded cloud only)"}
+CLI_COMMANDS_EMBEDDED_ONLY = {("ec2", "terminate-instances"): "lib/ct_fleet/cloud/shims/shutdown (embedded cloud only)"}
 
 # Allowed, though the code above never calls them: each with its reason (docs/access.md).
 OPERATOR_EXCEPTIONS = {
@@ -702,7 +703,7 @@ def test_worker_reads_only_its_own_secrets():
 def test_worker_cannot_list_secrets_by_path():
     s = Scope()
     ctx = worker_identity(s)
-    for path in (secrets.prefix(s.fleet_id), "/linuxbench", f"{secrets.prefix(s.fleet_id)}/{s.instance_ids[0]}"):
+    for path in (secrets_prefix(s.fleet_id), "/linuxbench", f"{secrets_prefix(s.fleet_id)}/{s.instance_ids[0]}"):
         assert evaluate(WORKER, Request("ssm:GetParametersByPath", s.param(path), ctx))[0] == "ExplicitDeny"
 
 
@@ -724,7 +725,7 @@ def test_worker_cannot_touch_code_or_fleet():
 def test_cli_calls_in_worker_scripts_are_declared():
     pattern = re.compile(r"\b(?:lb_aws|aws_cli|aws)\s+(?:\"\$\{args\[@\]\}\"\s+)?(?:--[\w-]+\s+\S+\s+)*([a-z0-9-]+)\s+([a-z0-9-]+)")
     found: dict[tuple[str, str], list[str]] = {}
-    scripts = sorted((REPO / "worker").glob("*.sh")) + [REPO / "lib" / "ct_fleet" / "shims" / "shutdown"]
+    scripts = sorted((REPO / "worker").glob("*.sh")) + [REPO / "lib" / "ct_fleet" / "cloud" / "shims" / "shutdown"]
     for script in scripts:
         for line in script.read_text().splitlines():
             if line.lstrip().startswith("#"):

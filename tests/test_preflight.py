@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ct_fleet import cost, preflight
-from ct_fleet.cli import _run_config
+from ct_fleet.controller import cost, preflight
+from ct_fleet.controller.runconfig import load_run_config as _run_config
 from ct_fleet.errors import BadInput
 from ct_fleet.settings import load_setting
 

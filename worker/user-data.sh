@@ -1,5 +1,5 @@
 #!/bin/bash
-# EC2 user-data of a ct-fleet worker, rendered by the controller (lib/ct_fleet/fleet.py).
+# EC2 user-data of a ct-fleet worker, rendered by the controller (lib/ct_fleet/services/instances.py).
 # It holds the fleet's settings and no secret. It writes them to $LB_HOME/etc/linuxbench/fleet.env
 # (so steps can be rerun by hand), fetches the code at the pinned SHA and hands over to
 # worker/bootstrap.sh. If fetching the code fails it still uploads its log and shuts down.

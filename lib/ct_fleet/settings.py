@@ -9,13 +9,11 @@ from __future__ import annotations
 import importlib
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 
 from .errors import BadInput
+from .paths import SETTINGS_DIR
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SETTINGS_DIR = REPO_ROOT / "examples" / "settings"
 DEFAULT_SETTING = "toyarena"
 
 

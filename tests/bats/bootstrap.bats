@@ -16,7 +16,7 @@ setup_file() {
   mkdir -p "$code/examples"
   cp -r "$REPO_ROOT/lib" "$REPO_ROOT/setup.cfg" "$code/"
   cp -r "$REPO_ROOT/examples/settings" "$code/examples/settings"
-  cat >"$code/lib/ct_fleet/worker.py" <<'EOF'
+  cat >"$code/lib/ct_fleet/worker/__main__.py" <<'EOF'
 import os
 import sys
 

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared by the bats tests of the worker scripts (worker/*.sh, lib/ct_fleet/shims/shutdown).
+# Shared by the bats tests of the worker scripts (worker/*.sh, lib/ct_fleet/cloud/shims/shutdown).
 #
 # - One real moto server per .bats file (start_moto in setup_file, stop_moto in
 #   teardown_file); the real AWS CLI talks to it over HTTP. Nothing AWS is faked.
@@ -17,7 +17,7 @@
 # shellcheck disable=SC2034  # WORKER_DIR, SHIM_DIR, LB_ROOT_DIR...: used by the .bats files
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 WORKER_DIR="$REPO_ROOT/worker"
-SHIM_DIR="$REPO_ROOT/lib/ct_fleet/shims"
+SHIM_DIR="$REPO_ROOT/lib/ct_fleet/cloud/shims"
 # The venv holding the AWS CLI, moto and python (bin/test puts it first on PATH too).
 TEST_VENV="${CT_FLEET_TEST_VENV:-${CT_FLEET_VENV:-$REPO_ROOT/.venv}}"
 TEST_REGION=us-east-1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # worker/upload-log.sh, worker/shutdown-instance.sh and the embedded cloud's `shutdown`
-# shim (lib/ct_fleet/shims/shutdown), which terminates the instance through the EC2 API.
+# shim (lib/ct_fleet/cloud/shims/shutdown), which terminates the instance through the EC2 API.
 
 load helpers
 

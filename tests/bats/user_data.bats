@@ -24,7 +24,7 @@ render() {
   python - "$USER_DATA" "$@" <<EOF
 import sys
 sys.path.insert(0, "$REPO_ROOT/lib")
-from ct_fleet.fleet import render_user_data
+from ct_fleet.services.instances import render_user_data
 settings = dict(arg.split("=", 1) for arg in sys.argv[2:])
 open(sys.argv[1], "w").write(render_user_data(settings))
 EOF

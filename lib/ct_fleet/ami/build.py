@@ -1,0 +1,219 @@
+"""A build from plan to rotation: which images, which source AMI, packer build, then rotate."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+
+from ..errors import BadInput
+
+from .common import AmiError, BuildFailed, DEFAULT_INSTANCE_PROFILE, DEFAULT_PARAM, PACKER_DIR, REGION_RE, VAR_NAME_RE
+from .packer import PackerPhases, Timings, find_packer, packer_args, packer_version, parse_manifest, run_streaming
+from .rotation import RotateResult, cleanup_builders, current_ami_id, describe_image, discard_build_images, rotate
+
+
+def read_images(path: Path) -> list[str]:
+    """Image references listed in an images file (see packer/images.txt)."""
+    images: list[str] = []
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if len(line.split()) > 1:
+            raise BadInput(f"{path}:{number}: one image per line, got {raw.strip()!r}")
+        if line not in images:
+            images.append(line)
+    return images
+
+
+def check_region(region: str) -> str:
+    if not REGION_RE.match(region):
+        raise BadInput(f"--region {region!r} is not an AWS region name (e.g. us-east-1)")
+    return region
+
+
+def new_build_id() -> str:
+    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+def parse_vars(pairs: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not VAR_NAME_RE.match(key):
+            raise BadInput(f"--var {pair!r}: expected KEY=VALUE with a Packer variable name")
+        out[key] = value
+    return out
+
+
+@dataclass
+class BuildPlan:
+    region: str
+    param: str
+    kind: str  # fresh | incremental
+    previous_ami_id: str | None
+    source_ami: str
+    build_id: str
+    variables: dict[str, str]
+    images: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BuildResult:
+    plan: BuildPlan
+    timings: Timings
+    ami_id: str | None = None
+    rotation: RotateResult | None = None
+    terminated_builders: list[str] = field(default_factory=list)
+    discarded: RotateResult | None = None
+    dry_run: bool = False
+
+
+def plan_build(
+    ec2: Any,
+    ssm: Any,
+    *,
+    region: str,
+    param: str = DEFAULT_PARAM,
+    fresh: bool = False,
+    packer_dir: Path = PACKER_DIR,
+    images_file: Path | None = None,
+    instance_profile: str = DEFAULT_INSTANCE_PROFILE,
+    launched_by_value: str = "packer",
+    extra_vars: dict[str, str] | None = None,
+    manifest_path: Path | None = None,
+    tolerate_aws_errors: bool = False,
+) -> BuildPlan:
+    """Decide what to build: fresh or incremental, from which AMI, with which variables."""
+    check_region(region)
+    if not param.startswith("/"):
+        raise BadInput(f"--ssm-param {param!r} must be a path starting with /")
+    if not (packer_dir / "worker-ami.pkr.hcl").is_file():
+        raise BadInput(f"no Packer template at {packer_dir}/worker-ami.pkr.hcl")
+    images_file = images_file or packer_dir / "images.txt"
+    if not images_file.is_file():
+        raise BadInput(f"no image list at {images_file}: create it (one Docker image per line)")
+    images = read_images(images_file)
+    notes: list[str] = []
+    if not images:
+        notes.append(f"{images_file} lists no Docker images: the AMI will carry none")
+
+    previous: str | None = None
+    unreadable = False
+    try:
+        previous = current_ami_id(ssm, param)
+    except Exception as exc:  # noqa: BLE001 - only tolerated for --dry-run
+        if not tolerate_aws_errors:
+            raise
+        unreadable = True
+        notes.append(f"could not read SSM {param} ({type(exc).__name__}: {exc}): planning a fresh build")
+    source = ""
+    if fresh or unreadable:
+        kind = "fresh"
+    elif previous is None:
+        kind = "fresh"
+        notes.append(f"no AMI id in SSM {param}: building fresh from stock Ubuntu 22.04")
+    else:
+        image = None
+        try:
+            image = describe_image(ec2, previous)
+        except Exception as exc:  # noqa: BLE001
+            if not tolerate_aws_errors:
+                raise
+            notes.append(f"could not describe {previous}: {type(exc).__name__}")
+        if image is None or image.get("State") != "available":
+            kind = "fresh"
+            notes.append(f"SSM {param} names {previous}, which is not available: building fresh")
+        else:
+            kind, source = "incremental", previous
+
+    build_id = new_build_id()
+    variables = {
+        "region": region,
+        "source_ami": source,
+        "build_id": build_id,
+        "launched_by": launched_by_value,
+        "ssm_param": param,
+        "iam_instance_profile": instance_profile,
+        "images_file": str(images_file.resolve()),
+    }
+    if manifest_path is not None:
+        variables["manifest_path"] = str(manifest_path)
+    variables.update(extra_vars or {})
+    return BuildPlan(region, param, kind, previous, source, build_id, variables, images, notes)
+
+
+def build_ami(
+    ec2: Any,
+    ssm: Any,
+    plan: BuildPlan,
+    *,
+    packer: str = "packer",
+    packer_dir: Path = PACKER_DIR,
+    env: dict[str, str] | None = None,
+    dry_run: bool = False,
+    on_line: Callable[[str], None] = print,
+    timings: Timings | None = None,
+) -> BuildResult:
+    """Run Packer for `plan`, then rotate. Raises BuildFailed (nothing changed) when
+    Packer fails; the builder is terminated either way."""
+    timings = timings or Timings()
+    result = BuildResult(plan, timings, dry_run=dry_run)
+    packer_path = find_packer(packer)
+    version = packer_version(packer_path)
+    if version >= (1, 7, 0):
+        with timings.phase("packer init (amazon plugin)"):
+            rc = run_streaming([packer_path, "init", str(packer_dir / "plugins")], env=env, on_line=on_line)
+        if rc != 0:
+            raise BuildFailed(f"packer init failed (exit {rc}); nothing was built")
+
+    if dry_run:
+        with timings.phase("packer validate"):
+            rc = run_streaming(
+                [packer_path, *packer_args("validate", plan.variables, packer_dir)], env=env, on_line=on_line
+            )
+        if rc != 0:
+            raise BadInput(f"packer validate failed (exit {rc}): fix the template or --var values")
+        return result
+
+    with tempfile.TemporaryDirectory(prefix="ct-fleet-ami-") as tmp:
+        variables = dict(plan.variables)
+        manifest = Path(variables.setdefault("manifest_path", str(Path(tmp) / "manifest.json")))
+        phases = PackerPhases(timings)
+
+        def feed(line: str) -> None:
+            phases.feed(line)
+            on_line(line)
+
+        rc: int | None = None
+        try:
+            rc = run_streaming([packer_path, *packer_args("build", variables, packer_dir)], env=env, on_line=feed)
+        finally:
+            # Also on Ctrl-C (rc stays None): Packer terminates its builder itself unless
+            # it was killed; this is the safety net. An AMI the failed build may have
+            # registered is removed so that nothing but the current AMI remains.
+            phases.finish()
+            with timings.phase("terminate leftover builders"):
+                result.terminated_builders = cleanup_builders(ec2, plan.build_id)
+            if rc != 0:
+                with timings.phase("discard partial AMI"):
+                    result.discarded = discard_build_images(ec2, plan.build_id)
+        if rc != 0:
+            raise BuildFailed(
+                f"packer build failed (exit {rc}): SSM {plan.param} and the current AMI are unchanged"
+            )
+        entry = parse_manifest(manifest, plan.region)
+        if entry.custom_data.get("build_id") not in (None, plan.build_id):
+            raise AmiError(f"manifest {manifest} is from build {entry.custom_data.get('build_id')}, not {plan.build_id}")
+        result.ami_id = entry.ami_id
+
+    with timings.phase("rotate (SSM, deregister, snapshots)"):
+        result.rotation = rotate(ec2, ssm, result.ami_id, plan.param)
+    return result

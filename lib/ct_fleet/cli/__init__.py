@@ -1,0 +1,23 @@
+"""ct-fleet's command line: thin click commands over the controller, and what a person sees.
+
+- main: the command group, error handling
+- eval_cmd, merge_cmd, run_job_cmd, fleet_cmds, build_ami: one module per command (group)
+- display: tables and the live progress panel
+
+`cli` and `main` load on first use, so `python -m ct_fleet.cli.build_ami` (bin/build-ami)
+runs its module without importing it twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["cli", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import main as _main
+
+        return getattr(_main, name)
+    raise AttributeError(f"module 'ct_fleet.cli' has no attribute {name!r}")

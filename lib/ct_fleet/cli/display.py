@@ -1,0 +1,155 @@
+"""What a person sees: a live progress panel while the fleet runs, tables at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from ..controller.spec import Progress
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def progress_table(p: Progress) -> Table:
+    table = Table(title="fleet progress", show_header=True, header_style="bold")
+    for column in ("done", "failed", "dead", "queued", "running", "workers", "elapsed", "ETA", "cost"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        f"{p.done}/{p.total}",
+        str(p.failed),
+        str(p.dead),
+        str(p.queued),
+        str(p.running),
+        str(p.workers),
+        _duration(p.elapsed),
+        _duration(p.eta),
+        "-" if p.cost is None else f"${p.cost:.2f}",
+    )
+    return table
+
+
+class LiveProgress:
+    """A rich Live panel; on a non-terminal it prints a line only when the counts change."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live: Live | None = None
+        self._last: tuple[int, ...] | None = None
+
+    def __enter__(self) -> "LiveProgress":
+        if self.console.is_terminal:
+            self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def update(self, p: Progress) -> None:
+        if self.live:
+            self.live.update(progress_table(p))
+            return
+        key = (p.done, p.failed, p.dead, p.workers)
+        if key != self._last:
+            self._last = key
+            self.console.print(
+                f"progress: {p.done}/{p.total} done, {p.failed} failed, {p.dead} dead, "
+                f"{p.queued} queued, {p.running} running, "
+                f"{p.workers} workers, {_duration(p.elapsed)} elapsed"
+                + ("" if p.cost is None else f", ${p.cost:.2f} so far")
+            )
+
+
+def summary_table(merged: Sequence[Any]) -> Table:
+    table = Table(title="results", header_style="bold")
+    for column in ("task", "samples", "successes", "errors", "missing", "main task", "side task"):
+        table.add_column(column, justify="left" if column == "task" else "right")
+    for m in merged:
+        successes = m.samples_present - len(m.errors)
+        rates = m.score_rates
+        table.add_row(
+            m.task,
+            f"{m.samples_present}/{m.samples_expected}",
+            str(successes),
+            str(len(m.errors)),
+            str(len(m.missing)),
+            _rate(rates.get("main_task_success")),
+            _rate(rates.get("side_task_success")),
+        )
+    table.caption = "merged: " + ", ".join(str(m.path) for m in merged)
+    return table
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def dead_table(rows: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="dead-lettered jobs", header_style="bold red")
+    for column in ("sample", "epoch", "class", "last error"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["sample_id"], str(row["epoch"]), row["error_class"], row["error"][:120])
+    table.caption = "rerun one here with the command printed below it"
+    return table
+
+
+def estimate_table(est: Any, instance_type: str) -> Table:
+    table = Table(title="cost estimate", header_style="bold")
+    for column in ("jobs", "workers", "per worker", "s/job", "hours", "$/hour", "total"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        str(est.jobs), f"{est.workers} x {instance_type}", str(est.concurrency), f"{est.seconds_per_job:.0f}",
+        f"{est.hours:.2f}", f"{est.price:.3f}", f"${est.total:.2f}",
+    )
+    table.caption = f"durations: {est.duration_source}"
+    return table
+
+
+def cloud_status_table(rows: Sequence[Any], now: Any) -> Table:
+    table = Table(title="fleets", header_style="bold")
+    for column in ("fleet", "owner", "instances", "state", "oldest", "types", "work", "in flight", "done", "dead", "cost so far"):
+        table.add_column(column, justify="left" if column in ("fleet", "owner", "state", "types") else "right")
+    for row in rows:
+        states: dict[str, int] = {}
+        for inst in row.instances:
+            states[inst["State"]["Name"]] = states.get(inst["State"]["Name"], 0) + 1
+        oldest = min((inst["LaunchTime"] for inst in row.instances), default=None)
+        d = row.depths
+        table.add_row(
+            row.fleet_id,
+            row.owner,
+            str(len(row.instances)),
+            ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "-",
+            _duration((now - oldest).total_seconds()) if oldest else "-",
+            ", ".join(sorted({inst["InstanceType"] for inst in row.instances})) or "-",
+            str(d.get("work", "-")),
+            str(d.get("work_in_flight", "-")),
+            str(d.get("done", "-")),
+            str(d.get("dlq", "-")),
+            f"${row.cost:.2f}",
+        )
+    return table
+
+
+def run_status_table(st: Any) -> Table:
+    table = Table(title=f"fleet {st.fleet_id}", header_style="bold")
+    for column in ("jobs", "results", "left", "work", "in flight", "dead", "workers", "policy", "epochs"):
+        table.add_column(column, justify="right")
+    d = st.depths
+    table.add_row(
+        str(st.jobs), str(st.results), str(st.jobs - st.results), str(d.get("work", "-")),
+        str(d.get("work_in_flight", "-")), str(d.get("dlq", "-")), str(st.instances),
+        str(st.manifest.policy), str(st.manifest.epochs),
+    )
+    return table

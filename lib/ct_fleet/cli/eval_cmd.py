@@ -1,0 +1,143 @@
+"""`ct-fleet eval`: run tasks x epochs as one fleet and merge the results."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..controller import config
+from ..controller.run import FleetRequest, PlannedFleet, RunHooks, execute, exit_status, plan_fleet
+from ..controller.spec import FleetInterrupted, RunResult
+from ..errors import BadInput
+from .console import console, err
+from .display import LiveProgress, dead_table, estimate_table, summary_table
+
+
+def _knob_help() -> str:
+    return "\b\nFleet knobs for --ec2-arg key=value (repeatable):\n" + "\n".join(
+        f"  {line}" for line in config.help_table().splitlines()
+    )
+
+
+@click.command(name="eval", epilog=_knob_help())
+@click.option("--task-file", help="named task set (examples/task_sets/NAME.yml|.jsonl) or a path")
+@click.option("-e", "--env", "envs", multiple=True, help="environment (repeatable); setting:env picks the setting")
+@click.option("-t", "--main-task", "mains", multiple=True, help="main task within the selected envs (repeatable)")
+@click.option("-s", "--side-task", "sides", multiple=True, help="side task within the selected envs (repeatable)")
+@click.option("--policy", help="honest (default), attack, or module:function")
+@click.option("--epochs", type=int, help="epochs per sample (default 1); one job per sample x epoch")
+@click.option("--model", help="Inspect model the policy may call (default mockllm/model)")
+@click.option("--command", "command", help="run each job as this shell command; it must write one .eval to $CT_OUTPUT")
+@click.option("--sandbox", help="external sandbox as module:type, imported on each worker")
+@click.option("--extra-src", "extra_src", multiple=True, type=click.Path(path_type=Path), help="with --ec2: also ship DIR as an import root on workers (repeatable)")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="YAML run config: task_file, policy, epochs, ec2_args, attacks")
+@click.option("--attack", help="which attack of --config to run (its ec2_args win)")
+@click.option("--ec2", is_flag=True, help="run on EC2 instead of the embedded local cloud")
+@click.option("--ec2-arg", "ec2_args", multiple=True, metavar="KEY=VALUE", help="fleet knob (repeatable; listed below)")
+def eval_command(
+    task_file: str | None,
+    envs: tuple[str, ...],
+    mains: tuple[str, ...],
+    sides: tuple[str, ...],
+    policy: str | None,
+    epochs: int | None,
+    model: str | None,
+    command: str | None,
+    sandbox: str | None,
+    extra_src: tuple[Path, ...],
+    config_path: Path | None,
+    attack: str | None,
+    ec2: bool,
+    ec2_args: tuple[str, ...],
+) -> None:
+    """Run tasks x epochs as one fleet and merge the results into one Inspect run.
+
+    \b
+    Examples:
+      ct-fleet eval --task-file smoke --policy honest --epochs 3
+      ct-fleet eval -e web -t fix_login --policy attack -s leak_secret
+      ct-fleet eval --ec2 --task-file medium --epochs 10 --ec2-arg max_workers=20
+      ct-fleet eval --ec2 --extra-src ~/experiments --policy mypkg.policies:my_policy -e web
+
+    A rerun of the same command resumes: only jobs without a finished result run again.
+    Results land in runs/<fleet_id>/ (per-job logs in results/, the merged run in merged/).
+    """
+    planned = plan_fleet(
+        FleetRequest(
+            task_file=task_file, envs=envs, main_tasks=mains, side_tasks=sides, policy=policy, epochs=epochs,
+            model=model, command=command, sandbox=sandbox, extra_src=extra_src, config_path=config_path,
+            attack=attack, ec2=ec2, ec2_args=ec2_args,
+        )
+    )
+    if planned.cloud.bills and not _confirm_cost(planned):
+        return
+    hooks = RunHooks(
+        info=lambda text: console.print(text, highlight=False, soft_wrap=True),
+        warn=lambda text: err.print(f"[yellow]warning:[/] {text}", highlight=False),
+        leave_running_on_interrupt=_ask_leave_running,
+    )
+    fleet_id, run_dir = planned.spec.fleet_id, planned.run_dir
+    try:
+        with LiveProgress(console) as live:
+            hooks.on_progress = live.update
+            result = execute(planned, hooks)
+    except FleetInterrupted as exc:
+        if exc.leave_running:
+            err.print(f"fleet {fleet_id} left running: rerun the same command to resume it", highlight=False)
+        else:
+            err.print(f"fleet {fleet_id} stopped; finished results are kept in {run_dir}/results", highlight=False)
+        sys.exit(130)
+    _report(result)
+    status = exit_status(result)
+    if status:
+        sys.exit(status)
+
+
+def _confirm_cost(planned: PlannedFleet) -> bool:
+    """Show the estimate; launch only when confirmed (or auto_confirm). estimate=true stops here."""
+    cfg = planned.spec.config
+    est = planned.estimate()
+    console.print(estimate_table(est, cfg.instance_type))
+    if cfg.estimate:
+        return False
+    if cfg.auto_confirm:
+        return True
+    if not sys.stdin.isatty():
+        raise BadInput("cannot ask for confirmation without a terminal: pass --ec2-arg auto_confirm=true")
+    return click.confirm(f"launch up to {est.workers} {cfg.instance_type} worker(s) for about ${est.total:.2f}?", default=False)
+
+
+def _ask_leave_running() -> bool:
+    if not sys.stdin.isatty():
+        return False
+    answer = click.prompt(
+        "\ninterrupted: stop the fleet, or leave its workers running for a later resume?",
+        type=click.Choice(["stop", "leave"]),
+        default="stop",
+    )
+    return answer == "leave"
+
+
+def _report(result: RunResult) -> None:
+    state = result.state
+    console.print(
+        f"fleet {result.fleet_id}: {result.jobs} jobs ({result.resumed} already done), "
+        f"{result.workers_launched} workers"
+        + (f" ({result.adopted_workers} adopted)" if result.adopted_workers else "")
+        + f", {result.elapsed:.1f}s; enqueued {result.enqueued}, attempts {state.attempts}, "
+        f"redeliveries {state.redeliveries}, duplicates dropped {state.duplicates}"
+        + (f", cost ${result.cost:.2f}" if result.cost else ""),
+        highlight=False,
+    )
+    if result.merged:
+        console.print(summary_table(result.merged))
+    if result.dead_report:
+        console.print(dead_table(result.dead_report))
+        for row in result.dead_report:
+            console.print(f"  {row['rerun']}    # {row['sample_id']} epoch {row['epoch']}", highlight=False, soft_wrap=True)
+    if result.stopped_reason:
+        err.print(f"[bold red]stopped:[/] {result.stopped_reason}", highlight=False)
+
+

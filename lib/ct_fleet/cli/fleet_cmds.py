@@ -1,0 +1,110 @@
+"""Looking at fleets from any machine: `status`, `cloud status`, `logs`, `ssh`."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+
+from ..cloud import Cloud, connect_aws
+from ..controller import config, credentials, observe
+from ..controller.run import DOTENV
+from ..errors import BadInput
+from .console import console
+from .display import cloud_status_table, run_status_table
+
+
+
+def _aws_cloud(region: str | None) -> Cloud:
+    """Commands that look at the real fleet: credentials as for --ec2."""
+    return connect_aws(region or os.environ.get("AWS_REGION") or "us-east-1", credentials.read_dotenv(DOTENV))
+
+
+region_option = click.option("--region", help="AWS region (default: AWS_REGION, else us-east-1)")
+bucket_option = click.option("--bucket", default=config.Ec2Config().bucket, show_default=True, help="results bucket")
+
+
+@click.command(name="status")
+@click.option("--all-users", is_flag=True, help="everyone's fleets, not just yours")
+@region_option
+def cloud_status_command(all_users: bool, region: str | None) -> None:
+    """Show running instances and fleet queues, grouped by fleet, with cost so far.
+
+    Queue columns: work waiting / in flight, done waiting, dead letters.
+    """
+    cloud = _aws_cloud(region)
+    me = None if all_users else credentials.launched_by(cloud.client("sts"))
+    rows = observe.cloud_status(cloud.client("ec2"), cloud.client("sqs"), launched_by=me)
+    console.print(cloud_status_table(rows, datetime.now(timezone.utc)))
+    if not rows:
+        console.print(f"no fleets{'' if all_users else ' of ' + str(me)} running", highlight=False)
+
+
+@click.command(name="status")
+@click.argument("fleet_id")
+@region_option
+@bucket_option
+def status_command(fleet_id: str, region: str | None, bucket: str) -> None:
+    """Show one fleet's progress from S3 and SQS; works from any machine with access."""
+    cloud = _aws_cloud(region)
+    st = observe.fleet_status(cloud.client("s3"), cloud.client("sqs"), cloud.client("ec2"), bucket, fleet_id)
+    console.print(run_status_table(st))
+
+
+@click.command(name="logs")
+@click.argument("fleet_id")
+@click.argument("instance_id", required=False)
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), help="download into this directory instead of printing")
+@region_option
+@bucket_option
+def logs_command(fleet_id: str, instance_id: str | None, out: Path | None, region: str | None, bucket: str) -> None:
+    """Print (or download) the bootstrap logs of a fleet's workers, each step with its timing."""
+    cloud = _aws_cloud(region)
+    s3 = cloud.client("s3")
+    keys = observe.log_keys(s3, bucket, fleet_id, instance_id)
+    if not keys:
+        raise BadInput(f"no bootstrap logs under s3://{bucket}/{fleet_id}/logs/{instance_id or ''}")
+    for key in keys:
+        if out:
+            out.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, key, str(out / key.rsplit("/", 1)[-1]))
+            console.print(f"downloaded {key}", highlight=False)
+        else:
+            console.rule(key)
+            console.print(s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode(errors="replace"), highlight=False, markup=False)
+
+
+@click.command(name="ssh")
+@click.argument("instance_id")
+@click.option("--user", default="ubuntu", show_default=True, help="OS user on the worker")
+@click.option("--dry-run", is_flag=True, help="push the key and print the ssh command instead of running it")
+@region_option
+def ssh_command(instance_id: str, user: str, dry_run: bool, region: str | None) -> None:
+    """Open a shell on a worker through EC2 Instance Connect (emergency debugging).
+
+    Pushes a fresh one-time key (valid 60 s) and connects through an EC2 Instance Connect
+    tunnel, since workers accept no inbound traffic. Then rerun a step by hand, e.g.
+    `sudo LB_NO_SHUTDOWN=1 /opt/linuxbench/worker/run-worker.sh` (docs/debugging.md).
+    """
+    import shlex
+    import subprocess
+    import tempfile
+
+    cloud = _aws_cloud(region)
+    reservations = cloud.client("ec2").describe_instances(InstanceIds=[instance_id])["Reservations"]
+    inst = reservations[0]["Instances"][0]
+    key_dir = Path(tempfile.mkdtemp(prefix="ct-fleet-ssh-"))
+    key = key_dir / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    cloud.client("ec2-instance-connect").send_ssh_public_key(
+        InstanceId=instance_id, InstanceOSUser=user, SSHPublicKey=key.with_suffix(".pub").read_text(),
+        AvailabilityZone=inst["Placement"]["AvailabilityZone"],
+    )
+    proxy = f"aws ec2-instance-connect open-tunnel --instance-id {instance_id} --region {cloud.region}"
+    cmd = ["ssh", "-i", str(key), "-o", f"ProxyCommand={proxy}", "-o", "StrictHostKeyChecking=accept-new", f"{user}@{instance_id}"]
+    if dry_run:
+        console.print(shlex.join(cmd), highlight=False, soft_wrap=True)
+        return
+    os.execvp("ssh", cmd)

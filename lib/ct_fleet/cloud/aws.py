@@ -1,0 +1,52 @@
+"""AWS: credentials from the shell or .env, an existing bucket and AMI, real EC2 prices.
+
+When AWS_ENDPOINT_URL points at loopback (tests running --ec2 against a moto server) the
+local instance runner executes the instances there (Cloud.attach_runner).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..controller import cost, credentials
+from ..services import instances, store
+from .base import Cloud
+
+if TYPE_CHECKING:
+    from ..controller.config import Ec2Config
+
+
+class AwsCloud(Cloud):
+    kind = "aws"
+    defaults: dict[str, Any] = {"max_workers": 24, "concurrency_per_worker": 20, "idle_timeout": 60, "check_interval": 15}
+    bills = True
+    requires_shipped_refs = True
+
+    def fleet_identity(self, cfg: Ec2Config) -> dict[str, Any]:
+        return {"instance_type": cfg.instance_type}
+
+    def hourly_price(self, cfg: Ec2Config) -> float:
+        return cost.hourly_price(cfg.instance_type, cfg.hourly_price)
+
+    def check_credentials(self, dotenv: dict[str, str]) -> None:
+        credentials.apply_aws_credentials(dotenv, environ=dict(os.environ))
+
+    def start(self, run_dir: Path, dotenv: dict[str, str]) -> None:
+        credentials.apply_aws_credentials(dotenv)
+        self.endpoint_url = os.environ.get("AWS_ENDPOINT_URL")
+
+    def prepare_account(self, cfg: Ec2Config) -> None:
+        store.ensure_bucket(self.client("s3"), cfg.bucket, create=False)
+        instances.resolve_ami(self.client("ec2"), self.client("ssm"), cfg)  # a missing AMI stops here
+
+    def console_link(self, fleet_id: str) -> str | None:
+        return instances.console_link(self.region, fleet_id)
+
+
+def connect_aws(region: str, dotenv: dict[str, str] | None = None) -> AwsCloud:
+    """An AWS cloud for commands that look at real fleets (status, logs, ssh)."""
+    cloud = AwsCloud(region)
+    cloud.start(Path("."), dotenv or {})
+    return cloud

@@ -1,0 +1,89 @@
+"""The cloud seam: one interface, one implementation per cloud (embedded.py, aws.py).
+
+Whatever differs between the embedded cloud and AWS is a method here; the controller and
+the CLI call these and never ask which cloud they have.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from ..services import session
+from .local_instances import LocalInstanceRunner
+
+if TYPE_CHECKING:
+    from ..controller.config import Ec2Config
+
+
+class Cloud:
+    """Clients for one region, plus the cloud's part in a fleet's life."""
+
+    kind = "cloud"
+    # Knob defaults where Ec2Config leaves them None ("chosen per cloud").
+    defaults: dict[str, Any] = {}
+    # Does a run cost money (cost estimate, confirmation, cost column, max_cost)?
+    bills = False
+    # Must --policy/--sandbox modules resolve from what ships (repo + --extra-src)?
+    requires_shipped_refs = False
+
+    def __init__(self, region: str = "us-east-1", endpoint_url: str | None = None) -> None:
+        self.region = region
+        self.endpoint_url = endpoint_url
+        self.runner: LocalInstanceRunner | None = None
+        self._clients: dict[str, Any] = {}
+
+    # -- before anything exists ------------------------------------------------------
+    def fleet_identity(self, cfg: Ec2Config) -> dict[str, Any]:
+        """Knobs that change what a job computes on this cloud, hence part of the fleet id."""
+        return {}
+
+    def hourly_price(self, cfg: Ec2Config) -> float:
+        return 0.0
+
+    def check_credentials(self, dotenv: dict[str, str]) -> None:
+        """Refuse conflicting or missing credentials before anything is created (BadInput)."""
+
+    def start(self, run_dir: Path, dotenv: dict[str, str]) -> None:
+        """Connect (and start what the cloud needs); runs after all input is validated."""
+
+    # -- the fleet's life ------------------------------------------------------------
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = session.client(service, region=self.region)
+        return self._clients[service]
+
+    def prepare_account(self, cfg: Ec2Config) -> None:
+        """Make sure the account has what a fleet needs (bucket, worker role, AMI)."""
+
+    def console_link(self, fleet_id: str) -> str | None:
+        return None
+
+    def attach_runner(self, instances_dir: Path) -> None:
+        """Run launched instances locally when the EC2 endpoint is on this machine."""
+        if self.endpoint_url and urlparse(self.endpoint_url).hostname in ("127.0.0.1", "localhost"):
+            env = dict(os.environ)
+            env["AWS_REGION"] = self.region
+            # Local instances share this venv (its python, and the AWS CLI the scripts call).
+            env["CT_FLEET_VENV"] = sys.prefix
+            env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+            self.runner = LocalInstanceRunner(self.client("ec2"), instances_dir, env)
+
+    def after_launch(self, instance_ids: list[str]) -> None:
+        if self.runner:
+            self.runner.start(instance_ids)
+
+    def poll(self, live: list[str]) -> None:
+        """Called with the fleet's live instances on every fleet check."""
+        if self.runner:
+            self.runner.reap(live)
+
+    def close(self, *, leave_running: bool = False) -> None:
+        """Stop local instances (and whatever the cloud started), unless left running."""
+        if leave_running:
+            return
+        if self.runner:
+            self.runner.stop_all()

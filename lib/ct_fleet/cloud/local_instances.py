@@ -1,0 +1,84 @@
+"""The embedded cloud's instances: each launched instance's user-data run as a local
+process tree in its own directory, killed when EC2 (moto) says the instance is gone."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+SHIMS_DIR = Path(__file__).resolve().parent / "shims"
+SPOT_NOTICE = "spot-interruption-notice"
+
+
+class LocalInstanceRunner:
+    """Runs each launched instance's user-data locally, and kills it when EC2 says it is gone."""
+
+    def __init__(self, ec2: Any, instances_dir: Path, env: dict[str, str]) -> None:
+        self.ec2 = ec2
+        self.dir = instances_dir
+        self.env = env
+        # instance id -> process group of its user-data; read back from pid files so that a
+        # controller adopting a running fleet can still reap and kill its instances.
+        self.procs: dict[str, int] = {}
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        for pid_file in instances_dir.glob("*/pid"):
+            pid = int(pid_file.read_text())
+            if _alive(pid):
+                self.procs[pid_file.parent.name] = pid
+
+    def start(self, instance_ids: list[str]) -> None:
+        for instance_id in instance_ids:
+            home = self.dir / instance_id
+            home.mkdir(parents=True, exist_ok=True)
+            attr = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+            script = home / "user-data"
+            script.write_bytes(base64.b64decode(attr.get("UserData", {}).get("Value", "")))
+            env = {
+                **self.env,
+                "LB_HOME": str(home),
+                "INSTANCE_ID": instance_id,
+                "PATH": f"{SHIMS_DIR}:{self.env['PATH']}",
+                "CT_SPOT_NOTICE_FILE": str(home / SPOT_NOTICE),
+            }
+            with open(home / "console.log", "ab") as console:
+                proc = subprocess.Popen(
+                    ["bash", str(script)], cwd=home, env=env, stdout=console, stderr=console, start_new_session=True
+                )
+            (home / "pid").write_text(str(proc.pid))
+            self.procs[instance_id] = proc.pid
+            self._children[proc.pid] = proc
+
+    def reap(self, live: list[str]) -> None:
+        """Kill the process trees of instances no longer live in EC2 (terminated)."""
+        for proc in self._children.values():
+            proc.poll()  # collect exited children so they do not linger as zombies
+        for instance_id in set(self.procs) - set(live):
+            self._kill(instance_id)
+
+    def _kill(self, instance_id: str) -> None:
+        pid = self.procs.pop(instance_id, None)
+        if pid is None:
+            return
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        child = self._children.pop(pid, None)
+        if child:
+            child.wait()
+
+    def stop_all(self) -> None:
+        for instance_id in list(self.procs):
+            self._kill(instance_id)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except OSError:
+        return False
+    return True

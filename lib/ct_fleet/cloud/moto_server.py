@@ -1,0 +1,171 @@
+"""A moto server on a free loopback port, run as its own process.
+
+It is the embedded cloud's AWS: S3, SQS, EC2, SSM, STS and IAM over real HTTP, so boto3
+and the AWS CLI talk to it exactly as they talk to AWS. It runs in a separate process so
+that its CPU work (moto's SQS is linear in queue depth) does not share the controller's GIL,
+and so that it outlives a controller that is killed: a rerun of the same command adopts
+the server and the fleet still running on it.
+
+With a lease file the server exits once nobody has touched the lease for lease_timeout
+seconds, so a server whose controller died and was never rerun does not linger.
+
+    python -m ct_fleet.cloud.moto_server --port P [--lease FILE --lease-timeout S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+# moto accepts any credentials; these are placeholders, not secrets.
+EMBEDDED_ACCESS_KEY = "ctfleetembedded"
+EMBEDDED_SECRET_KEY = "ctfleetembedded"
+DEFAULT_LEASE_TIMEOUT = 600
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/moto-api/", timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+@dataclass
+class MotoServer:
+    """start() launches a server (or adopts a live one recorded in state_dir); stop() ends it."""
+
+    port: int = 0
+    log_path: Path | None = None
+    lease_timeout: int = DEFAULT_LEASE_TIMEOUT
+    pid: int | None = None
+    adopted: bool = False
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _state(self, suffix: str) -> Path | None:
+        return self.log_path.with_suffix(suffix) if self.log_path else None
+
+    def renew(self) -> None:
+        """Keep the lease: a controller calls this while it drives the fleet."""
+        lease = self._state(".lease")
+        if lease:
+            lease.touch()
+
+    def _adopt(self) -> bool:
+        pid_file, port_file = self._state(".pid"), self._state(".port")
+        if not (pid_file and port_file and pid_file.exists() and port_file.exists()):
+            return False
+        pid, port = int(pid_file.read_text()), int(port_file.read_text())
+        if not _alive(pid) or not _answers(f"http://127.0.0.1:{port}"):
+            return False
+        self.pid, self.port, self.adopted = pid, port, True
+        self.renew()
+        return True
+
+    def start(self, timeout: float = 30.0) -> "MotoServer":
+        if self._adopt():
+            return self
+        self.port = free_port()
+        env = dict(os.environ)
+        # ~1,300 default AMIs and their snapshots make every describe slow; we register our own.
+        env.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+        cmd = [sys.executable, "-m", "ct_fleet.cloud.moto_server", "--port", str(self.port)]
+        lease = self._state(".lease")
+        if lease:
+            lease.touch()
+            cmd += ["--lease", str(lease), "--lease-timeout", str(self.lease_timeout)]
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, start_new_session=True)
+        self.pid = proc.pid
+        pid_file, port_file = self._state(".pid"), self._state(".port")
+        if pid_file and port_file:
+            pid_file.write_text(str(proc.pid))
+            port_file.write_text(str(self.port))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"moto server exited with status {proc.returncode}")
+            if _answers(self.endpoint_url):
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"moto server did not answer on {self.endpoint_url} within {timeout}s")
+
+    def stop(self) -> None:
+        if self.pid is None:
+            return
+        try:
+            os.kill(self.pid, 15)
+            for _ in range(100):
+                if not _alive(self.pid):
+                    break
+                try:
+                    os.waitpid(self.pid, os.WNOHANG)  # reap it if it is our child
+                except ChildProcessError:
+                    pass
+                time.sleep(0.05)
+            else:
+                os.kill(self.pid, 9)
+        except ProcessLookupError:
+            pass
+        self.pid = None
+
+    def __enter__(self) -> "MotoServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _watch_lease(lease: Path, timeout: int) -> None:
+    while True:
+        time.sleep(min(5, timeout))
+        try:
+            idle = time.time() - lease.stat().st_mtime
+        except OSError:
+            idle = float("inf")
+        if idle > timeout:
+            print(f"lease {lease} idle for {idle:.0f}s: moto server exiting", flush=True)
+            os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--lease", type=Path)
+    parser.add_argument("--lease-timeout", type=int, default=DEFAULT_LEASE_TIMEOUT)
+    args = parser.parse_args(argv)
+    if args.lease:
+        threading.Thread(target=_watch_lease, args=(args.lease, args.lease_timeout), daemon=True).start()
+    from moto.server import main as moto_main
+
+    moto_main(["-H", "127.0.0.1", "-p", str(args.port)])
+
+
+if __name__ == "__main__":
+    main()

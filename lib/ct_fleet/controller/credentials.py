@@ -1,0 +1,89 @@
+"""Which AWS identity a fleet runs as, and the secrets it hands to workers.
+
+Rules (from the operator docs): AWS_PROFILE comes from the shell, else from .env, where it
+only selects an existing profile. Static keys may come from .env. Environment keys take
+precedence over a profile in every AWS SDK, so having both is refused rather than guessed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError, NoCredentialsError, SSOError, TokenRetrievalError
+
+from ..errors import BadInput
+
+SECRET_NAMES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GH_TOKEN", "DOCKER_ORG_NAME", "DOCKER_ORG_PAT")
+KEY_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    if not path.is_file():
+        return values
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.removeprefix("export ").partition("=")
+        values[key.strip()] = value.strip().strip("'\"")
+    return values
+
+
+def apply_aws_credentials(dotenv: dict[str, str], environ: dict[str, str] | None = None) -> str:
+    """Settle the credential source in `environ` (os.environ by default); return its description."""
+    env = os.environ if environ is None else environ
+    profile = env.get("AWS_PROFILE") or dotenv.get("AWS_PROFILE")
+    keys_in_shell = any(env.get(k) for k in KEY_VARS)
+    keys_in_dotenv = any(dotenv.get(k) for k in KEY_VARS)
+    if profile and (keys_in_shell or keys_in_dotenv):
+        where = "your shell" if keys_in_shell else ".env"
+        raise BadInput(
+            f"AWS_PROFILE={profile} and AWS_ACCESS_KEY_ID are both set: remove the AWS_ACCESS_KEY_ID/"
+            f"AWS_SECRET_ACCESS_KEY lines from {where} to use the profile, or unset AWS_PROFILE to use the keys"
+        )
+    if profile:
+        env["AWS_PROFILE"] = profile
+        return f"profile {profile}"
+    if keys_in_dotenv and not keys_in_shell:
+        for key in (*KEY_VARS, "AWS_SESSION_TOKEN"):
+            if dotenv.get(key):
+                env[key] = dotenv[key]
+        return "static keys from .env"
+    return "static keys from the environment" if keys_in_shell else "default credential chain"
+
+
+def launched_by(sts: Any) -> str:
+    """The LaunchedBy tag: the IAM user name, or the session name of an assumed (SSO) role."""
+    try:
+        arn = sts.get_caller_identity()["Arn"]
+    except (SSOError, TokenRetrievalError) as exc:
+        profile = os.environ.get("AWS_PROFILE", "your-profile")
+        raise BadInput(f"AWS SSO session expired or missing: run `aws sso login --profile {profile}` ({exc})") from None
+    except NoCredentialsError:
+        raise BadInput("no AWS credentials: set AWS_PROFILE (SSO) or put fleet keys in .env") from None
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if "ExpiredToken" in code:
+            profile = os.environ.get("AWS_PROFILE", "your-profile")
+            raise BadInput(f"AWS session expired: run `aws sso login --profile {profile}`") from None
+        raise
+    return name_from_arn(arn)
+
+
+def name_from_arn(arn: str) -> str:
+    """user/<name> for IAM users; assumed-role/<role>/<session> (the SSO user name) for roles."""
+    return arn.rsplit("/", 1)[-1]
+
+
+def worker_secrets(dotenv: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Secrets for workers: from the shell, else .env. Only names in SECRET_NAMES ever leave."""
+    env = os.environ if environ is None else environ
+    out = {}
+    for name in SECRET_NAMES:
+        value = env.get(name) or dotenv.get(name)
+        if value:
+            out[name] = value
+    return out

@@ -1,0 +1,404 @@
+"""The run loop: resume, enqueue, launch, track, scale, time out, collect, merge, tear down.
+
+One Controller drives one fleet. It owns no worker state beyond what the queues, S3 and
+EC2 report, so a second controller started with the same command adopts the fleet.
+Results are copied to runs/<fleet_id>/results/ as they arrive: that directory is the
+durable record a local resume reads and the input of the merge.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .. import merge
+from ..cloud import Cloud
+from ..evallog import is_finished
+from ..protocol import DoneMessage, Manifest, WorkMessage, decode_reports, log_key, result_key
+from ..services import instances, queues, store
+from ..services import secrets as fleet_secrets
+from . import cost, scaling
+from .plan import Job
+from .spec import FleetInterrupted, FleetSpec, Progress, RunResult
+from .tracker import JobTracker
+
+DONE_POLL_PAUSE = 1.0
+STRAGGLER_GRACE = 30
+
+
+class Controller:
+    def __init__(
+        self,
+        cloud: Cloud,
+        spec: FleetSpec,
+        run_dir: Path,
+        *,
+        launched_by: str,
+        account: str = "",
+        secrets: dict[str, str] | None = None,
+        on_progress: Callable[[Progress], None] = lambda p: None,
+        warn: Callable[[str], None] = print,
+        leave_running_on_interrupt: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.cloud = cloud
+        self.spec = spec
+        self.cfg = spec.config
+        self.run_dir = run_dir
+        self.results_dir = run_dir / "results"
+        self.launched_by = launched_by
+        self.account = account
+        self.secrets = secrets or {}
+        self.on_progress = on_progress
+        self.leave_running_on_interrupt = leave_running_on_interrupt
+        self.warn = warn
+        self.sqs = cloud.client("sqs")
+        self.s3 = cloud.client("s3")
+        self.ec2 = cloud.client("ec2")
+        self.ssm = cloud.client("ssm")
+        self.jobs = {job.job_id: job for job in spec.jobs}
+        self.state = JobTracker.of(self.jobs)
+        self.manifest = spec.manifest(launched_by=launched_by)
+        self.manifest_jobs = {j.job_id: j for j in self.manifest.jobs}
+        self.launched: list[str] = []
+        self.replacements = 0
+        self.launch_times: dict[str, float] = {}
+        self.end_times: dict[str, float] = {}
+        self.last_scale_up = 0.0
+        self.depths: dict[str, int] = {}
+        self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
+        self.downloads = ThreadPoolExecutor(max_workers=8)
+        self.downloads_in_flight: dict[str, Future[bool]] = {}
+
+    # -- set-up ------------------------------------------------------------------------
+    def completed_results(self) -> set[str]:
+        """Jobs with a readable, finished result: on disk already, or in S3 (fetched now)."""
+        done = {p.stem for p in self.results_dir.glob("*.eval") if p.stem in self.jobs and is_finished(p)}
+        in_s3 = store.list_result_job_ids(self.s3, self.cfg.bucket, self.spec.fleet_id) & set(self.jobs)
+        futures = {
+            job_id: self.downloads.submit(self._fetch_result, job_id) for job_id in in_s3 - done
+        }
+        done |= {job_id for job_id, fut in futures.items() if fut.result()}
+        return done
+
+    def _write_manifest(self, enqueued: bool) -> None:
+        self.manifest.enqueued = enqueued
+        self.manifest.created_at = time.time()
+        store.put_manifest(self.s3, self.cfg.bucket, self.manifest)
+        (self.run_dir / "manifest.json").write_text(self.manifest.to_json())
+
+    def work_message(self, job: Job) -> WorkMessage:
+        return self.manifest.work_message(self.manifest_jobs[job.job_id])
+
+    # -- the run -----------------------------------------------------------------------
+    def run(self, code_tarball: Path, user_data_settings: dict[str, str]) -> RunResult:
+        start = time.monotonic()
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
+        done = self._resume(previous)
+        store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
+        pending = [job for job_id, job in self.jobs.items() if job_id not in done]
+        adopted, enqueued = self._queue(pending, previous)
+
+        stopped_reason = None
+        if pending:
+            if not adopted:
+                self._launch(self._first_launch_count(len(pending)), user_data_settings)
+            try:
+                stopped_reason = self._track(start, user_data_settings)
+            except KeyboardInterrupt:
+                leave = self.leave_running_on_interrupt()
+                if not leave:
+                    self.teardown(delete_queues=False)
+                raise FleetInterrupted(leave) from None
+        self.teardown(delete_queues=self.state.complete)
+        self._record_durations()
+        return RunResult(
+            fleet_id=self.spec.fleet_id,
+            run_dir=self.run_dir,
+            merged=self._merge(),
+            state=self.state,
+            jobs=len(self.jobs),
+            resumed=len(done),
+            workers_launched=len(self.launched),
+            elapsed=time.monotonic() - start,
+            stopped_reason=stopped_reason,
+            dead_report=self.dead_report(),
+            cost=self.cost_so_far(),
+            enqueued=enqueued,
+            adopted_workers=len(self.launched) if adopted else 0,
+        )
+
+    def _resume(self, previous: Manifest | None) -> set[str]:
+        """Jobs already done by an earlier run of this fleet (its manifest in S3 or on disk)."""
+        if previous is None and not (self.run_dir / "manifest.json").exists():
+            return set()
+        done = self.completed_results()
+        self.state.resumed(done)
+        return done
+
+    def _queue(self, pending: list[Job], previous: Manifest | None) -> tuple[bool, int]:
+        """(adopted, messages sent): adopt a fleet whose workers still run, else enqueue what is left."""
+        existing = queues.find_queues(self.sqs, self.spec.fleet_id)
+        live = instances.live_instances(self.ec2, self.spec.fleet_id) if existing else []
+        self.q = existing or queues.ensure_queues(
+            self.sqs,
+            self.spec.fleet_id,
+            visibility_timeout=self.cfg.visibility_timeout,
+            max_receive_count=self.cfg.max_receive_count,
+        )
+        if existing and live and previous and previous.enqueued:
+            self.launched = [inst["InstanceId"] for inst in live]
+            self.warn(f"adopting the running fleet {self.spec.fleet_id}: {len(live)} worker(s) already up")
+            return True, 0
+        # Work left on an existing queue is sent again rather than purged: a purge may also
+        # delete what is sent during the following minute, and a duplicate costs at most a
+        # skipped run (the worker finds the result and reports a duplicate).
+        self._write_manifest(enqueued=False)
+        sent = queues.send_batch(self.sqs, self.q.work, [self.work_message(job).to_json() for job in pending])
+        self._write_manifest(enqueued=True)
+        return False, sent
+
+    def _merge(self) -> list[merge.MergedTask]:
+        results = sorted(self.results_dir.glob("*.eval"))
+        if not results:
+            return []
+        return merge.merge_eval_logs(
+            results,
+            self.run_dir / "merged",
+            sample_ids=list(dict.fromkeys(j.sample_id for j in self.spec.jobs)),
+            epochs=self.spec.epochs,
+        )
+
+    def _first_launch_count(self, pending: int) -> int:
+        return scaling.first_launch_count(
+            pending, max_workers=self.cfg.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
+        )
+
+    def _launch(self, count: int, settings: dict[str, str]) -> list[str]:
+        ami, _ = instances.resolve_ami(self.ec2, self.ssm, self.cfg)
+        group = instances.ensure_security_group(self.ec2, self.cfg.security_group)
+        ids = instances.launch(
+            self.ec2,
+            count=count,
+            ami=ami,
+            config=self.cfg,
+            fleet_id=self.spec.fleet_id,
+            launched_by=self.launched_by,
+            user_data=instances.render_user_data(settings),
+            security_group_id=group,
+        )
+        # Secrets must exist before a worker asks for them (it waits a while if not).
+        fleet_secrets.put_for_instances(
+            self.ssm, self.spec.fleet_id, ids, self.secrets, account=self.account, region=self.cloud.region
+        )
+        self.cloud.after_launch(ids)
+        self.launched.extend(ids)
+        now = time.time()
+        self.launch_times.update({i: now for i in ids})
+        return ids
+
+    def cost_so_far(self) -> float:
+        return cost.cost_so_far(self.launch_times, time.time(), self.spec.hourly_price, self.end_times)
+
+    # -- tracking ----------------------------------------------------------------------
+    def _track(self, start: float, settings: dict[str, str]) -> str | None:
+        last_progress = time.monotonic()
+        last_activity = time.monotonic()
+        last_fleet_check = 0.0
+        warned_stale = False
+        live: list[str] = list(self.launched)
+        while not self.state.complete:
+            messages = queues.receive(self.sqs, self.q.done, wait=1 if self.downloads_in_flight else 5)
+            if len(messages) < queues.BATCH:
+                # A part-full batch means the queue is drained: let reports pile up a little
+                # so that receives and deletes stay batched (calls per second, not per job).
+                time.sleep(DONE_POLL_PAUSE)
+            before = len(self.state.final)
+            for msg in messages:
+                for report in decode_reports(msg["Body"]):
+                    self._on_done(report)
+            if messages:
+                queues.delete_batch(self.sqs, self.q.done, [m["ReceiptHandle"] for m in messages])
+                last_activity = time.monotonic()
+            self._collect_downloads()
+            if len(self.state.final) > before:
+                last_progress = time.monotonic()
+                warned_stale = False
+
+            now = time.monotonic()
+            if now - last_fleet_check >= (self.cfg.check_interval or 5):
+                last_fleet_check = now
+                live, stop = self._check_fleet(settings)
+                if stop:
+                    return stop
+            self._report(start, live)
+
+            quiet = now - last_progress
+            if quiet >= self.cfg.stale_after and not warned_stale:
+                self.warn(f"no progress for {quiet / 60:.0f} min ({len(live)} workers up); still waiting")
+                warned_stale = True
+            silent_limit = max(self.cfg.silent_timeout, 1.5 * self.cfg.sample_time_limit)
+            if quiet >= silent_limit and now - last_activity >= silent_limit:
+                return f"no progress and no word from workers for {quiet:.0f}s: fleet terminated"
+            if quiet >= self.cfg.no_sample_timeout:
+                return f"no completed sample for {quiet:.0f}s while workers were active: fleet terminated"
+        self._collect_downloads(wait=True)
+        return None
+
+    def _check_fleet(self, settings: dict[str, str]) -> tuple[list[str], str | None]:
+        """One look at EC2 and the queues: reap, cost, dead letters, replacements, scaling."""
+        live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
+        self.cloud.poll(live)
+        for gone in set(self.launch_times) - set(live) - set(self.end_times):
+            self.end_times[gone] = time.time()
+        if self.cfg.max_cost is not None and self.cost_so_far() >= self.cfg.max_cost:
+            return live, f"cost so far ${self.cost_so_far():.2f} reached max_cost ${self.cfg.max_cost:.2f}: fleet terminated"
+        self.depths = queues.depths(self.sqs, self.q, roles=("work", "dlq"))
+        if self.depths.get("dlq") or self.depths.get("dlq_in_flight"):
+            self._drain_dlq()
+        return live, self._manage_workers(live, settings)
+
+    def _on_done(self, msg: DoneMessage) -> None:
+        if msg.type == "heartbeat":
+            if msg.load is not None:
+                self.worker_load[msg.instance_id] = (msg.load, time.monotonic())
+            return
+        fetch = self.state.on_report(msg)
+        if fetch is not None:
+            self.downloads_in_flight[fetch] = self.downloads.submit(self._fetch_result, fetch)
+
+    def _fetch_result(self, job_id: str) -> bool:
+        key = result_key(self.spec.fleet_id, job_id)
+        return store.download_result(self.s3, self.cfg.bucket, key, self.results_dir / f"{job_id}.eval")
+
+    def _collect_downloads(self, wait: bool = False) -> None:
+        for job_id, fut in list(self.downloads_in_flight.items()):
+            if not (wait or fut.done()):
+                continue
+            del self.downloads_in_flight[job_id]
+            ok = fut.result()
+            self.state.fetched(job_id, ok)
+            if not ok:
+                # A result that is not a finished log (a truncated upload): drop it and run again.
+                self.warn(f"result of job {job_id} is unreadable; running it again")
+                self.s3.delete_object(Bucket=self.cfg.bucket, Key=result_key(self.spec.fleet_id, job_id))
+                queues.send_batch(self.sqs, self.q.work, [self.work_message(self.jobs[job_id]).to_json()])
+
+    def _drain_dlq(self) -> None:
+        while True:
+            messages = queues.receive(self.sqs, self.q.dlq, wait=0)
+            if not messages:
+                return
+            for msg in messages:
+                self.state.dead_lettered(WorkMessage.from_json(msg["Body"]).job_id)
+            queues.delete_batch(self.sqs, self.q.dlq, [m["ReceiptHandle"] for m in messages])
+
+    def _manage_workers(self, live: list[str], settings: dict[str, str]) -> str | None:
+        """Replace workers that died with work left; add workers while the fleet is CPU-bound."""
+        now = time.monotonic()
+        waiting = self.depths.get("work", 0)
+        decision = scaling.decide(
+            remaining=self.state.remaining,
+            waiting=waiting,
+            live=len(live),
+            replacements=self.replacements,
+            max_replacements=self.cfg.max_replacements,
+            max_workers=self.cfg.max_workers,
+            concurrency_per_worker=self.cfg.concurrency_per_worker,
+            fresh_loads=[load for load, at in self.worker_load.values() if now - at < 3 * self.cfg.heartbeat_interval],
+            cooled=now - self.last_scale_up >= 2 * self.cfg.heartbeat_interval,
+        )
+        if decision.action == "give_up":
+            return self._bootstrap_failure()
+        if decision.action == "replace":
+            self.replacements += decision.count
+            self.warn(
+                f"{len(live)} worker(s) up with {waiting} job(s) waiting: launching {decision.count} "
+                f"replacement(s) ({self.replacements}/{self.cfg.max_replacements})"
+            )
+            self._launch(decision.count, settings)
+        elif decision.action == "scale_up":
+            self.last_scale_up = now
+            self._launch(decision.count, settings)
+        return None
+
+    def _bootstrap_failure(self) -> str:
+        failed = ""
+        for instance_id in reversed(self.launched):
+            key = log_key(self.spec.fleet_id, instance_id)
+            try:
+                text = self.s3.get_object(Bucket=self.cfg.bucket, Key=key)["Body"].read().decode(errors="replace")
+            except Exception:
+                continue
+            for line in text.splitlines():
+                if "FAILED" in line:
+                    failed = line.strip()
+            if failed:
+                return f"workers keep dying: {failed} (log: s3://{self.cfg.bucket}/{key})"
+        return f"workers keep dying after {self.replacements} replacement(s); logs under s3://{self.cfg.bucket}/{self.spec.fleet_id}/logs/"
+
+    def _report(self, start: float, live: list[str]) -> None:
+        elapsed = time.monotonic() - start
+        finished = self.state.finished
+        failed = self.state.failed
+        rate = finished / elapsed if elapsed > 0 else 0
+        remaining = len(self.jobs) - finished
+        self.on_progress(
+            Progress(
+                total=len(self.jobs),
+                done=len(self.state.final) - failed,
+                failed=failed,
+                dead=len(self.state.dead),
+                queued=self.depths.get("work", remaining),
+                running=self.depths.get("work_in_flight", 0),
+                workers=len(live),
+                elapsed=elapsed,
+                eta=remaining / rate if rate > 0 else None,
+                cost=self.cost_so_far() if self.spec.hourly_price else None,
+            )
+        )
+
+    def dead_report(self) -> list[dict[str, Any]]:
+        rows = []
+        for job_id, (error_class, error) in sorted(self.state.dead.items()):
+            job = self.jobs[job_id]
+            rows.append(
+                {
+                    "job_id": job_id,
+                    "sample_id": job.sample_id,
+                    "epoch": job.epoch,
+                    "error_class": error_class,
+                    "error": error.strip().splitlines()[-1] if error.strip() else "",
+                    "rerun": f"bin/ct-fleet run-job {self.spec.fleet_id} {job_id}",
+                }
+            )
+        return rows
+
+    def _record_durations(self) -> None:
+        """Seconds per job, read by the cost estimate of later fleets of this setting and policy."""
+        if self.state.job_seconds:
+            data = {"setting": self.spec.setting, "policy": self.spec.policy, "seconds": self.state.job_seconds}
+            (self.run_dir / "durations.json").write_text(json.dumps(data))
+
+    # -- teardown ----------------------------------------------------------------------
+    def teardown(self, *, delete_queues: bool) -> None:
+        live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
+        if delete_queues and live:
+            # The work is done: workers see the empty queue, upload their logs and shut down
+            # by themselves within idle_timeout. Only stragglers are terminated.
+            deadline = time.monotonic() + (self.cfg.idle_timeout or 0) + STRAGGLER_GRACE
+            while live and time.monotonic() < deadline:
+                time.sleep(1)
+                live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
+                self.cloud.poll(live)
+        instances.terminate(self.ec2, live)
+        self.cloud.poll([])
+        fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id)
+        if delete_queues:
+            queues.delete_queues(self.sqs, self.q)
+        self.downloads.shutdown(wait=True)
+

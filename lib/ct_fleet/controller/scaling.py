@@ -1,0 +1,61 @@
+"""When to launch workers: the first launch, replacements, scale-up. Pure decisions.
+
+A fleet first launches up to 24 workers, fewer when max_workers or the pending work (at
+the starting concurrency) is smaller; replaces workers that died while work waits, up to
+max_replacements; and adds one worker at a time while heartbeats say the fleet is
+CPU-bound, up to max_workers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ..protocol import START_CONCURRENCY
+
+FIRST_LAUNCH_CAP = 24
+SCALE_UP_LOAD = 0.85
+
+
+def first_launch_count(pending: int, *, max_workers: int | None, concurrency_per_worker: int | None) -> int:
+    """Up to 24 workers, fewer when max_workers or the pending work (at starting concurrency) is smaller."""
+    per_worker = min(START_CONCURRENCY, concurrency_per_worker or START_CONCURRENCY)
+    return max(1, min(FIRST_LAUNCH_CAP, max_workers or 1, math.ceil(pending / per_worker)))
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Literal["none", "replace", "scale_up", "give_up"]
+    count: int = 0
+
+
+def decide(
+    *,
+    remaining: int,
+    waiting: int,
+    live: int,
+    replacements: int,
+    max_replacements: int,
+    max_workers: int | None,
+    concurrency_per_worker: int | None,
+    fresh_loads: Sequence[float],
+    cooled: bool,
+) -> Decision:
+    """What to launch now, given the work left and what the fleet reports.
+
+    Workers leave only when the queue is empty, so visible work with too few workers
+    means some died (a failed bootstrap, a kill, a spot interruption).
+    """
+    if remaining <= 0:
+        return Decision("none")
+    wanted = first_launch_count(remaining, max_workers=max_workers, concurrency_per_worker=concurrency_per_worker)
+    if waiting and live < wanted:
+        if replacements >= max_replacements:
+            return Decision("give_up") if not live else Decision("none")
+        return Decision("replace", min(wanted - live, max_replacements - replacements))
+    if live < (max_workers or 0) and waiting and cooled and fresh_loads:
+        if sum(fresh_loads) / len(fresh_loads) >= SCALE_UP_LOAD:
+            return Decision("scale_up", 1)
+    return Decision("none")

@@ -1,0 +1,37 @@
+"""Merge many one-sample Inspect `.eval` logs into one log per task, streaming.
+
+Each fleet worker runs one sample x one epoch as its own Inspect eval (epochs=1,
+sample_id=[id]) and uploads a one-sample `.eval`. `relabel_epoch` turns such a log into
+epoch k of the run; `merge_eval_logs` groups logs by task identity and writes one `.eval`
+per group that reads like a direct run of the whole task:
+
+- pass 1 reads only each file's `header.json` and `summaries.json` (a few KB), checks
+  which task it belongs to and keeps one record per (str(sample id), epoch): no error
+  beats an error, then the newest `completed_at` wins;
+  each record's summary and entry location, and each input's stats, are parked in a
+  temporary spool file so memory holds only small per-sample records;
+- pass 2 copies each kept sample entry's *compressed* bytes into the output zip
+  (`evalzip.copy_raw_member`), never inflating or parsing a sample;
+- results are computed from the summaries' scores with Inspect's own reducers and
+  metrics, then `summaries.json`, `reductions.json` and, last, `header.json` are written
+  to a temporary name that is renamed into place.
+
+The header follows the researched .eval facts for inspect_ai 0.3.285 (pinned in
+setup.cfg; see shared/reference/inspect-eval-facts.md): stable
+eval_id/run_id/task_id derived from the task identity and the intended selection,
+`dataset.sample_ids` = intended ids in dataset order with their original types,
+`config.epochs` = intended epochs, `config.sample_id` = None when the whole dataset was
+selected, `config.limit` = None, `invalidated` = OR of the contributing inputs, stats
+merged, status "error" when samples are missing ("N of M samples missing") or sample
+errors exceed the run's fail_on_error, else "success".
+
+Private Inspect modules used (keep the parity test in tests/test_merge.py when upgrading):
+`inspect_ai._eval.task.results.eval_results`, `inspect_ai._eval.score.{metrics_from_log_header,
+reducers_from_log_header, resolve_scorers_info}`, `inspect_ai._util.json.to_json_safe`,
+`inspect_ai._util.zipfile` (zstd support for zipfile).
+"""
+
+from .identity import identity, identity_key
+from .pipeline import MergedTask, merge_dir, merge_eval_logs
+
+__all__ = ["MergedTask", "identity", "identity_key", "merge_dir", "merge_eval_logs"]

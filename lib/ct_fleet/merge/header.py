@@ -1,0 +1,102 @@
+"""The merged header: intended selection, stable ids, merged stats, status."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .inspect_api import EvalError, EvalLog, EvalStats, deserializing_context
+from .results import should_fail
+from .scan import Group, Record
+from .stats import merge_stats
+from .util import LISTED, canonical, id_sort_key, list_keys, short_id
+
+
+def selection(
+    group: Group, sample_ids: Sequence[str | int] | None, epochs: int | None
+) -> tuple[list[str | int], int]:
+    """Intended ids (original types where seen, dataset order) and epochs."""
+    seen: dict[str, str | int] = {}
+    for record in group.records.values():
+        seen.setdefault(str(record.sample_id), record.sample_id)
+    if sample_ids is None:
+        ids = sorted(seen.values(), key=id_sort_key)
+    else:
+        ids, taken = [], set()
+        for sid in sample_ids:
+            if str(sid) not in taken:
+                taken.add(str(sid))
+                ids.append(seen.get(str(sid), sid))
+    n_epochs = epochs if epochs is not None else max((k[1] for k in group.records), default=1)
+    if n_epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {n_epochs}")
+    return ids, n_epochs
+
+
+def build_header(
+    group: Group,
+    out_path: Path,
+    run_id: str,
+    ids: list[str | int],
+    n_epochs: int,
+    kept: list[Record],
+) -> Any:
+    """The template header with the merged selection, stable ids and merged stats."""
+    ev = group.header["eval"]
+    contributing = sorted({r.file for r in kept})
+    files = [group.files[i] for i in contributing] or group.files
+    id_parts = (group.key, out_path.stem, canonical([str(i) for i in ids]).decode(), str(n_epochs))
+
+    eval_spec = dict(ev)
+    eval_spec.pop("eval_set_id", None)
+    eval_spec.pop("shards", None)
+    eval_spec["eval_id"] = short_id("eval", *id_parts)
+    eval_spec["run_id"] = run_id
+    eval_spec["task_id"] = short_id("task", *id_parts)
+    if group.created:
+        eval_spec["created"] = group.created
+    dataset = dict(ev.get("dataset") or {})
+    dataset["sample_ids"] = ids
+    eval_spec["dataset"] = dataset
+    config = dict(ev.get("config") or {})
+    config["epochs"] = n_epochs
+    config["limit"] = None
+    # a leftover single id would make eval_retry silently shrink the run
+    whole = dataset.get("samples") is not None and len(ids) >= int(dataset["samples"])
+    config["sample_id"] = None if whole else list(ids)
+    eval_spec["config"] = config
+
+    header = EvalLog.model_validate(
+        {
+            "version": group.header.get("version", 2),
+            "status": "started",
+            "eval": eval_spec,
+            "plan": group.header.get("plan") or {},
+            "invalidated": any(f.invalidated for f in files),
+        },
+        context=deserializing_context(),
+    )
+    header.stats = EvalStats.model_validate(merge_stats(files), context=deserializing_context())
+    return header
+
+
+def set_status(
+    header: Any,
+    total: int,
+    missing: list[tuple[str | int, int]],
+    errors: list[tuple[str | int, int, str]],
+) -> None:
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} of {total} samples missing: {list_keys(missing)}")
+    if errors and should_fail(len(errors), total, header.eval.config.fail_on_error):
+        listed = "; ".join(f"({sid!r}, {ep}): {msg}" for sid, ep, msg in errors[:LISTED])
+        more = f"; ... {len(errors) - LISTED} more" if len(errors) > LISTED else ""
+        problems.append(f"{len(errors)} of {total} samples failed: {listed}{more}")
+    header.status = "error" if problems else "success"
+    header.error = (
+        EvalError(message="; ".join(problems), traceback="", traceback_ansi="")
+        if problems
+        else None
+    )

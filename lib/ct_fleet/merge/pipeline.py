@@ -1,0 +1,147 @@
+"""The merge from inputs to outputs: group by task, select, compute results, write."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .header import build_header, selection, set_status
+from .results import compute_results, metrics_table, score_rates
+from .scan import Group, Record, group_inputs
+from .util import safe_stem, short_id
+from .write import write_log
+
+logger = logging.getLogger("ct_fleet.merge")
+
+
+@dataclass
+class MergedTask:
+    """The outcome of merging one task's logs."""
+
+    path: Path
+    task: str
+    status: str  # "success" or "error"
+    samples_expected: int  # len(sample_ids) x epochs
+    samples_present: int
+    missing: list[tuple[str | int, int]] = field(default_factory=list)
+    errors: list[tuple[str | int, int, str]] = field(default_factory=list)
+    duplicates_dropped: int = 0
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    score_rates: dict[str, float] = field(default_factory=dict)
+
+
+def merge_eval_logs(
+    inputs: Iterable[Path],
+    out_dir: Path,
+    *,
+    sample_ids: Sequence[str | int] | None = None,
+    epochs: int | None = None,
+    name: str | None = None,
+) -> list[MergedTask]:
+    """Merge one-sample `.eval` logs into one `.eval` per task identity in `out_dir`.
+
+    `sample_ids` are the intended ids in dataset order (None: the ids seen in the
+    inputs); `epochs` the intended epochs (None: the largest seen); `name` the output
+    file stem (default: the task name; a `-<hash>` suffix is added when several
+    tasks would share a stem).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    groups = group_inputs(inputs)
+    stems = output_stems(groups, name)
+    run_id = short_id("run", *sorted(g.key for g in groups))
+    results = []
+    try:
+        for group in groups:
+            results.append(
+                merge_group(
+                    group,
+                    out_dir / f"{stems[group.key]}.eval",
+                    run_id=run_id,
+                    sample_ids=sample_ids,
+                    epochs=epochs,
+                )
+            )
+            group.spool.close()
+    finally:
+        for group in groups:
+            group.spool.close()
+    return results
+
+
+def merge_dir(src: Path, out_dir: Path, **kw: Any) -> list[MergedTask]:
+    """Merge every `*.eval` under `src` (recursively), leaving out anything under `out_dir`."""
+    src, out_dir = Path(src), Path(out_dir)
+    out_resolved = out_dir.resolve()
+
+    def outside_out(p: Path) -> bool:
+        try:
+            p.resolve().relative_to(out_resolved)
+        except ValueError:
+            return True
+        return False
+
+    inputs = [p for p in src.rglob("*.eval") if p.is_file() and outside_out(p)]
+    return merge_eval_logs(inputs, out_dir, **kw)
+
+
+def output_stems(groups: list[Group], name: str | None) -> dict[str, str]:
+    base = {g.key: safe_stem(name or str(g.header["eval"].get("task") or "task")) for g in groups}
+    counts: dict[str, int] = {}
+    for stem in base.values():
+        counts[stem] = counts.get(stem, 0) + 1
+    return {k: (s if counts[s] == 1 else f"{s}-{k[:8]}") for k, s in base.items()}
+
+
+def merge_group(
+    group: Group,
+    out_path: Path,
+    *,
+    run_id: str,
+    sample_ids: Sequence[str | int] | None,
+    epochs: int | None,
+) -> MergedTask:
+    ids, n_epochs = selection(group, sample_ids, epochs)
+
+    # kept records in output order (epoch-major, dataset order, as Inspect runs them)
+    kept: list[Record] = []
+    missing: list[tuple[str | int, int]] = []
+    for epoch in range(1, n_epochs + 1):
+        for sid in ids:
+            record = group.records.get((str(sid), epoch))
+            if record is None:
+                missing.append((sid, epoch))
+            else:
+                kept.append(record)
+    if len(group.records) > len(kept):
+        logger.warning(
+            "%s: %d sample(s) outside the intended %d ids x %d epochs left out",
+            group.header["eval"].get("task"),
+            len(group.records) - len(kept),
+            len(ids),
+            n_epochs,
+        )
+    errors = [(r.sample_id, r.epoch, r.error or "") for r in kept if r.error is not None]
+
+    header = build_header(group, out_path, run_id, ids, n_epochs, kept)
+    total = len(ids) * n_epochs
+    results, reductions = compute_results(header, kept, total, len(kept) - len(errors))
+    header.results = results
+    set_status(header, total, missing, errors)
+    write_log(out_path, header, reductions, group, kept)
+
+    return MergedTask(
+        path=out_path,
+        task=header.eval.task,
+        status=header.status,
+        samples_expected=total,
+        samples_present=len(kept),
+        missing=missing,
+        errors=errors,
+        duplicates_dropped=group.duplicates_dropped,
+        metrics=metrics_table(results),
+        score_rates=score_rates(kept),
+    )

@@ -1,0 +1,53 @@
+"""Pass 2 of the merge: write the merged `.eval` (samples copied as compressed bytes)."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ..evallog import zipio
+from ..evallog.layout import HEADER_JSON, REDUCTIONS_JSON, START_JSON, SUMMARIES_JSON
+from .inspect_api import to_json_safe
+from .scan import Group, Record
+from .util import json_array
+
+
+def write_log(
+    out_path: Path, header: Any, reductions: Any, group: Group, kept: list[Record]
+) -> None:
+    """start.json, the samples' compressed bytes, summaries, reductions, header.json last;
+    into a temporary file renamed into place."""
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as out_file, zipio.open_writer(out_file) as out:
+            start = {"version": header.version, "eval": header.eval, "plan": header.plan}
+            zipio.write_member(out, START_JSON, to_json_safe(start, indent=None))
+            copy_samples(out, group, kept)
+            zipio.write_member_chunks(out, SUMMARIES_JSON, json_array(r.summary for r in kept))
+            if reductions is not None:
+                zipio.write_member(out, REDUCTIONS_JSON, to_json_safe(reductions, indent=None))
+            zipio.write_member(out, HEADER_JSON, to_json_safe(header, indent=None))
+            out.close()
+            out_file.flush()
+            os.fsync(out_file.fileno())
+        os.replace(tmp, out_path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def copy_samples(out: zipfile.ZipFile, group: Group, kept: list[Record]) -> None:
+    src: BinaryIO | None = None
+    src_index = -1
+    try:
+        for record in kept:
+            if record.file != src_index:
+                if src is not None:
+                    src.close()
+                src = open(group.files[record.file].path, "rb")
+                src_index = record.file
+            zipio.copy_raw_member(out, src, record.member)
+    finally:
+        if src is not None:
+            src.close()

@@ -1,0 +1,51 @@
+"""Every wire format between the controller and the workers; no AWS client code here.
+
+- keys: S3 keys, queue names, SSM paths derived from a fleet id
+- messages: work, done and heartbeat messages (versioned)
+- manifest: the fleet manifest and the one place work messages are built
+- fleet_env: the settings a worker boots with (fleet.env), with one set of defaults
+"""
+
+from .fleet_env import START_CONCURRENCY, FleetEnv
+from .keys import (
+    QUEUE_ROLES,
+    artifact_key,
+    extra_src_key,
+    fleet_of_queue,
+    log_key,
+    logs_prefix,
+    manifest_key,
+    queue_names,
+    result_job_id,
+    result_key,
+    secret_param,
+    secrets_prefix,
+)
+from .manifest import MANIFEST_SCHEMA, Manifest, ManifestJob
+from .messages import SCHEMA, DoneMessage, Outcome, WorkMessage, decode_reports, encode_reports
+
+__all__ = [
+    "MANIFEST_SCHEMA",
+    "QUEUE_ROLES",
+    "SCHEMA",
+    "START_CONCURRENCY",
+    "DoneMessage",
+    "FleetEnv",
+    "Manifest",
+    "ManifestJob",
+    "Outcome",
+    "WorkMessage",
+    "artifact_key",
+    "decode_reports",
+    "encode_reports",
+    "extra_src_key",
+    "fleet_of_queue",
+    "log_key",
+    "logs_prefix",
+    "manifest_key",
+    "queue_names",
+    "result_job_id",
+    "result_key",
+    "secret_param",
+    "secrets_prefix",
+]

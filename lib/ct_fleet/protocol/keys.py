@@ -1,0 +1,73 @@
+"""Names both sides derive from a fleet id: S3 keys, SQS queue names, SSM paths.
+
+S3:   {fleet_id}/manifest.json, {fleet_id}/{job_id}.eval,
+      {fleet_id}/logs/{instance_id}-bootstrap.log, artifacts/{sha}.tar.gz,
+      artifacts/extra-{basename}-{digest}.tar.gz
+SQS:  lb-fleet-{fleet_id}-work / -done / -dlq (work redrives to dlq after max receives)
+SSM:  /linuxbench/fleet-secrets/{fleet_id}/{instance_id}/{NAME} (per-instance SecureStrings),
+      /linuxbench/docker-org-* (registry auth the worker role may read)
+"""
+
+from __future__ import annotations
+
+QUEUE_PREFIX = "lb-fleet-"
+QUEUE_ROLES = ("work", "done", "dlq")
+SECRETS_ROOT = "/linuxbench/fleet-secrets"
+DOCKER_PARAM_PREFIX = "/linuxbench/docker-org-"
+
+
+def queue_names(fleet_id: str) -> dict[str, str]:
+    base = f"{QUEUE_PREFIX}{fleet_id}"
+    return {role: f"{base}-{role}" for role in QUEUE_ROLES}
+
+
+def fleet_of_queue(url_or_name: str) -> tuple[str, str] | None:
+    """(fleet id, role) of a fleet queue's name or URL, else None."""
+    name = url_or_name.rsplit("/", 1)[-1]
+    if not name.startswith(QUEUE_PREFIX):
+        return None
+    fleet_id, _, role = name[len(QUEUE_PREFIX) :].rpartition("-")
+    return (fleet_id, role) if role in QUEUE_ROLES and fleet_id else None
+
+
+def result_key(fleet_id: str, job_id: str) -> str:
+    return f"{fleet_id}/{job_id}.eval"
+
+
+def result_job_id(fleet_id: str, key: str) -> str | None:
+    """The job id of a result key directly under the fleet prefix, else None."""
+    prefix = f"{fleet_id}/"
+    if not key.startswith(prefix):
+        return None
+    name = key[len(prefix) :]
+    if "/" in name or not name.endswith(".eval"):
+        return None
+    return name[: -len(".eval")]
+
+
+def manifest_key(fleet_id: str) -> str:
+    return f"{fleet_id}/manifest.json"
+
+
+def logs_prefix(fleet_id: str, instance_id: str = "") -> str:
+    return f"{fleet_id}/logs/{instance_id}"
+
+
+def log_key(fleet_id: str, instance_id: str) -> str:
+    return f"{logs_prefix(fleet_id, instance_id)}-bootstrap.log"
+
+
+def artifact_key(sha: str) -> str:
+    return f"artifacts/{sha}.tar.gz"
+
+
+def extra_src_key(basename: str, digest: str) -> str:
+    return f"artifacts/extra-{basename}-{digest}.tar.gz"
+
+
+def secrets_prefix(fleet_id: str) -> str:
+    return f"{SECRETS_ROOT}/{fleet_id}"
+
+
+def secret_param(fleet_id: str, instance_id: str, name: str) -> str:
+    return f"{secrets_prefix(fleet_id)}/{instance_id}/{name}"

@@ -1,0 +1,106 @@
+"""Queue messages between the controller and workers (schema version 1).
+
+A work message is one self-contained job. A done message reports one attempt at a job
+(final or not) or a worker heartbeat; workers send their reports in batches, several in
+one SQS message ({"type": "batch", "reports": [...]}), so that a fleet's SQS calls grow
+with time rather than with jobs. Unknown fields are ignored so that either side can add
+fields without breaking the other; a change of meaning bumps SCHEMA.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+SCHEMA = 1
+
+# Outcomes of one attempt. "success" and "sample_error" are final and leave a result in S3,
+# "failed" is final without one (a timeout), "skipped_duplicate" means the result was
+# already there, and "retry" means the work message stays for another attempt.
+Outcome = Literal["success", "sample_error", "failed", "retry", "skipped_duplicate"]
+
+# Error classes of failed attempts and dead-lettered jobs: infra, model_api, task_error, timeout.
+
+
+def _from_dict(cls: type, data: dict[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class WorkMessage:
+    fleet_id: str
+    job_id: str
+    sample_id: str
+    epoch: int
+    task_spec: str
+    task_args: dict[str, Any]
+    model: str
+    code_sha: str
+    result_key: str
+    time_limit: int
+    kind: Literal["inspect", "command"] = "inspect"
+    command: str | None = None
+    setting: str = "toyarena"
+    sandbox: str | None = None  # module:type of an external sandbox, imported on the worker
+    v: int = SCHEMA
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, body: str) -> "WorkMessage":
+        return _from_dict(cls, json.loads(body))
+
+
+@dataclass(frozen=True)
+class DoneMessage:
+    type: Literal["done", "heartbeat"]
+    fleet_id: str
+    instance_id: str
+    worker_id: str
+    job_id: str | None = None
+    outcome: Outcome | None = None
+    result_key: str | None = None
+    receive_count: int = 1
+    received_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    error_class: str | None = None
+    error: str | None = None
+    # heartbeat fields: the controller scales on load and sees rate-limit pressure
+    load: float | None = None
+    in_flight: int | None = None
+    concurrency: int | None = None
+    sent_at: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    v: int = SCHEMA
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, body: str) -> "DoneMessage":
+        return _from_dict(cls, json.loads(body))
+
+
+# Reports per SQS message: well under SQS's 256 KB with errors trimmed to 2,000 characters.
+REPORTS_PER_MESSAGE = 25
+
+
+def encode_reports(reports: list[DoneMessage]) -> list[str]:
+    """Message bodies carrying the reports, up to REPORTS_PER_MESSAGE each."""
+    bodies = []
+    for start in range(0, len(reports), REPORTS_PER_MESSAGE):
+        chunk = reports[start : start + REPORTS_PER_MESSAGE]
+        bodies.append(json.dumps({"v": SCHEMA, "type": "batch", "reports": [asdict(r) for r in chunk]}, separators=(",", ":")))
+    return bodies
+
+
+def decode_reports(body: str) -> list[DoneMessage]:
+    """The reports in one done-queue message: a batch, or a single report."""
+    data = json.loads(body)
+    if data.get("type") == "batch":
+        return [_from_dict(DoneMessage, r) for r in data.get("reports", [])]
+    return [_from_dict(DoneMessage, data)]

@@ -1,0 +1,147 @@
+"""EC2 for one fleet: AMI lookup, security group, launching tagged workers, listing, teardown."""
+
+from __future__ import annotations
+
+import shlex
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from ..errors import BadInput
+from ..paths import WORKER_SCRIPTS
+
+if TYPE_CHECKING:
+    from ..controller.config import Ec2Config
+MANAGED_BY = "ct-fleet"
+LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
+
+
+def render_user_data(settings: Mapping[str, str]) -> str:
+    """worker/user-data.sh with the fleet's (non-secret) settings as export lines."""
+    lines = "\n".join(f"export {key}={shlex.quote(str(value))}" for key, value in sorted(settings.items()))
+    return (WORKER_SCRIPTS / "user-data.sh").read_text().replace("@FLEET_ENV@", lines)
+
+
+def _ssm_value(ssm: Any, name: str) -> str | None:
+    try:
+        return ssm.get_parameter(Name=name)["Parameter"]["Value"]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
+            return None
+        raise
+
+
+def resolve_ami(ec2: Any, ssm: Any, config: Ec2Config) -> tuple[str, bool]:
+    """(AMI id, baked?): an explicit id or SSM path, else the baked worker AMI, else stock Ubuntu."""
+    if config.ami and config.ami.startswith("ami-"):
+        return config.ami, True
+    if config.ami:
+        value = _ssm_value(ssm, config.ami)
+        if not value:
+            raise BadInput(f"AMI parameter {config.ami} not found in SSM: build one with bin/build-ami or pass --ec2-arg ami=ami-...")
+        return value, True
+    baked = _ssm_value(ssm, config.ami_param)
+    if baked:
+        return baked, True
+    stock = _ssm_value(ssm, config.stock_ami_param)
+    if not stock:
+        raise BadInput(
+            f"no worker AMI: {config.ami_param} and {config.stock_ami_param} are both missing; "
+            "run bin/build-ami or pass --ec2-arg ami=ami-..."
+        )
+    return stock, False
+
+
+def ensure_security_group(ec2: Any, name: str) -> str:
+    """The workers' group: outbound only. Workers are reached through the queues, never inbound."""
+    found = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [name]}])["SecurityGroups"]
+    if found:
+        return found[0]["GroupId"]
+    group_id = ec2.create_security_group(
+        GroupName=name,
+        Description="ct-fleet workers: outbound only",
+        TagSpecifications=[{"ResourceType": "security-group", "Tags": [{"Key": "ManagedBy", "Value": MANAGED_BY}]}],
+    )["GroupId"]
+    return group_id
+
+
+def fleet_tags(fleet_id: str, launched_by: str) -> list[dict[str, str]]:
+    return [
+        {"Key": "FleetId", "Value": fleet_id},
+        {"Key": "LaunchedBy", "Value": launched_by},
+        {"Key": "ManagedBy", "Value": MANAGED_BY},
+        {"Key": "Name", "Value": f"ct-fleet-{fleet_id}"},
+    ]
+
+
+def launch(
+    ec2: Any,
+    *,
+    count: int,
+    ami: str,
+    config: Ec2Config,
+    fleet_id: str,
+    launched_by: str,
+    user_data: str,
+    security_group_id: str,
+) -> list[str]:
+    tags = fleet_tags(fleet_id, launched_by)
+    kwargs: dict[str, Any] = {
+        "ImageId": ami,
+        "InstanceType": config.instance_type,
+        # All or nothing: a partial launch would leave the count to reconcile later.
+        "MinCount": count,
+        "MaxCount": count,
+        "UserData": user_data,
+        # Idempotency: botocore's retry of a launch whose first attempt landed (a 5xx after
+        # the fact) must not start a second set of workers.
+        "ClientToken": f"{fleet_id}-{uuid.uuid4().hex}",
+        "IamInstanceProfile": {"Name": config.instance_profile},
+        "SecurityGroupIds": [security_group_id],
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+        "BlockDeviceMappings": [
+            {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": config.volume_gb, "VolumeType": "gp3", "DeleteOnTermination": True}}
+        ],
+        "TagSpecifications": [
+            {"ResourceType": "instance", "Tags": tags},
+            {"ResourceType": "volume", "Tags": tags},
+        ],
+    }
+    if config.spot:
+        kwargs["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+        }
+    resp = ec2.run_instances(**kwargs)
+    return [inst["InstanceId"] for inst in resp["Instances"]]
+
+
+def live_instances(ec2: Any, fleet_id: str | None = None, launched_by: str | None = None) -> list[dict[str, Any]]:
+    filters = [
+        {"Name": "instance-state-name", "Values": LIVE_STATES},
+        {"Name": "tag:ManagedBy", "Values": [MANAGED_BY]},
+    ]
+    if fleet_id:
+        filters.append({"Name": "tag:FleetId", "Values": [fleet_id]})
+    if launched_by:
+        filters.append({"Name": "tag:LaunchedBy", "Values": [launched_by]})
+    out = []
+    for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
+        for reservation in page["Reservations"]:
+            out.extend(reservation["Instances"])
+    return out
+
+
+def terminate(ec2: Any, instance_ids: Sequence[str]) -> None:
+    if instance_ids:
+        ec2.terminate_instances(InstanceIds=list(instance_ids))
+
+
+def console_link(region: str, fleet_id: str) -> str:
+    return (
+        f"https://{region}.console.aws.amazon.com/ec2/home?region={region}"
+        f"#Instances:tag:FleetId={fleet_id};instanceState=running,pending"
+    )

@@ -1,0 +1,67 @@
+"""boto3 sessions and clients with the retry policy every call site shares.
+
+The endpoint comes from the standard AWS_ENDPOINT_URL variables (boto3 honours them), so
+the same code talks to AWS or to the embedded moto server.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+# Adaptive mode adds client-side rate limiting on throttling on top of standard retries:
+# SQS/S3 throttling or 5xx must never lose a job or a result.
+RETRY_MODE = os.environ.get("CT_FLEET_RETRY_MODE", "adaptive")
+MAX_ATTEMPTS = int(os.environ.get("CT_FLEET_MAX_ATTEMPTS", "8"))
+
+
+def client_config(max_pool: int = 32) -> Config:
+    return Config(
+        retries={"mode": RETRY_MODE, "max_attempts": MAX_ATTEMPTS},
+        max_pool_connections=max_pool,
+        connect_timeout=10,
+        read_timeout=70,  # above SQS's 20 s long poll
+    )
+
+
+@lru_cache(maxsize=None)
+def _session(profile: str | None, region: str | None) -> boto3.Session:
+    return boto3.Session(profile_name=profile, region_name=region)
+
+
+def reset() -> None:
+    """Forget cached sessions: the credentials or endpoint in the environment changed."""
+    _session.cache_clear()
+
+
+def region_name() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def _record_call(path: str) -> Any:
+    role = os.environ.get("CT_FLEET_ROLE") or "controller"
+
+    def record(event_name: str, **_: Any) -> None:
+        # event_name is "before-call.<service>.<Operation>"; one short line per call, so
+        # O_APPEND writes from many processes do not interleave.
+        # The third field says which side made the call (CT_FLEET_ROLE: worker/run-worker.sh
+        # exports "worker"), so the IAM proof checks each call against the right policy.
+        _, service, operation = event_name.split(".", 2)
+        with open(path, "a") as fh:
+            fh.write(f"{os.getpid()} {service}:{operation} {role}\n")
+
+    return record
+
+
+def client(service: str, region: str | None = None, profile: str | None = None, **kw: Any) -> Any:
+    session = _session(profile or os.environ.get("AWS_PROFILE") or None, region or region_name())
+    made = session.client(service, config=client_config(), **kw)
+    api_log = os.environ.get("CT_FLEET_API_LOG")
+    if api_log:
+        # Benchmarks and the IAM proof count every call the code makes, in every process.
+        made.meta.events.register("before-call.*.*", _record_call(api_log))
+    return made

@@ -1,0 +1,118 @@
+"""S3 for the fleet: bucket, manifest, code artifacts, results and bootstrap logs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ..errors import BadInput
+from ..evallog import is_finished
+from ..protocol import Manifest, artifact_key, manifest_key, result_job_id
+
+
+def _missing(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound", "NoSuchBucket")
+
+
+def ensure_bucket(s3: Any, bucket: str, *, create: bool) -> None:
+    try:
+        s3.head_bucket(Bucket=bucket)
+        return
+    except ClientError as exc:
+        if not _missing(exc):
+            raise
+    if not create:
+        raise BadInput(f"results bucket {bucket!r} does not exist: create it (docs/access.md) or pass --ec2-arg bucket=NAME")
+    region = s3.meta.region_name
+    kwargs: dict[str, Any] = {"Bucket": bucket}
+    if region and region != "us-east-1":
+        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    s3.create_bucket(**kwargs)
+
+
+def exists(s3: Any, bucket: str, key: str) -> bool:
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return True
+    except ClientError as exc:
+        if _missing(exc):
+            return False
+        raise
+
+
+def get_manifest(s3: Any, bucket: str, fleet_id: str) -> Manifest | None:
+    """The fleet's manifest, None when there is none; ValueError when it is not a manifest."""
+    try:
+        body = s3.get_object(Bucket=bucket, Key=manifest_key(fleet_id))["Body"].read()
+    except ClientError as exc:
+        if _missing(exc):
+            return None
+        raise
+    return Manifest.from_json(body)
+
+
+def put_manifest(s3: Any, bucket: str, manifest: Manifest) -> None:
+    s3.put_object(
+        Bucket=bucket,
+        Key=manifest_key(manifest.fleet_id),
+        Body=manifest.to_json().encode(),
+        ContentType="application/json",
+    )
+
+
+def upload_artifact(s3: Any, bucket: str, sha: str, tarball: Path) -> bool:
+    """Upload the code tarball once per SHA; returns whether it was uploaded now."""
+    key = artifact_key(sha)
+    if exists(s3, bucket, key):
+        return False
+    s3.upload_file(str(tarball), bucket, key)
+    return True
+
+
+def list_keys(s3: Any, bucket: str, prefix: str) -> Iterator[str]:
+    """Every key under prefix: one list call per 1,000 keys."""
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix=prefix, PaginationConfig={"PageSize": 1000}):
+        for obj in page.get("Contents", []):
+            yield obj["Key"]
+
+
+def list_result_job_ids(s3: Any, bucket: str, fleet_id: str) -> set[str]:
+    """Job ids that have a result object (not yet proven readable) directly under the fleet prefix."""
+    out = set()
+    for key in list_keys(s3, bucket, f"{fleet_id}/"):
+        job_id = result_job_id(fleet_id, key)
+        if job_id is not None:
+            out.add(job_id)
+    return out
+
+
+def download_result(s3: Any, bucket: str, key: str, dest: Path) -> bool:
+    """Fetch a result to dest; True only if it is a readable, finished log (else dest is left absent)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".part")
+    os.close(fd)
+    try:
+        try:
+            # One GetObject (download_file adds a HeadObject): results are small and the
+            # controller's calls per job are what bound the size of a fleet.
+            body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+            with open(tmp, "wb") as fh:
+                shutil.copyfileobj(body, fh, 1 << 20)
+        except ClientError as exc:
+            if _missing(exc):
+                return False
+            raise
+        if not is_finished(Path(tmp)):
+            return False
+        os.replace(tmp, dest)
+        return True
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,337 @@
+"""The job loop on a worker: receive, keep hidden while running, run, upload, report, delete.
+
+    python -m ct_fleet.worker        (started by worker/run-worker.sh; settings from fleet.env)
+
+Delivery is at least once, so every step is safe to repeat: a job whose result already
+exists is reported as a duplicate instead of being run again, the result key is fixed by
+the job id, and the work message is deleted only after the result and the done message
+are stored. A job that fails on something worth retrying (infrastructure, model API
+pressure) is left on the queue; after max receives SQS moves it to the dead-letter queue.
+The worker exits when the queue has stayed empty for idle_timeout seconds with nothing
+in flight, or at once (releasing its messages) on a spot interruption notice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
+
+import psutil
+
+from ..evallog import read_header, sample_error
+from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
+from ..services import queues, session, store
+from .concurrency import Concurrency
+from .reporter import Reporter
+
+log = logging.getLogger("ct_fleet.worker")
+
+RATE_LIMIT = re.compile(r"rate.?limit|\b429\b|overloaded|too many requests|RateLimitError", re.I)
+
+
+@dataclass
+class WorkerSettings:
+    fleet_id: str
+    bucket: str
+    instance_id: str
+    code_root: Path
+    max_concurrency: int
+    idle_timeout: float
+    visibility_timeout: int
+    heartbeat_interval: float
+    retry_backoff: int
+    work_dir: Path
+    report_interval: float = 1.0
+    spot_notice_file: Path | None = None
+    spot: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "WorkerSettings":
+        """fleet.env's contract (protocol.FleetEnv, with its defaults) plus what the
+        instance itself provides: its id, the code root, a work directory."""
+        env = os.environ if env is None else env
+        fleet = FleetEnv.from_env(env)
+        notice = env.get("CT_SPOT_NOTICE_FILE")
+        return cls(
+            fleet_id=fleet.FLEET_ID,
+            bucket=fleet.BUCKET,
+            instance_id=env.get("INSTANCE_ID") or socket.gethostname(),
+            code_root=Path(env.get("CODE_ROOT", ".")).resolve(),
+            max_concurrency=fleet.CONCURRENCY,
+            idle_timeout=float(fleet.IDLE_TIMEOUT),
+            visibility_timeout=fleet.VISIBILITY_TIMEOUT,
+            heartbeat_interval=float(fleet.HEARTBEAT_INTERVAL),
+            retry_backoff=fleet.RETRY_BACKOFF,
+            report_interval=float(env.get("REPORT_INTERVAL", "1")),
+            work_dir=Path(env.get("WORK_DIR") or tempfile.mkdtemp(prefix="ct-worker-")),
+            spot_notice_file=Path(notice) if notice else None,
+            spot=fleet.SPOT,
+        )
+
+
+@dataclass
+class InFlight:
+    job_id: str
+    receipt_handle: str
+    received_at: float
+
+
+@dataclass
+class Attempt:
+    outcome: str
+    error_class: str | None = None
+    error: str | None = None
+    started_at: float = field(default_factory=time.time)
+
+
+class Worker:
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.s = settings
+        self.sqs = session.client("sqs")
+        self.s3 = session.client("s3")
+        names = queue_names(settings.fleet_id)
+        self.work_url = self.sqs.get_queue_url(QueueName=names["work"])["QueueUrl"]
+        self.done_url = self.sqs.get_queue_url(QueueName=names["done"])["QueueUrl"]
+        self.concurrency = Concurrency(settings.max_concurrency)
+        self.in_flight: dict[str, InFlight] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.slot_freed = threading.Event()
+        self.worker_id = f"{settings.instance_id}/{os.getpid()}"
+        self._last_extend = 0.0
+        self.reporter = Reporter(self.sqs, self.done_url, self.work_url, settings.report_interval)
+
+    # -- reporting ---------------------------------------------------------------------
+    def _report(self, job: WorkMessage, attempt: Attempt, received_at: float, receive_count: int) -> DoneMessage:
+        return (
+            DoneMessage(
+                type="done",
+                fleet_id=self.s.fleet_id,
+                instance_id=self.s.instance_id,
+                worker_id=self.worker_id,
+                job_id=job.job_id,
+                outcome=attempt.outcome,  # type: ignore[arg-type]
+                result_key=job.result_key,
+                receive_count=receive_count,
+                received_at=received_at,
+                started_at=attempt.started_at,
+                finished_at=time.time(),
+                error_class=attempt.error_class,
+                error=(attempt.error or "")[-2000:] or None,
+                sent_at=time.time(),
+            )
+        )
+
+    def heartbeat(self) -> None:
+        with self.lock:
+            in_flight = len(self.in_flight)
+        queues.send_batch(self.sqs, self.done_url, encode_reports([
+            DoneMessage(
+                type="heartbeat",
+                fleet_id=self.s.fleet_id,
+                instance_id=self.s.instance_id,
+                worker_id=self.worker_id,
+                load=os.getloadavg()[0] / (os.cpu_count() or 1),
+                in_flight=in_flight,
+                concurrency=self.concurrency.current,
+                sent_at=time.time(),
+            )
+        ]))
+
+    # -- one job -----------------------------------------------------------------------
+    def _run_subprocess(self, job: WorkMessage, out: Path) -> Attempt:
+        attempt = Attempt(outcome="success")
+        # The job's identity is in the environment for command templates and for
+        # settings that want it (fault drills in tests key on it).
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "CT_JOB_ID": job.job_id,
+            "CT_SAMPLE_ID": job.sample_id,
+            "CT_EPOCH": str(job.epoch),
+            "CT_OUTPUT": str(out),
+        }
+        if job.kind == "command":
+            # A command job needs no Python of its own: run the template directly.
+            cmd = ["bash", "-c", job.command or ""]
+        else:
+            cmd = [sys.executable, "-m", "ct_fleet.worker.runner", job.to_json(), str(out)]
+        stderr_path = out.with_suffix(".stderr")
+        with open(stderr_path, "wb") as err:
+            proc = subprocess.Popen(cmd, cwd=self.s.code_root, env=env, stdout=err, stderr=err)
+            try:
+                code = proc.wait(timeout=job.time_limit * 1.5 + 60 if job.time_limit else None)
+            except subprocess.TimeoutExpired:
+                _kill_tree(proc.pid)
+                proc.wait()
+                return Attempt("failed", "timeout", f"killed after {job.time_limit * 1.5 + 60:.0f}s", attempt.started_at)
+        tail = stderr_path.read_text(errors="replace")[-4000:]
+        if code != 0:
+            cls = "model_api" if RATE_LIMIT.search(tail) else "infra"
+            return Attempt("retry", cls, f"runner exit {code}: {tail.strip()[-1500:]}", attempt.started_at)
+        header = read_header(out)
+        if header is None:
+            return Attempt("retry", "infra", "runner left no finished log", attempt.started_at)
+        error = sample_error(header)
+        if error is not None:
+            if RATE_LIMIT.search(error):
+                return Attempt("retry", "model_api", error, attempt.started_at)
+            return Attempt("sample_error", "task_error", error, attempt.started_at)
+        return attempt
+
+    def handle(self, msg: dict[str, Any]) -> None:
+        received_at = time.time()
+        handle = msg["ReceiptHandle"]
+        receive_count = int(msg.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
+        job = WorkMessage.from_json(msg["Body"])
+        with self.lock:
+            self.in_flight[handle] = InFlight(job.job_id, handle, received_at)
+        try:
+            if store.exists(self.s3, self.s.bucket, job.result_key):
+                attempt = Attempt("skipped_duplicate")
+            else:
+                out = self.s.work_dir / f"{job.job_id}.eval"
+                attempt = self._run_subprocess(job, out)
+                if attempt.outcome in ("success", "sample_error"):
+                    self.s3.upload_file(str(out), self.s.bucket, job.result_key)
+                    out.unlink(missing_ok=True)
+            report = self._report(job, attempt, received_at, receive_count)
+            if attempt.outcome == "retry":
+                if attempt.error_class == "model_api":
+                    self.concurrency.pressure()
+                # Back off before the next attempt, on this worker or another.
+                backoff = min(self.s.retry_backoff * receive_count, 300)
+                self.reporter.add(report, backoff=(handle, backoff))
+            else:
+                self.concurrency.success()
+                self.reporter.add(report, delete=handle)
+            log.info("job %s epoch %s: %s %s", job.sample_id, job.epoch, attempt.outcome, attempt.error_class or "")
+        except Exception:
+            log.exception("job %s failed in the worker; it will be redelivered", job.job_id)
+        finally:
+            # The slot frees now; the report and the delete go out with the next flush.
+            with self.lock:
+                self.in_flight.pop(handle, None)
+            self.slot_freed.set()
+
+    # -- background duties -------------------------------------------------------------
+    def _keep_hidden(self) -> None:
+        """Extend visibility of running jobs so a live long job is never handed out twice."""
+        period = max(1.0, self.s.visibility_timeout / 3)
+        last_beat = 0.0
+        while not self.stopping.wait(min(period, 5.0)):
+            now = time.time()
+            with self.lock:
+                due = [f.receipt_handle for f in self.in_flight.values()]
+            if due and now - self._last_extend >= period:
+                try:
+                    queues.change_visibility_batch(self.sqs, self.work_url, due, self.s.visibility_timeout)
+                except Exception:
+                    log.exception("could not extend visibility")
+                self._last_extend = now
+            if now - last_beat >= self.s.heartbeat_interval:
+                try:
+                    self.heartbeat()
+                except Exception:
+                    log.exception("heartbeat failed")
+                last_beat = now
+            if self._spot_notice():
+                self._release_all()
+
+    def _spot_notice(self) -> bool:
+        if self.s.spot_notice_file is not None:
+            return self.s.spot_notice_file.exists()
+        if not self.s.spot:
+            return False
+        try:
+            token_req = urllib.request.Request(
+                "http://169.254.169.254/latest/api/token",
+                method="PUT",
+                headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"},
+            )
+            token = urllib.request.urlopen(token_req, timeout=1).read().decode()
+            req = urllib.request.Request(
+                "http://169.254.169.254/latest/meta-data/spot/instance-action",
+                headers={"X-aws-ec2-metadata-token": token},
+            )
+            urllib.request.urlopen(req, timeout=1)
+            return True  # 200: an interruption is scheduled
+        except OSError:
+            return False
+
+    def _release_all(self) -> None:
+        """Spot interruption: stop taking jobs and make in-flight ones visible again at once."""
+        if self.stopping.is_set():
+            return
+        log.warning("spot interruption notice: releasing in-flight jobs")
+        self.stopping.set()
+        with self.lock:
+            handles = [f.receipt_handle for f in self.in_flight.values()]
+        if handles:
+            queues.change_visibility_batch(self.sqs, self.work_url, handles, 0)
+
+    # -- main loop ---------------------------------------------------------------------
+    def run(self) -> int:
+        self.s.work_dir.mkdir(parents=True, exist_ok=True)
+        keeper = threading.Thread(target=self._keep_hidden, daemon=True)
+        keeper.start()
+        reporter = threading.Thread(target=self.reporter.run, args=(self.stopping,), daemon=True)
+        reporter.start()
+        idle_since = time.monotonic()
+        with ThreadPoolExecutor(max_workers=self.s.max_concurrency) as pool:
+            while not self.stopping.is_set():
+                with self.lock:
+                    busy = len(self.in_flight)
+                free = self.concurrency.current - busy
+                if free <= 0:
+                    # Woken the moment a job finishes, so the next one starts at once.
+                    self.slot_freed.wait(1.0)
+                    self.slot_freed.clear()
+                    continue
+                idle_for = time.monotonic() - idle_since
+                if busy == 0 and idle_for >= self.s.idle_timeout:
+                    log.info("queue empty for %.0fs with nothing in flight: exiting", idle_for)
+                    break
+                wait = 1 if busy else int(max(1, min(20, self.s.idle_timeout - idle_for)))
+                try:
+                    messages = queues.receive(self.sqs, self.work_url, max_messages=free, wait=wait)
+                except Exception:
+                    log.exception("receive failed; retrying")
+                    time.sleep(2)
+                    continue
+                for msg in messages:
+                    with self.lock:
+                        # Reserve the slot now so the next receive sees it taken.
+                        self.in_flight[msg["ReceiptHandle"]] = InFlight("?", msg["ReceiptHandle"], time.time())
+                    pool.submit(self.handle, msg)
+                if messages or busy:
+                    idle_since = time.monotonic()
+        self.stopping.set()
+        reporter.join()
+        self.reporter.flush()  # the reports of the last jobs
+        return 0
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        parent = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    for proc in [*parent.children(recursive=True), parent]:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass

@@ -1,0 +1,155 @@
+"""The import rule: which side may import what (lib/ct_fleet's sub-packages).
+
+- the worker side (ct_fleet.worker and everything it imports) never reaches the
+  controller, the CLI, the merge, the AMI tooling or the cloud seam;
+- the protocol imports no AWS SDK, directly or through another module;
+- only ct_fleet.cloud knows which cloud it is: no other module names a cloud class or
+  branches on `embedded`.
+
+Imports are read with ast (module level and inside functions), following each module's
+imports transitively; imports under `if TYPE_CHECKING:` are types only and not followed.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+LIB = Path(__file__).resolve().parents[1] / "lib"
+PACKAGE = LIB / "ct_fleet"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(LIB).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports_of(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    found: set[str] = set()
+    base = module.split(".") if is_package else module.split(".")[:-1]
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                prefix = base[: len(base) - node.level + 1]
+                target = ".".join([*prefix, node.module] if node.module else prefix)
+            else:
+                target = node.module or ""
+            found.add(target)
+            # `from . import x` may name a submodule
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+@cache
+def direct_imports(module: str) -> frozenset[str]:
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    return frozenset(_imports_of(tree, module, path.name == "__init__.py"))
+
+
+def _own(name: str) -> str | None:
+    """The ct_fleet module an import names (a submodule, else its package), or None."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def closure(start: str) -> dict[str, str]:
+    """Every import reachable from `start`: name -> the ct_fleet module that imports it."""
+    seen: dict[str, str] = {}
+    todo = [start]
+    done: set[str] = set()
+    while todo:
+        module = todo.pop()
+        if module in done:
+            continue
+        done.add(module)
+        # importing a.b.c runs a/__init__ and a/b/__init__ first
+        parents = module.split(".")
+        todo.extend(".".join(parents[:i]) for i in range(1, len(parents)) if ".".join(parents[:i]) in MODULES)
+        for name in direct_imports(module):
+            seen.setdefault(name, module)
+            own = _own(name)
+            if own and own not in done:
+                todo.append(own)
+    return seen
+
+
+WORKER_SIDE = sorted(m for m in MODULES if m == "ct_fleet.worker" or m.startswith("ct_fleet.worker."))
+CONTROLLER_ONLY = ("ct_fleet.controller", "ct_fleet.cli", "ct_fleet.merge", "ct_fleet.ami", "ct_fleet.cloud")
+
+
+def _under(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+@pytest.mark.parametrize("module", WORKER_SIDE)
+def test_the_worker_side_never_reaches_the_controller(module: str) -> None:
+    bad = {name: by for name, by in closure(module).items() if _under(name, CONTROLLER_ONLY)}
+    assert not bad, f"{module} reaches controller-side code: " + ", ".join(f"{n} (via {b})" for n, b in sorted(bad.items()))
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("ct_fleet.protocol")))
+def test_the_protocol_imports_no_aws_sdk(module: str) -> None:
+    bad = {name: by for name, by in closure(module).items() if _under(name, ("boto3", "botocore", "aiobotocore"))}
+    assert not bad, f"{module} imports an AWS SDK: {bad}"
+
+
+def test_the_top_level_package_imports_nothing_eagerly() -> None:
+    """`import ct_fleet` (which every worker process does) must not load the controller."""
+    assert {_own(name) for name in direct_imports("ct_fleet")} <= {None}
+
+
+CLOUD_NAMES = {"EmbeddedCloud", "AwsCloud", "embedded"}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith("ct_fleet.cloud")))
+def test_only_the_cloud_package_knows_which_cloud_it_is(module: str) -> None:
+    tree = ast.parse(MODULES[module].read_text())
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    names |= {a.name.rpartition(".")[2] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    kinds = {
+        c.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Compare)
+        for c in [n.left, *n.comparators]
+        if isinstance(c, ast.Constant) and c.value in ("embedded", "aws")
+    }
+    assert not (names & CLOUD_NAMES) and not kinds, f"{module} branches on the cloud: {sorted(names & CLOUD_NAMES) + sorted(kinds)}"
+
+
+def test_the_rule_can_fail(tmp_path: Path) -> None:
+    """The checker sees a forbidden import (guards against a rule that passes vacuously)."""
+    tree = ast.parse("from ..controller import plan\nimport boto3\n")
+    found = _imports_of(tree, "ct_fleet.worker.loop", False)
+    assert "ct_fleet.controller" in found and "boto3" in found
+    assert _under("ct_fleet.controller.plan", CONTROLLER_ONLY)

@@ -1,0 +1,128 @@
+"""The controller's pure decisions, without moto: job state from reports, when to launch."""
+
+from __future__ import annotations
+
+import pytest
+
+from ct_fleet.controller.scaling import Decision, decide, first_launch_count
+from ct_fleet.controller.tracker import JobTracker
+from ct_fleet.protocol import DoneMessage
+
+
+def report(job_id: str, outcome: str, *, receive_count: int = 1, error_class: str | None = None, error: str = "") -> DoneMessage:
+    return DoneMessage(
+        type="done", fleet_id="f", instance_id="i-1", worker_id="i-1/1", job_id=job_id, outcome=outcome,  # type: ignore[arg-type]
+        receive_count=receive_count, started_at=10.0, finished_at=12.5, error_class=error_class, error=error or None,
+    )
+
+
+def test_success_is_fetched_then_final() -> None:
+    t = JobTracker.of(["a", "b"])
+    assert t.on_report(report("a", "success")) == "a"
+    assert "a" not in t.final and t.remaining == 1  # being fetched: not left for workers
+    t.fetched("a", ok=True)
+    assert t.final == {"a": "success"} and t.job_seconds == [2.5] and not t.complete
+
+
+def test_duplicate_reports_never_count_twice() -> None:
+    t = JobTracker.of(["a"])
+    t.on_report(report("a", "success"))
+    assert t.on_report(report("a", "success")) is None  # while fetching
+    t.fetched("a", ok=True)
+    assert t.on_report(report("a", "skipped_duplicate", receive_count=2)) is None
+    assert t.duplicates == 2 and t.attempts == 3 and t.redeliveries == 1 and t.finished == 1
+
+
+def test_retry_keeps_the_job_open_with_its_error() -> None:
+    t = JobTracker.of(["a"])
+    assert t.on_report(report("a", "retry", error_class="model_api", error="429")) is None
+    assert t.final == {} and t.last_error["a"] == ("model_api", "429") and t.remaining == 1
+
+
+def test_failed_is_final_without_a_result() -> None:
+    t = JobTracker.of(["a"])
+    t.on_report(report("a", "failed", error_class="timeout", error="killed"))
+    assert t.final == {"a": "failed"} and t.failed == 1 and t.complete
+
+
+def test_sample_error_is_final_with_its_result() -> None:
+    t = JobTracker.of(["a"])
+    assert t.on_report(report("a", "sample_error", error="boom")) == "a"
+    t.fetched("a", ok=True)
+    assert t.final == {"a": "sample_error"} and t.last_error["a"] == ("task_error", "boom")
+
+
+def test_unreadable_result_leaves_the_job_to_run_again() -> None:
+    t = JobTracker.of(["a"])
+    t.on_report(report("a", "success"))
+    t.fetched("a", ok=False)
+    assert t.final == {} and t.fetching == set() and t.remaining == 1
+
+
+def test_dead_letter_keeps_the_last_error_and_ends_the_job() -> None:
+    t = JobTracker.of(["a", "b"])
+    t.on_report(report("a", "retry", error_class="infra", error="exit 1"))
+    t.dead_lettered("a")
+    t.dead_lettered("b")
+    assert t.dead == {"a": ("infra", "exit 1"), "b": ("infra", "no error reported")} and t.complete
+
+
+def test_redelivered_job_that_finished_is_not_dead() -> None:
+    t = JobTracker.of(["a"])
+    t.on_report(report("a", "success", receive_count=2))
+    t.fetched("a", ok=True)
+    t.dead_lettered("a")
+    assert t.dead == {} and t.final == {"a": "success"} and t.redeliveries == 1
+
+
+def test_reports_of_other_fleets_jobs_and_heartbeats_are_ignored() -> None:
+    t = JobTracker.of(["a"])
+    assert t.on_report(report("zzz", "success")) is None
+    assert t.on_report(DoneMessage(type="heartbeat", fleet_id="f", instance_id="i", worker_id="w", load=0.5)) is None
+    assert t.attempts == 0
+
+
+def test_resumed_jobs_are_final() -> None:
+    t = JobTracker.of(["a", "b"])
+    t.resumed(["a"])
+    assert t.final == {"a": "success"} and t.remaining == 1
+
+
+@pytest.mark.parametrize(
+    ("pending", "max_workers", "per_worker", "expected"),
+    [(1, 24, 20, 1), (10, 24, 20, 1), (11, 24, 20, 2), (1000, 24, 20, 24), (1000, 5, 20, 5), (7, 24, 2, 4), (0, 24, 20, 1)],
+)
+def test_first_launch(pending: int, max_workers: int, per_worker: int, expected: int) -> None:
+    assert first_launch_count(pending, max_workers=max_workers, concurrency_per_worker=per_worker) == expected
+
+
+BASE = dict(remaining=100, waiting=50, live=5, replacements=0, max_replacements=3, max_workers=10,
+            concurrency_per_worker=10, fresh_loads=[], cooled=True)
+
+
+def test_nothing_left_launches_nothing() -> None:
+    assert decide(**{**BASE, "remaining": 0, "live": 0}) == Decision("none")
+
+
+def test_dead_workers_are_replaced_up_to_the_cap() -> None:
+    assert decide(**{**BASE, "live": 7}) == Decision("replace", 3)  # wanted 10
+    assert decide(**{**BASE, "live": 2, "replacements": 2}) == Decision("replace", 1)
+
+
+def test_no_replacements_left_gives_up_only_when_no_worker_is_up() -> None:
+    assert decide(**{**BASE, "live": 2, "replacements": 3}) == Decision("none")
+    assert decide(**{**BASE, "live": 0, "replacements": 3}) == Decision("give_up")
+
+
+def test_scale_up_while_cpu_bound_and_cooled_down() -> None:
+    full = {**BASE, "remaining": 50, "live": 5, "max_workers": 20}  # wanted 5: no replacement
+    assert decide(**{**full, "fresh_loads": [0.9, 0.95]}) == Decision("scale_up", 1)
+    assert decide(**{**full, "fresh_loads": [0.5, 0.6]}) == Decision("none")
+    assert decide(**{**full, "fresh_loads": [0.9], "cooled": False}) == Decision("none")
+    assert decide(**{**full, "fresh_loads": []}) == Decision("none")
+
+
+def test_scale_up_stops_at_max_workers_and_without_waiting_work() -> None:
+    full = {**BASE, "remaining": 50, "live": 5, "max_workers": 5, "fresh_loads": [1.0]}
+    assert decide(**full) == Decision("none")
+    assert decide(**{**full, "max_workers": 20, "waiting": 0}) == Decision("none")
