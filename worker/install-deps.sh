@@ -45,7 +45,10 @@ main() {
   fi
   install_toolchain
   export UV_CACHE_DIR="${UV_CACHE_DIR:-/opt/uv-cache}"
-  uv venv --python "${LB_PYTHON:-3.13}" "$LB_VENV"
+  # A venv from an older lock is replaced: uv >= 0.8 refuses to without this (the env var,
+  # not --clear, so that an older uv on a stock image takes it too).
+  UV_VENV_CLEAR=1 uv venv --python "${LB_PYTHON:-3.13}" "$LB_VENV"
+  # requirements.lock is universal (bin/lock): its markers pick this Python's pins.
   if [[ -f $LB_ROOT/requirements.lock ]]; then
     uv pip install --python "$LB_VENV/bin/python" -r "$LB_ROOT/requirements.lock"
   fi
