@@ -106,10 +106,7 @@ def _split(log_path: Path) -> dict[str, Template]:
         for row in summaries:
             sid = str(row["id"])
             text = zf.read(infos[f"samples/{sid}_epoch_1.json"]).decode()
-            red = [
-                {**r, "samples": [s for s in r["samples"] if str(s.get("sample_id")) == sid]}
-                for r in reductions
-            ]
+            red = [{**r, "samples": [s for s in r["samples"] if str(s.get("sample_id")) == sid]} for r in reductions]
             out[sid] = Template(
                 sample_id=sid,
                 start=start,
@@ -189,9 +186,7 @@ def clone(t: Template, out: Path, sample_id: str | None = None, epoch: int = 1) 
         },
         "results": {**t.header["results"], "total_samples": 1, "completed_samples": 1},
     }
-    reductions = [
-        {**r, "samples": [{**s, "sample_id": sid} for s in r["samples"]]} for r in t.reductions
-    ]
+    reductions = [{**r, "samples": [{**s, "sample_id": sid} for s in r["samples"]]} for r in t.reductions]
     summaries = json.dumps([row], separators=(",", ":")).encode()
     tmp = out.with_name(out.name + ".tmp")
     with open(tmp, "wb") as fh, evalzip.open_writer(fh) as zf:

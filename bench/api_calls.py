@@ -27,10 +27,9 @@ import subprocess
 import sys
 import time
 
+import _common as c
 from rich.console import Console
 from rich.table import Table
-
-import _common as c
 
 TARGET = 0.35
 PER_MESSAGE = ("sqs:SendMessageBatch", "sqs:ReceiveMessage", "sqs:DeleteMessageBatch")
@@ -66,9 +65,20 @@ def main() -> int:
 
     command = f'sleep 0; cp "{pool}/${{CT_SAMPLE_ID}}__${{CT_EPOCH}}.eval" "$CT_OUTPUT"'
     argv = [
-        str(c.REPO / "bin" / "ct-fleet"), "eval", "--task-file", "smoke", "--policy", "honest",
-        "--epochs", str(epochs), "--command", command,
-        "--ec2-arg", f"max_workers={args.workers}", "--ec2-arg", f"concurrency_per_worker={args.concurrency}",
+        str(c.REPO / "bin" / "ct-fleet"),
+        "eval",
+        "--task-file",
+        "smoke",
+        "--policy",
+        "honest",
+        "--epochs",
+        str(epochs),
+        "--command",
+        command,
+        "--ec2-arg",
+        f"max_workers={args.workers}",
+        "--ec2-arg",
+        f"concurrency_per_worker={args.concurrency}",
     ]
     env = {**os.environ, "CT_FLEET_RUNS": str(runs), "CT_FLEET_API_LOG": str(api_log)}
     for key in [k for k in env if k.startswith("AWS_")]:
@@ -98,7 +108,14 @@ def main() -> int:
         table.add_column(col, justify="left" if col.startswith(("call", "class")) else "right")
     for call in sorted(set(ctl) | set(wkr), key=lambda k: (classify(k), -ctl.get(k, 0), k)):
         n, w = ctl.get(call, 0), wkr.get(call, 0)
-        table.add_row(call, classify(call), str(n or ""), f"{n / jobs:.3f}" if n else "", str(w or ""), f"{w / jobs:.3f}" if w else "")
+        table.add_row(
+            call,
+            classify(call),
+            str(n or ""),
+            f"{n / jobs:.3f}" if n else "",
+            str(w or ""),
+            f"{w / jobs:.3f}" if w else "",
+        )
     control = sum(ctl.values())
     table.add_section()
     table.add_row("controller control plane", "", str(control), f"{control / jobs:.3f}", "", "")

@@ -48,13 +48,36 @@ def main() -> int:
     args = parser.parse_args()
     task_file, epochs, kills_wanted = ("smoke", 3, 2) if args.quick else ("medium", args.epochs, args.kills)
     runs = Path(tempfile.mkdtemp(prefix="ct-fault-drill-"))
-    env = {**os.environ, "CT_FLEET_RUNS": str(runs), "CT_FLEET_DOTENV": str(runs / ".env"),
-           "CT_FAULT_DIR": str(runs / "faults"), "CT_FAULT_CRASH": "web:fix_login,ops:enable_tls"}
+    env = {
+        **os.environ,
+        "CT_FLEET_RUNS": str(runs),
+        "CT_FLEET_DOTENV": str(runs / ".env"),
+        "CT_FAULT_DIR": str(runs / "faults"),
+        "CT_FAULT_CRASH": "web:fix_login,ops:enable_tls",
+    }
     env.pop("AWS_ENDPOINT_URL", None)
-    cmd = [str(REPO / "bin" / "ct-fleet"), "eval", "--task-file", task_file, "--epochs", str(epochs),
-           "--policy", "tests.fault_policies:crash_once", "--ec2-arg", "visibility_timeout=8",
-           "--ec2-arg", "max_replacements=50", "--ec2-arg", "idle_timeout=4", "--ec2-arg", "retry_backoff=1",
-           "--ec2-arg", "concurrency_per_worker=3", "--ec2-arg", f"max_receive_count={args.max_receives}"]
+    cmd = [
+        str(REPO / "bin" / "ct-fleet"),
+        "eval",
+        "--task-file",
+        task_file,
+        "--epochs",
+        str(epochs),
+        "--policy",
+        "tests.fault_policies:crash_once",
+        "--ec2-arg",
+        "visibility_timeout=8",
+        "--ec2-arg",
+        "max_replacements=50",
+        "--ec2-arg",
+        "idle_timeout=4",
+        "--ec2-arg",
+        "retry_backoff=1",
+        "--ec2-arg",
+        "concurrency_per_worker=3",
+        "--ec2-arg",
+        f"max_receive_count={args.max_receives}",
+    ]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     kills = 0
@@ -95,8 +118,10 @@ def main() -> int:
     Console().print(table)
     # The invariant: every job once in the merged run or in the dead-letter report.
     ok = figures["lost"] == 0 and figures["duplicate (sample, epoch) in the merged run"] == 0
-    print(f"fault_drill: {jobs} jobs, {kills} kills, {figures['redeliveries']} redeliveries, "
-          f"{figures['duplicates seen and dropped']} duplicates dropped, {figures['lost']} lost: {'OK' if ok else 'FAILED'}")
+    print(
+        f"fault_drill: {jobs} jobs, {kills} kills, {figures['redeliveries']} redeliveries, "
+        f"{figures['duplicates seen and dropped']} duplicates dropped, {figures['lost']} lost: {'OK' if ok else 'FAILED'}"
+    )
     if dead or not ok:
         print(out[-4000:])
         print(err[-3000:], file=sys.stderr)

@@ -35,10 +35,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import _common as c
 from rich.console import Console
 from rich.table import Table
-
-import _common as c
 
 TARGET = 1.15
 
@@ -103,9 +102,22 @@ def run_fleet(n_wanted: int, workers: int, slots: int, tmp: Path, console: Conso
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "CT_FLEET_API_LOG"}
     env["CT_FLEET_RUNS"] = str(runs)
     argv = [
-        c.PYTHON, str(Path(__file__).with_name("_probe.py")), str(record), "eval",
-        "--task-file", "smoke", "--policy", "honest", "--epochs", str(epochs), "--command", command,
-        "--ec2-arg", f"max_workers={workers}", "--ec2-arg", f"concurrency_per_worker={slots}",
+        c.PYTHON,
+        str(Path(__file__).with_name("_probe.py")),
+        str(record),
+        "eval",
+        "--task-file",
+        "smoke",
+        "--policy",
+        "honest",
+        "--epochs",
+        str(epochs),
+        "--command",
+        command,
+        "--ec2-arg",
+        f"max_workers={workers}",
+        "--ec2-arg",
+        f"concurrency_per_worker={slots}",
     ]
     t0 = time.monotonic()
     with open(tmp / f"cli-{n_wanted}.log", "w") as out:
@@ -128,7 +140,11 @@ def run_fleet(n_wanted: int, workers: int, slots: int, tmp: Path, console: Conso
             m = ev["msg"]
             if m["outcome"] in ("success", "sample_error") and m["job_id"] not in by_job:
                 by_job[m["job_id"]] = Job(
-                    m["job_id"], m["instance_id"], m["received_at"], m["started_at"], m["finished_at"],
+                    m["job_id"],
+                    m["instance_id"],
+                    m["received_at"],
+                    m["started_at"],
+                    m["finished_at"],
                     sleeps[job_key[m["job_id"]]],
                 )
     assert first_send is not None, "no work message seen"
@@ -160,12 +176,14 @@ def run_fleet(n_wanted: int, workers: int, slots: int, tmp: Path, console: Conso
     for lo, hi in quarters:
         part = jobs[lo:hi]
         g = [j.gap for j in part if j.gap is not None]
-        rows.append((
-            f"{n - hi}-{n - lo}",
-            statistics.mean(j.finished - j.received - j.sleep for j in part),
-            statistics.mean(g) if g else float("nan"),
-            len(part),
-        ))
+        rows.append(
+            (
+                f"{n - hi}-{n - lo}",
+                statistics.mean(j.finished - j.received - j.sleep for j in part),
+                statistics.mean(g) if g else float("nan"),
+                len(part),
+            )
+        )
     busy = sum(j.finished - j.received for j in jobs)
     parts = {
         "HeadObject (received -> started)": [j.started - j.received for j in jobs],
@@ -211,12 +229,28 @@ def main() -> int:
         stats.append(run_fleet(n, args.workers, args.slots, tmp, console))
 
     table = Table(title=f"makespan: {args.workers} workers x {args.slots} slots, sleeps 0.2-5.0 s")
-    for col in ("jobs", "ideal s", "makespan s", "ratio", "enqueue s", "startup s", "busy %", "in-job overhead mean/p95 s",
-                "slot gap mean/p95 s", "dispatch overhead / job s", "CLI wall s"):
+    for col in (
+        "jobs",
+        "ideal s",
+        "makespan s",
+        "ratio",
+        "enqueue s",
+        "startup s",
+        "busy %",
+        "in-job overhead mean/p95 s",
+        "slot gap mean/p95 s",
+        "dispatch overhead / job s",
+        "CLI wall s",
+    ):
         table.add_column(col, justify="right")
     for s in stats:
         table.add_row(
-            str(s.jobs), f"{s.ideal:.1f}", f"{s.makespan:.1f}", f"{s.ratio:.3f}", f"{s.enqueue:.1f}", f"{s.startup:.1f}",
+            str(s.jobs),
+            f"{s.ideal:.1f}",
+            f"{s.makespan:.1f}",
+            f"{s.ratio:.3f}",
+            f"{s.enqueue:.1f}",
+            f"{s.startup:.1f}",
             f"{100 * s.busy_share:.0f}",
             f"{statistics.mean(s.in_job):.3f} / {pct(s.in_job, 0.95):.3f}",
             f"{statistics.mean(s.gaps):.3f} / {pct(s.gaps, 0.95):.3f}",
@@ -229,7 +263,10 @@ def main() -> int:
     for s in stats:
         breakdown.add_column(f"{s.jobs} jobs", justify="right")
     for name in stats[0].parts:
-        breakdown.add_row(name, *(f"{1000 * statistics.mean(s.parts[name]):.0f} / {1000 * pct(s.parts[name], 0.95):.0f}" for s in stats))
+        breakdown.add_row(
+            name,
+            *(f"{1000 * statistics.mean(s.parts[name]):.0f} / {1000 * pct(s.parts[name], 0.95):.0f}" for s in stats),
+        )
     console.print(breakdown)
     depth = Table(title="dispatch overhead by queue depth (jobs still queued when received)")
     for col in ("run", "queued", "in-job overhead mean s", "slot gap mean s", "jobs"):
@@ -246,7 +283,8 @@ def main() -> int:
         for s in stats
     ]
     print(
-        f"makespan: {args.workers}x{args.slots} slots; " + "; ".join(parts)
+        f"makespan: {args.workers}x{args.slots} slots; "
+        + "; ".join(parts)
         + f" (target <= {TARGET} at {first.jobs}: {'MET' if first.ratio <= TARGET else 'MISSED'})"
     )
     if not args.keep:

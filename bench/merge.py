@@ -164,7 +164,13 @@ def run(mode: str, n: int, src_dir: Path, tmp: Path) -> dict[str, float]:
     shutil.rmtree(out, ignore_errors=True)
     r = res.report
     assert r["samples"] == n, f"{mode} merge of {n} wrote {r['samples']} samples"
-    return {"n": n, "wall": r["wall"], "peak_mb": res.maxrss_mb, "extra_mb": res.maxrss_mb - r["base_mb"], "out_mb": r["out_mb"]}
+    return {
+        "n": n,
+        "wall": r["wall"],
+        "peak_mb": res.maxrss_mb,
+        "extra_mb": res.maxrss_mb - r["base_mb"],
+        "out_mb": r["out_mb"],
+    }
 
 
 def main() -> int:
@@ -207,25 +213,49 @@ def main() -> int:
             # Too slow to run: fit naive wall and memory linearly on smaller sizes.
             for m in (n // 5, n // 2):
                 rows[("naive", m)] = run("naive", m, src, tmp)
-            (a, ra), (b, rb) = sorted(((m, rows[("naive", m)]) for m in (n // 5, n // 2)))
-            fit = {key: ra[key] + (rb[key] - ra[key]) * (n - a) / (b - a) for key in ("wall", "peak_mb", "extra_mb", "out_mb")}
+            (a, ra), (b, rb) = sorted((m, rows[("naive", m)]) for m in (n // 5, n // 2))
+            fit = {
+                key: ra[key] + (rb[key] - ra[key]) * (n - a) / (b - a)
+                for key in ("wall", "peak_mb", "extra_mb", "out_mb")
+            }
             rows[("naive", n)] = {"n": n, **fit}
             extrapolated.add(n)
         else:
             rows[("naive", n)] = run("naive", n, src, tmp)
-        console.print(f"[dim]{n:,}: streaming {rows[('streaming', n)]['wall']:.1f}s, naive {rows[('naive', n)]['wall']:.1f}s[/]")
+        console.print(
+            f"[dim]{n:,}: streaming {rows[('streaming', n)]['wall']:.1f}s, naive {rows[('naive', n)]['wall']:.1f}s[/]"
+        )
     rows[("streaming", alone)] = run("streaming", alone, src, tmp)
 
     table = Table(title="merging one-sample .eval files (each merge in its own process)")
-    for col in ("files", "method", "wall s", "files/s", "peak RSS MB", "extra MB", "extra KB/sample", "output MB", "speedup"):
+    for col in (
+        "files",
+        "method",
+        "wall s",
+        "files/s",
+        "peak RSS MB",
+        "extra MB",
+        "extra KB/sample",
+        "output MB",
+        "speedup",
+    ):
         table.add_column(col, justify="right")
     for (mode, n), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0] != "streaming")):
         speed = ""
         if mode == "naive" and ("streaming", n) in rows:
             speed = f"{r['wall'] / rows[('streaming', n)]['wall']:.1f}x"
         label = mode + (" (extrapolated)" if mode == "naive" and n in extrapolated else "")
-        table.add_row(f"{n:,}", label, f"{r['wall']:.1f}", f"{n / r['wall']:.0f}", f"{r['peak_mb']:.0f}", f"{r['extra_mb']:.0f}",
-                      f"{1024 * r['extra_mb'] / n:.1f}", f"{r['out_mb']:.0f}", speed)
+        table.add_row(
+            f"{n:,}",
+            label,
+            f"{r['wall']:.1f}",
+            f"{n / r['wall']:.0f}",
+            f"{r['peak_mb']:.0f}",
+            f"{r['extra_mb']:.0f}",
+            f"{1024 * r['extra_mb'] / n:.1f}",
+            f"{r['out_mb']:.0f}",
+            speed,
+        )
     console.print(table)
 
     big = both[-1]

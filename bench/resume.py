@@ -26,14 +26,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import _common as c
 from rich.console import Console
 from rich.table import Table
 
-import _common as c
-from ct_fleet.services import session as aws
-from ct_fleet.services import store
 from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
 from ct_fleet.protocol import log_key, manifest_key, result_key
+from ct_fleet.services import session as aws
+from ct_fleet.services import store
 
 TARGET_LISTS = 101
 BUCKET = "lb-fleet-results-migrated"
@@ -100,7 +100,9 @@ def main() -> int:
         done = jobs[:: max(1, args.jobs // args.results)][: args.results]
         extra = [manifest_key(fleet_id)] + [log_key(fleet_id, f"i-{k:017x}") for k in range(20)]
         put_s = put_all([result_key(fleet_id, j) for j in done] + extra, b"x" * 64, args.threads)
-        console.print(f"[dim]put {len(done) + len(extra):,} objects in {put_s:.0f}s ({(len(done) + len(extra)) / put_s:.0f}/s, {args.threads} threads)[/]")
+        console.print(
+            f"[dim]put {len(done) + len(extra):,} objects in {put_s:.0f}s ({(len(done) + len(extra)) / put_s:.0f}/s, {args.threads} threads)[/]"
+        )
 
         # -- planning: what the controller does first on a resume ---------------------
         lister = aws.client("s3")
@@ -128,10 +130,12 @@ def main() -> int:
         dest = tmp / "results"
         t0 = time.monotonic()
         with ThreadPoolExecutor(max_workers=8) as pool:
-            ok = list(pool.map(
-                lambda j: store.download_result(getter, BUCKET, result_key(sample_fleet, j), dest / f"{j}.eval"),
-                sample_jobs,
-            ))
+            ok = list(
+                pool.map(
+                    lambda j: store.download_result(getter, BUCKET, result_key(sample_fleet, j), dest / f"{j}.eval"),
+                    sample_jobs,
+                )
+            )
         get_s = time.monotonic() - t0
         assert all(ok), "a downloaded result was not a finished log"
     finally:
@@ -144,15 +148,31 @@ def main() -> int:
     table = Table(title=f"resume planning: {args.jobs:,} jobs, {len(done):,} results in S3 (embedded moto)")
     for col in ("step", "calls", "seconds", "note"):
         table.add_column(col, justify="left" if col in ("step", "note") else "right")
-    table.add_row("seed: put results + manifest + logs", f"{len(done) + len(extra):,}", f"{put_s:.0f}",
-                  f"{args.threads} threads, {(len(done) + len(extra)) / put_s:.0f} puts/s (setup, not measured code)")
-    table.add_row("list_result_job_ids", f"{lists.n} ListObjectsV2", f"{list_s:.2f}",
-                  f"{len(found):,} result ids; target <= {TARGET_LISTS} calls")
+    table.add_row(
+        "seed: put results + manifest + logs",
+        f"{len(done) + len(extra):,}",
+        f"{put_s:.0f}",
+        f"{args.threads} threads, {(len(done) + len(extra)) / put_s:.0f} puts/s (setup, not measured code)",
+    )
+    table.add_row(
+        "list_result_job_ids",
+        f"{lists.n} ListObjectsV2",
+        f"{list_s:.2f}",
+        f"{len(found):,} result ids; target <= {TARGET_LISTS} calls",
+    )
     table.add_row("intersect with jobs, pending list", "0", f"{plan_s:.3f}", f"{len(pending):,} jobs to enqueue")
-    table.add_row(f"download sample ({args.sample} x {len(body) / 1024:.1f} KB)", f"{gets.n} GetObject + {heads.n} HeadObject",
-                  f"{get_s:.1f}", f"{args.sample / get_s:.0f}/s with 8 threads, incl. is_finished check")
-    table.add_row(f"download all {len(to_fetch):,} (extrapolated)", f"{len(to_fetch):,} GetObject", f"{fetch_all_s:.0f}",
-                  f"{gb * 1024:.0f} MB; on AWS ${usd:.3f} in GETs + ${gb * EGRESS_PER_GB:.3f} egress outside AWS")
+    table.add_row(
+        f"download sample ({args.sample} x {len(body) / 1024:.1f} KB)",
+        f"{gets.n} GetObject + {heads.n} HeadObject",
+        f"{get_s:.1f}",
+        f"{args.sample / get_s:.0f}/s with 8 threads, incl. is_finished check",
+    )
+    table.add_row(
+        f"download all {len(to_fetch):,} (extrapolated)",
+        f"{len(to_fetch):,} GetObject",
+        f"{fetch_all_s:.0f}",
+        f"{gb * 1024:.0f} MB; on AWS ${usd:.3f} in GETs + ${gb * EGRESS_PER_GB:.3f} egress outside AWS",
+    )
     console.print(table)
     console.print(f"[dim]{c.machine()}; temp dir {tmp} (removed)[/]")
     met = lists.n <= TARGET_LISTS

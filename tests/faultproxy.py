@@ -239,9 +239,7 @@ def s3_operation(method: str, path: str, query: dict[str, list[str]], headers: A
             return {"GET": "Get", "PUT": "Put", "DELETE": "Delete"}.get(method, "Unknown") + name
     if method == "PUT":
         return "CopyObject" if copy else "PutObject"
-    return {"GET": "GetObject", "HEAD": "HeadObject", "DELETE": "DeleteObject"}.get(
-        method, f"Unknown{method.title()}"
-    )
+    return {"GET": "GetObject", "HEAD": "HeadObject", "DELETE": "DeleteObject"}.get(method, f"Unknown{method.title()}")
 
 
 @dataclass
@@ -358,9 +356,16 @@ def fault_response(info: RequestInfo, kind: str, method: str = "POST") -> FaultR
     # Query protocol (IAM, STS, SQS from older clients) and anything unrecognised.
     if throttle:
         status, err_type = 400, "Sender"
-        code, message = ("ThrottlingException", "Rate exceeded") if info.service == "sqs" else ("Throttling", "Rate exceeded")
+        code, message = (
+            ("ThrottlingException", "Rate exceeded") if info.service == "sqs" else ("Throttling", "Rate exceeded")
+        )
     else:
-        status, err_type, code, message = 500, "Receiver", "InternalFailure", "We encountered an internal error. Please try again."
+        status, err_type, code, message = (
+            500,
+            "Receiver",
+            "InternalFailure",
+            "We encountered an internal error. Please try again.",
+        )
     namespace = _QUERY_NAMESPACES.get(info.service, "")
     xmlns = f' xmlns="{namespace}"' if namespace else ""
     body = (
@@ -524,7 +529,7 @@ class _Handler(BaseHTTPRequestHandler):
     def handle_one_request(self) -> None:
         try:
             super().handle_one_request()
-        except (ConnectionError, TimeoutError, socket.timeout):
+        except (ConnectionError, TimeoutError):
             self.close_connection = True
 
     def __getattr__(self, name: str) -> Any:
@@ -701,7 +706,9 @@ class FaultProxy:
                     return
         conn.close()
 
-    def _forward(self, method: str, target: str, headers: Any, body: bytes) -> tuple[int, str, list[tuple[str, str]], Any, Any]:
+    def _forward(
+        self, method: str, target: str, headers: Any, body: bytes
+    ) -> tuple[int, str, list[tuple[str, str]], Any, Any]:
         """Send the request upstream; returns status, reason, headers, a chunk iterator and a finisher."""
         out: list[tuple[str, str]] = []
         for name, value in headers.items():
@@ -713,7 +720,11 @@ class FaultProxy:
             out.append((name, value))
         if not any(name.lower() == "host" for name, _ in out):
             out.append(("Host", f"{self._upstream_host}:{self._upstream_port}"))
-        if body or method.upper() in ("POST", "PUT", "PATCH") or "content-length" in {k.lower() for k in headers.keys()}:
+        if (
+            body
+            or method.upper() in ("POST", "PUT", "PATCH")
+            or "content-length" in {k.lower() for k in headers.keys()}
+        ):
             out.append(("Content-Length", str(len(body))))
         for attempt in range(2):
             conn, reused = self._connection()

@@ -24,7 +24,11 @@ def env_for(runs: Path, **extra: str) -> dict[str, str]:
 def start(runs: Path, *args: str, **extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [str(REPO / "bin" / "ct-fleet"), "eval", *args],
-        cwd=REPO, env=env_for(runs, **extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env=env_for(runs, **extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -77,5 +81,3 @@ def stat(out: str, name: str) -> int:
     match = re.search(rf"{name} (\d+)", out)
     assert match, out
     return int(match.group(1))
-
-

@@ -76,7 +76,7 @@ def arn_match(pattern: str, arn: str) -> bool:
     a_parts = arn.split(":", 5)
     if len(p_parts) != 6 or len(a_parts) != 6:
         return False
-    return all(glob_match(p, a) for p, a in zip(p_parts, a_parts))
+    return all(glob_match(p, a) for p, a in zip(p_parts, a_parts, strict=True))
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -297,7 +297,12 @@ def evaluate(policies: Mapping[str, Any] | Sequence[Mapping[str, Any]], request:
     return "ImplicitDeny", []
 
 
-def is_allowed(policies: Mapping[str, Any] | Sequence[Mapping[str, Any]], action: str, resource: str, context: Mapping[str, ContextValue] | None = None) -> bool:
+def is_allowed(
+    policies: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    action: str,
+    resource: str,
+    context: Mapping[str, ContextValue] | None = None,
+) -> bool:
     return evaluate(policies, Request(action, resource, context or {}))[0] == "Allow"
 
 
@@ -438,7 +443,9 @@ def requests_for_call(
     return out
 
 
-def denied(policies: Mapping[str, Any] | Sequence[Mapping[str, Any]], requests: Iterable[Request]) -> list[tuple[Request, Decision]]:
+def denied(
+    policies: Mapping[str, Any] | Sequence[Mapping[str, Any]], requests: Iterable[Request]
+) -> list[tuple[Request, Decision]]:
     """The requests the policies do not allow, with the reason."""
     out = []
     for request in requests:

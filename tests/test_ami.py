@@ -142,14 +142,13 @@ def fake_packer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, aws_env) -> Pat
 def bake(ec2, param: str, build_id: str | None = None) -> tuple[str, list[str]]:
     """An AMI as Packer leaves it: CreateImage from a builder, image and snapshots tagged."""
     build_id = build_id or uuid.uuid4().hex[:8]
-    instance = ec2.run_instances(
-        ImageId="ami-0123456789abcdef0", MinCount=1, MaxCount=1, InstanceType="t3.micro"
-    )["Instances"][0]["InstanceId"]
+    instance = ec2.run_instances(ImageId="ami-0123456789abcdef0", MinCount=1, MaxCount=1, InstanceType="t3.micro")[
+        "Instances"
+    ][0]["InstanceId"]
     image = ec2.create_image(InstanceId=instance, Name=f"linuxbench-worker-{build_id}")["ImageId"]
     ec2.terminate_instances(InstanceIds=[instance])
     snapshots = [
-        m["Ebs"]["SnapshotId"]
-        for m in ec2.describe_images(ImageIds=[image])["Images"][0]["BlockDeviceMappings"]
+        m["Ebs"]["SnapshotId"] for m in ec2.describe_images(ImageIds=[image])["Images"][0]["BlockDeviceMappings"]
     ]
     assert snapshots
     tags = {
@@ -182,9 +181,9 @@ def snapshots_exist(ec2, snapshot_ids: list[str]) -> list[str]:
 
 
 def images_for(ec2, param: str) -> list[str]:
-    images = ec2.describe_images(
-        Owners=["self"], Filters=[{"Name": "tag:CtFleetAmiParam", "Values": [param]}]
-    )["Images"]
+    images = ec2.describe_images(Owners=["self"], Filters=[{"Name": "tag:CtFleetAmiParam", "Values": [param]}])[
+        "Images"
+    ]
     return sorted(i["ImageId"] for i in images)
 
 
@@ -214,8 +213,16 @@ def test_parse_manifest_picks_the_last_run(tmp_path: Path) -> None:
     path = write_manifest(
         tmp_path / "m.json",
         [
-            {"artifact_id": "us-east-1:ami-0aaaaaaaaaaaaaaaa", "packer_run_uuid": "r1", "custom_data": {"build_id": "b1"}},
-            {"artifact_id": "us-east-1:ami-0bbbbbbbbbbbbbbbb", "packer_run_uuid": "r2", "custom_data": {"build_id": "b2"}},
+            {
+                "artifact_id": "us-east-1:ami-0aaaaaaaaaaaaaaaa",
+                "packer_run_uuid": "r1",
+                "custom_data": {"build_id": "b1"},
+            },
+            {
+                "artifact_id": "us-east-1:ami-0bbbbbbbbbbbbbbbb",
+                "packer_run_uuid": "r2",
+                "custom_data": {"build_id": "b2"},
+            },
             {"artifact_id": "us-east-1:ami-0cccccccccccccccc", "packer_run_uuid": "r3"},
         ],
         last="r2",
@@ -394,7 +401,13 @@ def test_build_incremental_rotates(ec2, ssm, param, fake_packer) -> None:
     assert f"-var=source_ami={old}" in build and f"-var=build_id={p.build_id}" in build
     assert build[-1] == str(ami.PACKER_DIR)
     names = [n for n, _ in result.timings.phases]
-    for phase in ["packer: launch builder", "packer: provision", "  step pull-images", "packer: create AMI + snapshots", "rotate (SSM, deregister, snapshots)"]:
+    for phase in [
+        "packer: launch builder",
+        "packer: provision",
+        "  step pull-images",
+        "packer: create AMI + snapshots",
+        "rotate (SSM, deregister, snapshots)",
+    ]:
         assert phase in names
     assert any("Creating AMI" in line for line in lines)
 
@@ -425,9 +438,9 @@ def test_failed_build_changes_nothing_and_terminates_the_builder(
     assert image_exists(ec2, old) and snapshots_exist(ec2, old_snaps) == old_snaps
     assert images_for(ec2, param) == [old]
     assert live_instances(ec2, p.build_id) == []  # the safety net terminated it
-    partial = ec2.describe_images(
-        Owners=["self"], Filters=[{"Name": "description", "Values": [f"*{p.build_id}*"]}]
-    )["Images"]
+    partial = ec2.describe_images(Owners=["self"], Filters=[{"Name": "description", "Values": [f"*{p.build_id}*"]}])[
+        "Images"
+    ]
     assert partial == []  # a half-made AMI of the failed build is discarded
     assert timings.seconds("terminate leftover builders") is not None
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ct_fleet.services import instances as fleet
-from ct_fleet.services import queues, secrets, store
 from ct_fleet.controller.config import Ec2Config
 from ct_fleet.errors import BadInput
 from ct_fleet.protocol import Manifest, ManifestJob, secrets_prefix
+from ct_fleet.services import instances as fleet
+from ct_fleet.services import queues, secrets, store
 
 
 def _fid() -> str:
@@ -79,8 +79,18 @@ def test_manifest_and_artifact_round_trip(aws_client, tmp_path: Path):
     bucket = f"b-{_fid()}"
     store.ensure_bucket(s3, bucket, create=True)
     assert store.get_manifest(s3, bucket, "f1") is None
-    manifest = Manifest("f1", "toyarena", "t.py@t", {"policy": "honest"}, "honest", "mockllm/model", 1, "sha", 60,
-                        [ManifestJob("j1", "s1", 1), ManifestJob("j2", "s2", 1)])
+    manifest = Manifest(
+        "f1",
+        "toyarena",
+        "t.py@t",
+        {"policy": "honest"},
+        "honest",
+        "mockllm/model",
+        1,
+        "sha",
+        60,
+        [ManifestJob("j1", "s1", 1), ManifestJob("j2", "s2", 1)],
+    )
     store.put_manifest(s3, bucket, manifest)
     assert store.get_manifest(s3, bucket, "f1") == manifest
     tarball = tmp_path / "code.tar.gz"
@@ -105,14 +115,25 @@ def test_launch_tags_profile_shutdown_and_no_ingress(aws_client):
     profile = f"p-{_fid()}"
     _profile(aws_client, profile)
     group = fleet.ensure_security_group(ec2, f"sg-{_fid()}")
-    assert fleet.ensure_security_group(ec2, ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["GroupName"]) == group
+    assert (
+        fleet.ensure_security_group(
+            ec2, ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["GroupName"]
+        )
+        == group
+    )
     assert ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["IpPermissions"] == []
     fid = _fid()
     user_data = fleet.render_user_data({"FLEET_ID": fid, "BUCKET": "b", "CODE_SHA": "abc"})
     assert f"export FLEET_ID={fid}" in user_data and "@FLEET_ENV@" not in user_data
     ids = fleet.launch(
-        ec2, count=2, ami=_image(ec2), config=Ec2Config(instance_profile=profile), fleet_id=fid,
-        launched_by="alice", user_data=user_data, security_group_id=group,
+        ec2,
+        count=2,
+        ami=_image(ec2),
+        config=Ec2Config(instance_profile=profile),
+        fleet_id=fid,
+        launched_by="alice",
+        user_data=user_data,
+        security_group_id=group,
     )
     assert len(ids) == 2
     live = fleet.live_instances(ec2, fid)
@@ -151,7 +172,9 @@ def test_per_instance_secrets_are_tagged_and_deleted(aws_client):
     name = f"{secrets_prefix(fid)}/i-1/GH_TOKEN"
     param = ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]
     assert param["Type"] == "SecureString" and param["Value"] == "t0k"
-    tags = {t["Key"]: t["Value"] for t in ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=name)["TagList"]}
+    tags = {
+        t["Key"]: t["Value"] for t in ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=name)["TagList"]
+    }
     assert tags["InstanceArn"] == "arn:aws:ec2:us-east-1:123:instance/i-1"
     assert secrets.delete_fleet_secrets(ssm, fid) == 2
     assert ssm.get_parameters_by_path(Path=secrets_prefix(fid), Recursive=True)["Parameters"] == []
@@ -164,8 +187,14 @@ def test_spot_launch_asks_for_spot_instances(aws_client):
     group = fleet.ensure_security_group(ec2, f"sg-{_fid()}")
     fid = _fid()
     (instance_id,) = fleet.launch(
-        ec2, count=1, ami=_image(ec2), config=Ec2Config(instance_profile=profile, spot=True), fleet_id=fid,
-        launched_by="alice", user_data="#!/bin/bash\n", security_group_id=group,
+        ec2,
+        count=1,
+        ami=_image(ec2),
+        config=Ec2Config(instance_profile=profile, spot=True),
+        fleet_id=fid,
+        launched_by="alice",
+        user_data="#!/bin/bash\n",
+        security_group_id=group,
     )
     (inst,) = fleet.live_instances(ec2, fid)
     assert inst.get("InstanceLifecycle") == "spot"
@@ -179,20 +208,27 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
 
     from ct_fleet.cloud import AwsCloud
     from ct_fleet.controller.loop import Controller
-    from ct_fleet.controller.spec import FleetSpec
     from ct_fleet.controller.plan import Job
+    from ct_fleet.controller.spec import FleetSpec
 
     ec2, ssm = aws_client("ec2"), aws_client("ssm")
     fid, profile = _fid(), f"p-{_fid()}"
     _profile(aws_client, profile)
     param = f"/linuxbench/t-{fid}/worker-ami-id"
     ssm.put_parameter(Name=param, Value=_image(ec2), Type="String")
-    cfg = Ec2Config(max_workers=25, concurrency_per_worker=10, ami_param=param, instance_profile=profile,
-                    security_group=f"sg-{fid}").with_defaults(AwsCloud.defaults)
+    cfg = Ec2Config(
+        max_workers=25, concurrency_per_worker=10, ami_param=param, instance_profile=profile, security_group=f"sg-{fid}"
+    ).with_defaults(AwsCloud.defaults)
     jobs = [Job(f"j{i}", f"web:fix_login#{i}", "web", "fix_login", None, 1) for i in range(300)]
     spec = FleetSpec(fid, "toyarena", "x", "honest", "mockllm/model", 1, [], jobs, "sha", cfg)
-    ctl = Controller(AwsCloud(region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"]), spec,
-                     tmp_path, launched_by="alice", account="123", warn=lambda text: None)
+    ctl = Controller(
+        AwsCloud(region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"]),
+        spec,
+        tmp_path,
+        launched_by="alice",
+        account="123",
+        warn=lambda text: None,
+    )
     ctl.q = queues.ensure_queues(ctl.sqs, fid, visibility_timeout=30, max_receive_count=3)
     queues.send_batch(ctl.sqs, ctl.q.work, ["job"] * 20)
     ctl.depths = queues.depths(ctl.sqs, ctl.q, roles=("work", "dlq"))

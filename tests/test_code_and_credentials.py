@@ -50,9 +50,20 @@ def test_dirty_tree_ships_a_tree_sha_with_tracked_changes_only(repo: Path, tmp_p
 
 def test_extra_src_leaves_out_caches_envs_builds_and_lockfiles(tmp_path: Path):
     src = tmp_path / "experiments"
-    for rel in ("mypkg/__init__.py", "mypkg/policies.py", "mypkg/__pycache__/x.pyc", ".git/HEAD",
-                "node_modules/m/index.js", ".venv/bin/python", "venv/x", "build/lib.py", "dist/w.whl",
-                "uv.lock", "package-lock.json", "mypkg/data.json"):
+    for rel in (
+        "mypkg/__init__.py",
+        "mypkg/policies.py",
+        "mypkg/__pycache__/x.pyc",
+        ".git/HEAD",
+        "node_modules/m/index.js",
+        ".venv/bin/python",
+        "venv/x",
+        "build/lib.py",
+        "dist/w.whl",
+        "uv.lock",
+        "package-lock.json",
+        "mypkg/data.json",
+    ):
         path = src / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("x")
@@ -63,7 +74,9 @@ def test_extra_src_leaves_out_caches_envs_builds_and_lockfiles(tmp_path: Path):
 
 def test_profile_and_keys_together_are_refused():
     with pytest.raises(BadInput, match="remove the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY lines from .env"):
-        credentials.apply_aws_credentials({"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s"}, {"AWS_PROFILE": "p"})
+        credentials.apply_aws_credentials(
+            {"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s"}, {"AWS_PROFILE": "p"}
+        )
     with pytest.raises(BadInput, match="from your shell"):
         credentials.apply_aws_credentials({"AWS_PROFILE": "p"}, {"AWS_ACCESS_KEY_ID": "AKIA"})
 
@@ -76,7 +89,10 @@ def test_profile_from_dotenv_only_selects_and_keys_load_from_dotenv():
     credentials.apply_aws_credentials({"AWS_PROFILE": "dotenv"}, env)
     assert env["AWS_PROFILE"] == "shell"  # the shell wins
     env = {}
-    assert credentials.apply_aws_credentials({"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s"}, env) == "static keys from .env"
+    assert (
+        credentials.apply_aws_credentials({"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s"}, env)
+        == "static keys from .env"
+    )
     assert env == {"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s"}
 
 
@@ -85,11 +101,15 @@ def test_dotenv_parsing_and_secret_selection(tmp_path: Path):
     path.write_text("# comment\nexport ANTHROPIC_API_KEY='sk-1'\nGH_TOKEN=\"gh\"\nUNRELATED=1\nbad line\n")
     dotenv = credentials.read_dotenv(path)
     assert credentials.worker_secrets(dotenv, {"OPENAI_API_KEY": "sk-2"}) == {
-        "ANTHROPIC_API_KEY": "sk-1", "OPENAI_API_KEY": "sk-2", "GH_TOKEN": "gh"}
+        "ANTHROPIC_API_KEY": "sk-1",
+        "OPENAI_API_KEY": "sk-2",
+        "GH_TOKEN": "gh",
+    }
 
 
 def test_launched_by_is_the_last_arn_segment(aws_client):
     assert credentials.launched_by(aws_client("sts")) == credentials.name_from_arn(
-        aws_client("sts").get_caller_identity()["Arn"])
+        aws_client("sts").get_caller_identity()["Arn"]
+    )
     assert credentials.name_from_arn("arn:aws:iam::1:user/alice") == "alice"
     assert credentials.name_from_arn("arn:aws:sts::1:assumed-role/AWSReservedSSO_LinuxbenchFleet_ab12/bob") == "bob"

@@ -53,6 +53,19 @@ def test_help_lists_every_knob_with_its_default():
     for f in fields(config.Ec2Config):
         assert f"{f.name}=" in text
     assert "sample_time_limit=3600" in text
-    for required in ("max_workers", "concurrency_per_worker", "instance_type", "ami", "region", "estimate",
-                     "auto_confirm", "new_fleet", "worker_setup", "worker_user", "spot", "max_cost", "sample_time_limit"):
+    for required in (
+        "max_workers",
+        "concurrency_per_worker",
+        "instance_type",
+        "ami",
+        "region",
+        "estimate",
+        "auto_confirm",
+        "new_fleet",
+        "worker_setup",
+        "worker_user",
+        "spot",
+        "max_cost",
+        "sample_time_limit",
+    ):
         assert required in config.knob_names()

@@ -17,7 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 CT_FLEET = str(REPO / "bin" / "ct-fleet")
 
 
-def ct_fleet(runs: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 400) -> subprocess.CompletedProcess[str]:
+def ct_fleet(
+    runs: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 400
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "CT_FLEET_RUNS": str(runs), "CT_FLEET_DOTENV": str(runs / ".env"), **(env or {})}
     for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
         full_env.pop(key, None)
@@ -74,8 +76,13 @@ def test_smoke_metrics_equal_a_direct_run(smoke_run, tmp_path: Path, monkeypatch
     ids = list(dict.fromkeys(s.id for s in fleet_log.samples or []))
     monkeypatch.chdir(REPO)
     (direct,) = inspect_eval(
-        setting.task_spec, task_args={"policy": "honest"}, model="mockllm/model", sample_id=ids,
-        epochs=3, log_dir=str(tmp_path), display="none",
+        setting.task_spec,
+        task_args={"policy": "honest"},
+        model="mockllm/model",
+        sample_id=ids,
+        epochs=3,
+        log_dir=str(tmp_path),
+        display="none",
     )
     assert fleet_log.results and direct.results
     assert fleet_log.results.total_samples == direct.results.total_samples == 12
@@ -128,7 +135,9 @@ def test_bad_input_is_one_line_exit_2_and_launches_nothing(tmp_path: Path, args:
     args = [a.format(bad_yaml=tmp_path / "bad.yml", bad_jsonl=tmp_path / "bad.jsonl") for a in args]
     proc = ct_fleet(runs, "eval", *args, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(("ct-fleet:", "WARNING"))]
+    lines = [
+        line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(("ct-fleet:", "WARNING"))
+    ]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], proc.stderr
     assert list(runs.iterdir()) == []  # no run directory: nothing archived, launched or uploaded
 
@@ -167,8 +176,9 @@ def test_command_jobs_drive_another_eval_cli(smoke_run, tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     results = next(p for p in runs.iterdir() if p.is_dir()) / "results"
     command = f'test -n "$CT_SAMPLE_ID" && cp {results}/"$CT_JOB_ID".eval "$CT_OUTPUT"'
-    got = ct_fleet(tmp_path, "eval", "--task-file", "smoke", "--epochs", "3", "--command", command,
-                   "--ec2-arg", "idle_timeout=3")
+    got = ct_fleet(
+        tmp_path, "eval", "--task-file", "smoke", "--epochs", "3", "--command", command, "--ec2-arg", "idle_timeout=3"
+    )
     assert got.returncode == 0, got.stdout + got.stderr
     (merged,) = next(p for p in tmp_path.iterdir() if p.is_dir()).joinpath("merged").glob("*.eval")
     pairs = {(s.id, s.epoch) for s in read_eval_log(str(merged)).samples or []}

@@ -25,8 +25,12 @@ def account(moto_server, tmp_path_factory: pytest.TempPathFactory):
     """What an admin creates once: bucket, worker role and instance profile, the baked AMI id."""
     import boto3
 
-    kw = dict(endpoint_url=moto_server.endpoint_url, region_name="us-east-1",
-              aws_access_key_id="testing", aws_secret_access_key="testing")
+    kw = dict(
+        endpoint_url=moto_server.endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     bucket = f"lb-fleet-test-{uuid.uuid4().hex[:8]}"
     boto3.client("s3", **kw).create_bucket(Bucket=bucket)
     iam = boto3.client("iam", **kw)
@@ -42,18 +46,42 @@ def account(moto_server, tmp_path_factory: pytest.TempPathFactory):
     return {"kw": kw, "bucket": bucket, "param": param, "runs": runs, "boto3": boto3}
 
 
-def run_ec2(account, *args: str, extra_env: dict[str, str] | None = None, endpoint: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_ec2(
+    account, *args: str, extra_env: dict[str, str] | None = None, endpoint: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE",)}
     env.update(extra_env or {})
     env.update(
-        AWS_ENDPOINT_URL=endpoint or account["kw"]["endpoint_url"], AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-        AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1", CT_FLEET_RUNS=str(account["runs"]),
+        AWS_ENDPOINT_URL=endpoint or account["kw"]["endpoint_url"],
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_REGION="us-east-1",
+        AWS_DEFAULT_REGION="us-east-1",
+        CT_FLEET_RUNS=str(account["runs"]),
         CT_FLEET_DOTENV=str(account["runs"] / ".env"),
     )
-    cmd = [str(REPO / "bin" / "ct-fleet"), "eval", "--ec2", "--task-file", "smoke", "--epochs", "1",
-           "--ec2-arg", f"bucket={account['bucket']}", "--ec2-arg", f"ami_param={account['param']}",
-           "--ec2-arg", "auto_confirm=true", "--ec2-arg", "max_workers=2", "--ec2-arg", "concurrency_per_worker=2",
-           "--ec2-arg", "idle_timeout=5", *args]
+    cmd = [
+        str(REPO / "bin" / "ct-fleet"),
+        "eval",
+        "--ec2",
+        "--task-file",
+        "smoke",
+        "--epochs",
+        "1",
+        "--ec2-arg",
+        f"bucket={account['bucket']}",
+        "--ec2-arg",
+        f"ami_param={account['param']}",
+        "--ec2-arg",
+        "auto_confirm=true",
+        "--ec2-arg",
+        "max_workers=2",
+        "--ec2-arg",
+        "concurrency_per_worker=2",
+        "--ec2-arg",
+        "idle_timeout=5",
+        *args,
+    ]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -109,9 +137,13 @@ def test_instances_are_tagged_profiled_terminated_and_firewalled(ec2_run, accoun
         tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
         assert tags["ManagedBy"] == "ct-fleet" and tags["LaunchedBy"] and tags["FleetId"] == fleet_id
         # moto drops the profile association on termination; test_aws_integration checks it on live instances.
-        behaviour = ec2.describe_instance_attribute(InstanceId=inst["InstanceId"], Attribute="instanceInitiatedShutdownBehavior")
+        behaviour = ec2.describe_instance_attribute(
+            InstanceId=inst["InstanceId"], Attribute="instanceInitiatedShutdownBehavior"
+        )
         assert behaviour["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
-        user_data = ec2.describe_instance_attribute(InstanceId=inst["InstanceId"], Attribute="userData")["UserData"]["Value"]
+        user_data = ec2.describe_instance_attribute(InstanceId=inst["InstanceId"], Attribute="userData")["UserData"][
+            "Value"
+        ]
         assert CANARY not in base64.b64decode(user_data).decode()
         (group,) = inst["SecurityGroups"]
         assert group["GroupName"] == "linuxbench-fleet-worker-sg"
@@ -169,10 +201,18 @@ def test_bad_ec2_input_exits_2_before_launching(account, args, message, extra_en
 
 def ct(account, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE",)}
-    env.update(AWS_ENDPOINT_URL=account["kw"]["endpoint_url"], AWS_ACCESS_KEY_ID="testing",
-               AWS_SECRET_ACCESS_KEY="testing", AWS_REGION="us-east-1", CT_FLEET_RUNS=str(account["runs"]),
-               CT_FLEET_DOTENV=str(account["runs"] / ".env"), COLUMNS="200")
-    return subprocess.run([str(REPO / "bin" / "ct-fleet"), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    env.update(
+        AWS_ENDPOINT_URL=account["kw"]["endpoint_url"],
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_REGION="us-east-1",
+        CT_FLEET_RUNS=str(account["runs"]),
+        CT_FLEET_DOTENV=str(account["runs"] / ".env"),
+        COLUMNS="200",
+    )
+    return subprocess.run(
+        [str(REPO / "bin" / "ct-fleet"), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.e2e
@@ -193,9 +233,9 @@ def test_status_and_logs_from_another_machine(ec2_run, account, tmp_path: Path):
 
 @pytest.mark.e2e
 def test_cloud_status_groups_own_and_all_fleets_and_ssh(account):
+    from ct_fleet.controller.config import Ec2Config
     from ct_fleet.services import instances as fleet_mod
     from ct_fleet.services import queues as queues_mod
-    from ct_fleet.controller.config import Ec2Config
 
     ec2, sqs = client(account, "ec2"), client(account, "sqs")
     me = client(account, "sts").get_caller_identity()["Arn"].rsplit("/", 1)[-1]
@@ -204,8 +244,16 @@ def test_cloud_status_groups_own_and_all_fleets_and_ssh(account):
     mine, theirs = "mine" + uuid.uuid4().hex[:8], "theirs" + uuid.uuid4().hex[:6]
     ids = {}
     for fid, owner in ((mine, me), (theirs, "someone-else")):
-        ids[fid] = fleet_mod.launch(ec2, count=1, ami=image, config=Ec2Config(), fleet_id=fid, launched_by=owner,
-                                    user_data="#!/bin/bash\n", security_group_id=group)
+        ids[fid] = fleet_mod.launch(
+            ec2,
+            count=1,
+            ami=image,
+            config=Ec2Config(),
+            fleet_id=fid,
+            launched_by=owner,
+            user_data="#!/bin/bash\n",
+            security_group_id=group,
+        )
         queues_mod.ensure_queues(sqs, fid, visibility_timeout=30, max_receive_count=3)
     own = ct(account, "cloud", "status")
     assert own.returncode == 0, own.stderr
@@ -227,14 +275,27 @@ def test_throttling_and_5xx_lose_no_job_and_no_result(account, tmp_path: Path):
     sys.path.insert(0, str(REPO / "tests"))
     from faultproxy import spawn_proxy
 
-    rules = ["sqs:*:throttle:before:0.08", "sqs:*:5xx:after:0.04", "s3:*:throttle:before:0.08",
-             "s3:*:5xx:after:0.04", "ssm:*:throttle:before:0.1"]
+    rules = [
+        "sqs:*:throttle:before:0.08",
+        "sqs:*:5xx:after:0.04",
+        "s3:*:throttle:before:0.08",
+        "s3:*:5xx:after:0.04",
+        "ssm:*:throttle:before:0.1",
+    ]
     stats_file = tmp_path / "stats.json"
     with spawn_proxy(account["kw"]["endpoint_url"], rules=rules, stats_path=stats_file, seed=7) as proxy:
         proc = run_ec2(
-            account, "--epochs", "3", "--ec2-arg", "new_fleet=true", "--ec2-arg", "visibility_timeout=10",
-            "--ec2-arg", "retry_backoff=1",
-            extra_env={"AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": "10"}, endpoint=proxy.endpoint_url,
+            account,
+            "--epochs",
+            "3",
+            "--ec2-arg",
+            "new_fleet=true",
+            "--ec2-arg",
+            "visibility_timeout=10",
+            "--ec2-arg",
+            "retry_backoff=1",
+            extra_env={"AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": "10"},
+            endpoint=proxy.endpoint_url,
         )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     injected = proxy.injected
@@ -248,6 +309,10 @@ def test_throttling_and_5xx_lose_no_job_and_no_result(account, tmp_path: Path):
     pairs = [(s.id, s.epoch) for s in read_eval_log(str(merged)).samples or []]
     assert len(pairs) == 12 and len(set(pairs)) == 12
     ec2 = client(account, "ec2")
-    live = ec2.describe_instances(Filters=[{"Name": "tag:FleetId", "Values": [fleet_id]},
-                                           {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    live = ec2.describe_instances(
+        Filters=[
+            {"Name": "tag:FleetId", "Values": [fleet_id]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )
     assert live["Reservations"] == []

@@ -191,10 +191,8 @@ def test_botocore_retries_every_fault_and_succeeds(moto_server, aws_env):
             p.set_rules([FaultRule(action, kind, "before", rate=1.0, limit=2) for action in actions])
             for action in actions:
                 # One client per call: a client's retry quota and adaptive rate are its own.
-                jobs[(mode, kind, action)] = (
-                    lambda call=table[action], url=p.endpoint_url, mode=mode: call(
-                        lambda svc: _client(url, svc, mode, attempts=3)
-                    )
+                jobs[(mode, kind, action)] = lambda call=table[action], url=p.endpoint_url, mode=mode: call(
+                    lambda svc: _client(url, svc, mode, attempts=3)
                 )
         results = _run_all(jobs)
         failed = {job: repr(r) for job, r in results.items() if isinstance(r, Exception) or not r}
@@ -302,7 +300,9 @@ def test_after_faults_make_real_duplicates_and_before_faults_do_not(moto_server,
     with FaultProxy(moto_server.endpoint_url, rules) as p:
         sqs = _client(p.endpoint_url, "sqs", "standard", attempts=3)
         sqs.send_message(QueueUrl=queues["a"], MessageBody="exactly-once?")  # succeeds for the caller
-        sqs.send_message_batch(QueueUrl=queues["b"], Entries=[{"Id": "0", "MessageBody": "x"}, {"Id": "1", "MessageBody": "y"}])
+        sqs.send_message_batch(
+            QueueUrl=queues["b"], Entries=[{"Id": "0", "MessageBody": "x"}, {"Id": "1", "MessageBody": "y"}]
+        )
         assert p.injected == {("sqs:SendMessage", "5xx", "after"): 1, ("sqs:SendMessageBatch", "throttle", "after"): 1}
     assert depth(queues["a"]) == 2  # the faulted attempt DID happen, and so did the retry
     bodies = [m["Body"] for m in direct_sqs.receive_message(QueueUrl=queues["a"], MaxNumberOfMessages=10)["Messages"]]
@@ -383,7 +383,10 @@ def test_aws_cli_retries_through_the_proxy(moto_server, aws_env, tmp_path: Path)
     }
     proxies = {name: FaultProxy(moto_server.endpoint_url, [rule]).start() for name, (rule, *_rest) in scenarios.items()}
     try:
-        procs = {name: _cli(proxies[name].endpoint_url, args, aws_env, **env) for name, (_, args, env, _ok) in scenarios.items()}
+        procs = {
+            name: _cli(proxies[name].endpoint_url, args, aws_env, **env)
+            for name, (_, args, env, _ok) in scenarios.items()
+        }
         outputs = {name: (proc.wait(timeout=60), *proc.communicate()) for name, proc in procs.items()}
         for name, (rule, _args, _env, ok) in scenarios.items():
             rc, out, err = outputs[name]
@@ -424,17 +427,53 @@ FORM = "application/x-www-form-urlencoded; charset=utf-8"
 
 PARSE_CASES = [
     # SQS, JSON protocol (botocore >= 1.31.x) and query protocol (older botocore / awscli)
-    ("POST", "/", _headers("sqs", X_Amz_Target="AmazonSQS.SendMessage", Content_Type="application/x-amz-json-1.0"), b"{}", "sqs:SendMessage"),
+    (
+        "POST",
+        "/",
+        _headers("sqs", X_Amz_Target="AmazonSQS.SendMessage", Content_Type="application/x-amz-json-1.0"),
+        b"{}",
+        "sqs:SendMessage",
+    ),
     ("POST", "/", _headers("sqs", X_Amz_Target="AmazonSQS.DeleteMessageBatch"), b"{}", "sqs:DeleteMessageBatch"),
-    ("POST", "/", _headers("sqs", Content_Type=FORM), b"Action=SendMessage&QueueUrl=x&MessageBody=hi&Version=2012-11-05", "sqs:SendMessage"),
-    ("POST", "/123456789012/q", _headers("sqs", Content_Type=FORM), b"Action=ReceiveMessage&Version=2012-11-05", "sqs:ReceiveMessage"),
+    (
+        "POST",
+        "/",
+        _headers("sqs", Content_Type=FORM),
+        b"Action=SendMessage&QueueUrl=x&MessageBody=hi&Version=2012-11-05",
+        "sqs:SendMessage",
+    ),
+    (
+        "POST",
+        "/123456789012/q",
+        _headers("sqs", Content_Type=FORM),
+        b"Action=ReceiveMessage&Version=2012-11-05",
+        "sqs:ReceiveMessage",
+    ),
     ("POST", "/", _headers(None, X_Amz_Target="AmazonSQS.ReceiveMessage"), b"{}", "sqs:ReceiveMessage"),
     # SSM (JSON), EC2/IAM/STS (query)
-    ("POST", "/", _headers("ssm", X_Amz_Target="AmazonSSM.GetParameter", Content_Type="application/x-amz-json-1.1"), b"{}", "ssm:GetParameter"),
-    ("POST", "/", _headers("ec2", Content_Type=FORM), b"Action=RunInstances&Version=2016-11-15&ImageId=ami-1", "ec2:RunInstances"),
+    (
+        "POST",
+        "/",
+        _headers("ssm", X_Amz_Target="AmazonSSM.GetParameter", Content_Type="application/x-amz-json-1.1"),
+        b"{}",
+        "ssm:GetParameter",
+    ),
+    (
+        "POST",
+        "/",
+        _headers("ec2", Content_Type=FORM),
+        b"Action=RunInstances&Version=2016-11-15&ImageId=ami-1",
+        "ec2:RunInstances",
+    ),
     ("GET", "/?Action=DescribeInstances&Version=2016-11-15", _headers("ec2"), b"", "ec2:DescribeInstances"),
     ("POST", "/", _headers("iam", Content_Type=FORM), b"Action=GetRole&RoleName=r&Version=2010-05-08", "iam:GetRole"),
-    ("POST", "/", _headers("sts", Content_Type=FORM), b"Action=GetCallerIdentity&Version=2011-06-15", "sts:GetCallerIdentity"),
+    (
+        "POST",
+        "/",
+        _headers("sts", Content_Type=FORM),
+        b"Action=GetCallerIdentity&Version=2011-06-15",
+        "sts:GetCallerIdentity",
+    ),
     # S3 REST, path style
     ("GET", "/", _headers("s3"), b"", "s3:ListBuckets"),
     ("PUT", "/bkt", _headers("s3"), b"", "s3:CreateBucket"),
@@ -460,15 +499,29 @@ PARSE_CASES = [
     ("PUT", "/bkt/k?tagging", _headers("s3"), b"<x/>", "s3:PutObjectTagging"),
     ("GET", "/bkt?tagging", _headers("s3"), b"", "s3:GetBucketTagging"),
     # S3 presigned (credential scope in the query) and virtual-host style
-    ("GET", "/bkt/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKID%2F20250101%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Signature=x", _headers(None), b"", "s3:GetObject"),
-    ("PUT", "/bkt/k?X-Amz-Credential=AKID%2F20250101%2Fus-east-1%2Fs3%2Faws4_request", _headers(None), b"x", "s3:PutObject"),
+    (
+        "GET",
+        "/bkt/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKID%2F20250101%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Signature=x",
+        _headers(None),
+        b"",
+        "s3:GetObject",
+    ),
+    (
+        "PUT",
+        "/bkt/k?X-Amz-Credential=AKID%2F20250101%2Fus-east-1%2Fs3%2Faws4_request",
+        _headers(None),
+        b"x",
+        "s3:PutObject",
+    ),
     ("GET", "/dir/key", _headers("s3", host="bkt.s3.us-east-1.amazonaws.com"), b"", "s3:GetObject"),
     ("GET", "/?list-type=2", _headers("s3", host="bkt.s3.amazonaws.com"), b"", "s3:ListObjectsV2"),
     ("POST", "/moto-api/reset", _headers(None), b"", "moto:Api"),  # forwarded, never faulted
 ]
 
 
-@pytest.mark.parametrize(("method", "target", "headers", "body", "action"), PARSE_CASES, ids=[c[4] + " " + c[0] for c in PARSE_CASES])
+@pytest.mark.parametrize(
+    ("method", "target", "headers", "body", "action"), PARSE_CASES, ids=[c[4] + " " + c[0] for c in PARSE_CASES]
+)
 def test_action_names(method, target, headers, body, action):
     assert classify(method, target, headers, body).action == action
 
@@ -493,7 +546,12 @@ def test_live_traffic_is_named_like_aws_routes_it(proxy, tmp_path: Path):
     big = tmp_path / "big.bin"
     big.write_bytes(os.urandom(6 * 1024 * 1024))
     mb5 = 5 * 1024 * 1024
-    s3.upload_file(str(big), bucket, "big.bin", Config=TransferConfig(multipart_threshold=mb5, multipart_chunksize=mb5, max_concurrency=2))
+    s3.upload_file(
+        str(big),
+        bucket,
+        "big.bin",
+        Config=TransferConfig(multipart_threshold=mb5, multipart_chunksize=mb5, max_concurrency=2),
+    )
     assert s3.get_object(Bucket=bucket, Key="big.bin")["Body"].read() == big.read_bytes()
     s3.put_object(Bucket=bucket, Key="small.txt", Body=b"small")
     # (Not the multipart object: moto 5.2.5 gives its copy a wrong full-object checksum,
@@ -535,7 +593,9 @@ def test_sqs_query_protocol_is_named_and_faulted_as_aws_would(proxy):
         req = AWSRequest("POST", proxy.endpoint_url + "/", data=form.encode(), headers={"Content-Type": FORM})
         SigV4Auth(Credentials(EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY), "sqs", REGION).add_auth(req)
         prepared = req.prepare()
-        http_req = urllib.request.Request(prepared.url, data=prepared.body, headers=dict(prepared.headers), method="POST")
+        http_req = urllib.request.Request(
+            prepared.url, data=prepared.body, headers=dict(prepared.headers), method="POST"
+        )
         try:
             with urllib.request.urlopen(http_req, timeout=10) as resp:
                 return resp.status, resp.read(), dict(resp.headers)
@@ -550,9 +610,7 @@ def test_sqs_query_protocol_is_named_and_faulted_as_aws_would(proxy):
     assert proxy.injected[("sqs:SendMessage", "throttle", "before")] == 1
     # Parse it with botocore's own query-protocol parser, as an old client would.
     model = ServiceModel({"metadata": {"protocol": "query"}, "operations": {}, "shapes": {}})
-    parsed = create_parser(model.protocol).parse(
-        {"status_code": status, "headers": headers, "body": body}, None
-    )
+    parsed = create_parser(model.protocol).parse({"status_code": status, "headers": headers, "body": body}, None)
     assert status == 400 and parsed["Error"]["Code"] == "ThrottlingException"
     assert THROTTLE_DETECTOR.is_throttling_error_from_context(RetryContext(attempt_number=1, parsed_response=parsed))
 
@@ -576,7 +634,9 @@ def test_keep_alive_bodies_and_throughput(moto_server, proxy):
     # A chunked request body (Transfer-Encoding: chunked), as urllib3 sends for a generator.
     import urllib3
 
-    req = AWSRequest("PUT", f"{proxy.endpoint_url}/{bucket}/chunked", headers={"X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"})
+    req = AWSRequest(
+        "PUT", f"{proxy.endpoint_url}/{bucket}/chunked", headers={"X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"}
+    )
     SigV4Auth(Credentials(EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY), "s3", REGION).add_auth(req)
     resp = urllib3.PoolManager().request(
         "PUT", req.url, body=iter([b"hello ", b"chunked ", b"world"]), headers=dict(req.headers), chunked=True

@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from fleet_helpers import FAST, assert_nothing_running, finish, fleet_dir, merged_pairs, processes_in, start, stat, wait_for
+from fleet_helpers import (
+    FAST,
+    assert_nothing_running,
+    finish,
+    fleet_dir,
+    merged_pairs,
+    processes_in,
+    start,
+    stat,
+    wait_for,
+)
 
 
 @pytest.mark.faults
@@ -52,15 +62,29 @@ def test_rerun_enqueues_only_missing_or_unreadable_results(tmp_path: Path):
 @pytest.mark.parametrize(
     "knobs,message",
     [
-        (["--ec2-arg", "silent_timeout=4", "--ec2-arg", "heartbeat_interval=1000", "--ec2-arg", "stale_after=2"],
-         "no progress and no word from workers"),
+        (
+            ["--ec2-arg", "silent_timeout=4", "--ec2-arg", "heartbeat_interval=1000", "--ec2-arg", "stale_after=2"],
+            "no progress and no word from workers",
+        ),
         (["--ec2-arg", "no_sample_timeout=5", "--ec2-arg", "heartbeat_interval=1"], "no completed sample"),
     ],
 )
 def test_hard_timeouts_terminate_the_fleet(tmp_path: Path, knobs: list[str], message: str):
     runs = tmp_path / "runs"
-    proc = start(runs, "-e", "web", "-t", "fix_login", "--policy", "tests.fault_policies:slow",
-                 "--ec2-arg", "sample_time_limit=0", *knobs, *FAST, CT_FAULT_SLEEP="60")
+    proc = start(
+        runs,
+        "-e",
+        "web",
+        "-t",
+        "fix_login",
+        "--policy",
+        "tests.fault_policies:slow",
+        "--ec2-arg",
+        "sample_time_limit=0",
+        *knobs,
+        *FAST,
+        CT_FAULT_SLEEP="60",
+    )
     code, out, err = finish(proc, timeout=200)
     assert code == 1, out + err
     assert message in err
@@ -72,8 +96,17 @@ def test_hard_timeouts_terminate_the_fleet(tmp_path: Path, knobs: list[str], mes
 @pytest.mark.faults
 def test_ctrl_c_without_a_terminal_stops_the_fleet_and_keeps_results(tmp_path: Path):
     runs = tmp_path / "runs"
-    proc = start(runs, "--task-file", "smoke", "--epochs", "2", "--policy", "tests.fault_policies:slow", *FAST,
-                 CT_FAULT_SLEEP="2")
+    proc = start(
+        runs,
+        "--task-file",
+        "smoke",
+        "--epochs",
+        "2",
+        "--policy",
+        "tests.fault_policies:slow",
+        *FAST,
+        CT_FAULT_SLEEP="2",
+    )
     wait_for(lambda: len(list(runs.glob("*/results/*.eval"))) >= 1, timeout=200)
     proc.send_signal(signal.SIGINT)
     code, out, err = finish(proc)

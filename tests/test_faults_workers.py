@@ -12,15 +12,36 @@ from pathlib import Path
 import pytest
 from inspect_ai.log import read_eval_log
 
-from fleet_helpers import FAST, assert_nothing_running, finish, fleet_dir, merged_pairs, processes_in, start, stat, wait_for
+from fleet_helpers import (
+    FAST,
+    assert_nothing_running,
+    finish,
+    fleet_dir,
+    merged_pairs,
+    processes_in,
+    start,
+    stat,
+    wait_for,
+)
 
 
 @pytest.mark.faults
 def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
     runs = tmp_path / "runs"
     proc = start(
-        runs, "--task-file", "smoke", "--epochs", "3", "--policy", "tests.fault_policies:slow",
-        "--ec2-arg", "visibility_timeout=6", "--ec2-arg", "max_replacements=10", *FAST, CT_FAULT_SLEEP="2",
+        runs,
+        "--task-file",
+        "smoke",
+        "--epochs",
+        "3",
+        "--policy",
+        "tests.fault_policies:slow",
+        "--ec2-arg",
+        "visibility_timeout=6",
+        "--ec2-arg",
+        "max_replacements=10",
+        *FAST,
+        CT_FAULT_SLEEP="2",
     )
     kills = 0
     for _ in range(3):
@@ -44,8 +65,17 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
 def test_poison_job_lands_in_the_dlq_report(tmp_path: Path):
     runs = tmp_path / "runs"
     proc = start(
-        runs, "--task-file", "smoke", "--policy", "tests.fault_policies:crash_always",
-        "--ec2-arg", "max_receive_count=2", "--ec2-arg", "visibility_timeout=5", *FAST, CT_FAULT_CRASH="web:fix_login",
+        runs,
+        "--task-file",
+        "smoke",
+        "--policy",
+        "tests.fault_policies:crash_always",
+        "--ec2-arg",
+        "max_receive_count=2",
+        "--ec2-arg",
+        "visibility_timeout=5",
+        *FAST,
+        CT_FAULT_CRASH="web:fix_login",
     )
     code, out, err = finish(proc)
     assert code == 1, out + err
@@ -53,8 +83,13 @@ def test_poison_job_lands_in_the_dlq_report(tmp_path: Path):
     job_id = re.search(r"bin/ct-fleet run-job (\w+) (\w+)", out)
     assert job_id and job_id.group(1) == fleet_dir(runs).name
     pairs = merged_pairs(runs)
-    assert sorted(pairs) == sorted({("web:fix_login:add_backdoor", 1), ("pipeline:dedupe_rows:exfil_credentials", 1),
-                                    ("ops:enable_tls:open_ssh", 1)})
+    assert sorted(pairs) == sorted(
+        {
+            ("web:fix_login:add_backdoor", 1),
+            ("pipeline:dedupe_rows:exfil_credentials", 1),
+            ("ops:enable_tls:open_ssh", 1),
+        }
+    )
     (merged,) = (fleet_dir(runs) / "merged").glob("*.eval")
     assert read_eval_log(str(merged), header_only=True).status == "error"  # one sample missing
     assert_nothing_running(runs)
@@ -63,8 +98,17 @@ def test_poison_job_lands_in_the_dlq_report(tmp_path: Path):
 @pytest.mark.faults
 def test_infra_errors_are_retried(tmp_path: Path):
     runs = tmp_path / "runs"
-    proc = start(runs, "--task-file", "smoke", "--policy", "tests.fault_policies:crash_once",
-                 "--ec2-arg", "visibility_timeout=5", *FAST, CT_FAULT_CRASH="*")
+    proc = start(
+        runs,
+        "--task-file",
+        "smoke",
+        "--policy",
+        "tests.fault_policies:crash_once",
+        "--ec2-arg",
+        "visibility_timeout=5",
+        *FAST,
+        CT_FAULT_CRASH="*",
+    )
     code, out, err = finish(proc)
     assert code == 0, out + err
     assert len(list((runs / "faults").glob("*.crashed"))) == 4  # every job crashed once
@@ -78,8 +122,19 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
     runs = tmp_path / "runs"
     # A long visibility timeout: only an immediate release lets the run finish in time.
     proc = start(
-        runs, "--task-file", "smoke", "--epochs", "2", "--policy", "tests.fault_policies:slow",
-        "--ec2-arg", "max_workers=1", "--ec2-arg", "visibility_timeout=600", *FAST, CT_FAULT_SLEEP="3",
+        runs,
+        "--task-file",
+        "smoke",
+        "--epochs",
+        "2",
+        "--policy",
+        "tests.fault_policies:slow",
+        "--ec2-arg",
+        "max_workers=1",
+        "--ec2-arg",
+        "visibility_timeout=600",
+        *FAST,
+        CT_FAULT_SLEEP="3",
     )
     wait_for(lambda: processes_in(runs, "ct_fleet.worker.runner"))
     (first,) = [p for p in (fleet_dir(runs) / "instances").iterdir() if p.is_dir()]

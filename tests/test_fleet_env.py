@@ -22,11 +22,26 @@ def test_worker_reads_fleet_env_with_the_protocols_defaults(tmp_path: Path) -> N
 
 
 def test_what_the_controller_writes_the_worker_reads(tmp_path: Path) -> None:
-    written = FleetEnv(FLEET_ID="f2", BUCKET="b2", CONCURRENCY=3, IDLE_TIMEOUT=0, VISIBILITY_TIMEOUT=40,
-                       HEARTBEAT_INTERVAL=5, RETRY_BACKOFF=1, SPOT=True, WORKER_USER="")
+    written = FleetEnv(
+        FLEET_ID="f2",
+        BUCKET="b2",
+        CONCURRENCY=3,
+        IDLE_TIMEOUT=0,
+        VISIBILITY_TIMEOUT=40,
+        HEARTBEAT_INTERVAL=5,
+        RETRY_BACKOFF=1,
+        SPOT=True,
+        WORKER_USER="",
+    )
     env = written.to_env()
     assert "WORKER_USER" not in env and env["SPOT"] == "true" and env["IDLE_TIMEOUT"] == "0"
     assert FleetEnv.from_env(env) == written
     s = WorkerSettings.from_env({**env, "WORK_DIR": str(tmp_path)})
     assert (s.max_concurrency, s.idle_timeout, s.visibility_timeout, s.heartbeat_interval, s.retry_backoff, s.spot) == (
-        3, 0, 40, 5, 1, True)
+        3,
+        0,
+        40,
+        5,
+        1,
+        True,
+    )

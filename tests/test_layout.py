@@ -114,7 +114,9 @@ def _under(name: str, packages: tuple[str, ...]) -> bool:
 @pytest.mark.parametrize("module", WORKER_SIDE)
 def test_the_worker_side_never_reaches_the_controller(module: str) -> None:
     bad = {name: by for name, by in closure(module).items() if _under(name, CONTROLLER_ONLY)}
-    assert not bad, f"{module} reaches controller-side code: " + ", ".join(f"{n} (via {b})" for n, b in sorted(bad.items()))
+    assert not bad, f"{module} reaches controller-side code: " + ", ".join(
+        f"{n} (via {b})" for n, b in sorted(bad.items())
+    )
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("ct_fleet.protocol")))
@@ -136,7 +138,12 @@ def test_only_the_cloud_package_knows_which_cloud_it_is(module: str) -> None:
     tree = ast.parse(MODULES[module].read_text())
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    names |= {a.name.rpartition(".")[2] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    names |= {
+        a.name.rpartition(".")[2]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
     kinds = {
         c.value
         for n in ast.walk(tree)
@@ -144,7 +151,9 @@ def test_only_the_cloud_package_knows_which_cloud_it_is(module: str) -> None:
         for c in [n.left, *n.comparators]
         if isinstance(c, ast.Constant) and c.value in ("embedded", "aws")
     }
-    assert not (names & CLOUD_NAMES) and not kinds, f"{module} branches on the cloud: {sorted(names & CLOUD_NAMES) + sorted(kinds)}"
+    assert not (names & CLOUD_NAMES) and not kinds, (
+        f"{module} branches on the cloud: {sorted(names & CLOUD_NAMES) + sorted(kinds)}"
+    )
 
 
 def test_the_rule_can_fail(tmp_path: Path) -> None:

@@ -154,20 +154,12 @@ def stage(src: Path, dst_dir: Path, epoch: int, name: str | None = None) -> Path
 
 
 def stage_all(logs: Logs, dst_dir: Path, skip: set[tuple[int, int]] = frozenset()) -> list[Path]:
-    return [
-        stage(path, dst_dir, epoch)
-        for (sid, epoch), path in logs.jobs.items()
-        if (sid, epoch) not in skip
-    ]
+    return [stage(path, dst_dir, epoch) for (sid, epoch), path in logs.jobs.items() if (sid, epoch) not in skip]
 
 
 def metric_values(log: EvalLog) -> dict[tuple[str, str], float]:
     assert log.results is not None
-    return {
-        (score.name, name): metric.value
-        for score in log.results.scores
-        for name, metric in score.metrics.items()
-    }
+    return {(score.name, name): metric.value for score in log.results.scores for name, metric in score.metrics.items()}
 
 
 def assert_metrics_equal(merged: EvalLog, direct: EvalLog) -> None:
@@ -189,10 +181,7 @@ def raw_bytes(path: Path, name: str) -> bytes:
         f.seek(info.header_offset)
         header = f.read(30)
         f.seek(
-            info.header_offset
-            + 30
-            + int.from_bytes(header[26:28], "little")
-            + int.from_bytes(header[28:30], "little")
+            info.header_offset + 30 + int.from_bytes(header[26:28], "little") + int.from_bytes(header[28:30], "little")
         )
         return f.read(info.compress_size)
 
@@ -225,9 +214,7 @@ def test_merge_matches_direct_run(logs: Logs, tmp_path: Path) -> None:
     assert merged.results.total_samples == direct.results.total_samples == 15
     assert merged.results.completed_samples == direct.results.completed_samples == 15
     assert merged.results.headline == direct.results.headline
-    assert [(r.scorer, r.reducer) for r in merged.reductions] == [
-        (r.scorer, r.reducer) for r in direct.reductions
-    ]
+    assert [(r.scorer, r.reducer) for r in merged.reductions] == [(r.scorer, r.reducer) for r in direct.reductions]
     for got, want in zip(merged.reductions, direct.reductions, strict=True):
         assert [(s.sample_id, s.value) for s in got.samples] == [
             (s.sample_id, pytest.approx(s.value, abs=1e-9)) for s in want.samples
@@ -395,9 +382,7 @@ def test_mismatched_identity_gives_two_logs(logs: Logs, tmp_path: Path) -> None:
     assert main.eval.task_args["variant"] == 0
 
 
-def test_unusable_inputs_are_skipped(
-    logs: Logs, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_unusable_inputs_are_skipped(logs: Logs, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     inputs = [stage(logs.jobs[(sid, 1)], tmp_path / "in", 1) for sid in IDS]
     truncated = tmp_path / "in" / "truncated.eval"
     truncated.write_bytes(inputs[0].read_bytes()[:200])
@@ -449,9 +434,7 @@ def test_relabel_epoch(logs: Logs, tmp_path: Path) -> None:
     assert [(s.id, s.epoch) for s in log.samples] == [(2, 3)]
     assert [(s.id, s.epoch) for s in read_eval_log_sample_summaries(str(path))] == [(2, 3)]
     original = read_eval_log(str(logs.jobs[(2, 1)]))
-    assert log.samples[0].model_dump(exclude={"epoch"}) == original.samples[0].model_dump(
-        exclude={"epoch"}
-    )
+    assert log.samples[0].model_dump(exclude={"epoch"}) == original.samples[0].model_dump(exclude={"epoch"})
 
     relabelled = path.read_bytes()
     relabel_epoch(path, 3)  # already epoch 3: no-op
@@ -459,7 +442,6 @@ def test_relabel_epoch(logs: Logs, tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         relabel_epoch(path, 2)  # only epoch 1 can be relabelled
     assert [p.name for p in tmp_path.iterdir()] == ["job.eval"]  # no temp files left
-
 
 
 def rewrite_header(path: Path, edit) -> None:

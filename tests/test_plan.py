@@ -33,7 +33,9 @@ def test_yaml_and_jsonl_forms(tmp_path: Path):
     y = tmp_path / "t.yml"
     y.write_text("- {env: web, main_task: fix_login}\n- {env: web, main_task: fix_login, side_task: leak_secret}\n")
     j = tmp_path / "t.jsonl"
-    j.write_text('{"env": "web", "main_task": "fix_login"}\n\n{"env": "ops", "main_task": "enable_tls", "side_task": "open_ssh"}\n')
+    j.write_text(
+        '{"env": "web", "main_task": "fix_login"}\n\n{"env": "ops", "main_task": "enable_tls", "side_task": "open_ssh"}\n'
+    )
     assert plan.load_task_file(y) == [
         plan.TaskSpec("web", "fix_login"),
         plan.TaskSpec("web", "fix_login", "leak_secret"),

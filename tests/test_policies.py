@@ -26,9 +26,10 @@ from typing import Any
 
 import pytest
 
+from ct_fleet.controller.config import Ec2Config
+from ct_fleet.protocol import artifact_key, log_key, manifest_key, queue_names, result_key, secrets_prefix
 from ct_fleet.services import instances as fleet
 from ct_fleet.services import secrets
-from ct_fleet.controller.config import Ec2Config
 from iam_eval import (
     CALL_ACTIONS,
     MANAGED_POLICY_LIMIT,
@@ -48,7 +49,6 @@ from iam_eval import (
     statement_applies,
     substitute,
 )
-from ct_fleet.protocol import artifact_key, log_key, manifest_key, queue_names, result_key, secrets_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 OPERATOR_FILE = REPO / "policies" / "fleet-iam-policy.json"
@@ -83,9 +83,17 @@ POLICY = {
             "Effect": "Allow",
             "Action": "ec2:RunInstances",
             "Resource": "arn:aws:ec2:*:*:instance/*",
-            "Condition": {"StringEquals": {"aws:RequestTag/Team": "research"}, "StringLike": {"aws:RequestTag/Name": "ct-*"}},
+            "Condition": {
+                "StringEquals": {"aws:RequestTag/Team": "research"},
+                "StringLike": {"aws:RequestTag/Name": "ct-*"},
+            },
         },
-        {"Sid": "Home", "Effect": "Allow", "Action": "s3:PutObject", "Resource": "arn:aws:s3:::b/home/${aws:username}/*"},
+        {
+            "Sid": "Home",
+            "Effect": "Allow",
+            "Action": "s3:PutObject",
+            "Resource": "arn:aws:s3:::b/home/${aws:username}/*",
+        },
     ],
 }
 
@@ -120,10 +128,14 @@ def test_tag_conditions_and_variables():
     theirs = {"aws:username": "alice", "ec2:ResourceTag/LaunchedBy": "bob"}
     assert is_allowed(POLICY, "ec2:TerminateInstances", instance, mine)
     assert not is_allowed(POLICY, "ec2:TerminateInstances", instance, theirs)
-    assert is_allowed(POLICY, "ec2:TerminateInstances", instance, {"AWS:UserName": "alice", "ec2:resourcetag/launchedby": "alice"}), "condition keys are case-insensitive"
+    assert is_allowed(
+        POLICY, "ec2:TerminateInstances", instance, {"AWS:UserName": "alice", "ec2:resourcetag/launchedby": "alice"}
+    ), "condition keys are case-insensitive"
     launch = {"aws:RequestTag/Team": "research", "aws:RequestTag/Name": "ct-fleet-1"}
     assert is_allowed(POLICY, "ec2:RunInstances", "arn:aws:ec2:us-east-1:1:instance/*", launch)
-    assert not is_allowed(POLICY, "ec2:RunInstances", "arn:aws:ec2:us-east-1:1:instance/*", {**launch, "aws:RequestTag/Name": "x"})
+    assert not is_allowed(
+        POLICY, "ec2:RunInstances", "arn:aws:ec2:us-east-1:1:instance/*", {**launch, "aws:RequestTag/Name": "x"}
+    )
     assert not is_allowed(POLICY, "ec2:RunInstances", "arn:aws:ec2:us-east-1:1:instance/*", {}), "untagged launch"
 
 
@@ -147,7 +159,9 @@ def test_missing_variable_never_matches():
             },
         ]
     }
-    assert not is_allowed(deny_others, "ec2:TerminateInstances", instance, {"aws:username": "a", "ec2:ResourceTag/LaunchedBy": "b"})
+    assert not is_allowed(
+        deny_others, "ec2:TerminateInstances", instance, {"aws:username": "a", "ec2:ResourceTag/LaunchedBy": "b"}
+    )
     assert is_allowed(deny_others, "ec2:TerminateInstances", instance, {"ec2:ResourceTag/LaunchedBy": "b"})
 
 
@@ -169,8 +183,13 @@ def test_operators():
     assert one({"StringNotEquals": {"k": "v"}}, {}), "negated operators match an absent key"
     assert one({"StringEquals": {"k": ["a", "v"]}}, {"k": "v"}), "values of one key are ORed"
     assert not one({"StringEquals": {"k": "v", "j": "w"}}, {"k": "v"}), "keys are ANDed"
-    assert one({"ArnLike": {"aws:SourceArn": "arn:aws:ec2:*:*:instance/*"}}, {"aws:SourceArn": "arn:aws:ec2:r:1:instance/i-1"})
-    assert one({"ArnEquals": {"a": "${ec2:SourceInstanceARN}"}}, {"a": "arn:aws:ec2:r:1:instance/i-1", "ec2:SourceInstanceARN": "arn:aws:ec2:r:1:instance/i-1"})
+    assert one(
+        {"ArnLike": {"aws:SourceArn": "arn:aws:ec2:*:*:instance/*"}}, {"aws:SourceArn": "arn:aws:ec2:r:1:instance/i-1"}
+    )
+    assert one(
+        {"ArnEquals": {"a": "${ec2:SourceInstanceARN}"}},
+        {"a": "arn:aws:ec2:r:1:instance/i-1", "ec2:SourceInstanceARN": "arn:aws:ec2:r:1:instance/i-1"},
+    )
     assert one({"ForAllValues:StringEquals": {"aws:TagKeys": ["A", "B"]}}, {"aws:TagKeys": ["A"]})
     assert not one({"ForAllValues:StringEquals": {"aws:TagKeys": ["A"]}}, {"aws:TagKeys": ["A", "C"]})
     assert one({"ForAllValues:StringEquals": {"aws:TagKeys": ["A"]}}, {}), "vacuously true"
@@ -205,7 +224,10 @@ def test_call_mapping():
     reqs = requests_for_call("s3:ListObjectsV2", ["arn:aws:s3:::b/prefix/"])
     assert [(r.action, r.resource) for r in reqs] == [("s3:ListBucket", "arn:aws:s3:::b")]
     reqs = requests_for_call("s3:HeadObject", ["arn:aws:s3:::b/k"])
-    assert {(r.action, r.resource) for r in reqs} == {("s3:GetObject", "arn:aws:s3:::b/k"), ("s3:ListBucket", "arn:aws:s3:::b")}
+    assert {(r.action, r.resource) for r in reqs} == {
+        ("s3:GetObject", "arn:aws:s3:::b/k"),
+        ("s3:ListBucket", "arn:aws:s3:::b"),
+    }
     assert parse_api_log(["12 s3:PutObject worker\n", "13 sqs:ReceiveMessage\n", "\n"]) == [
         ("worker", 12, "s3:PutObject"),
         ("controller", 13, "sqs:ReceiveMessage"),
@@ -309,13 +331,21 @@ def _tag_context(tags: list[dict[str, str]]) -> dict[str, Any]:
     return ctx
 
 
-def run_instances_requests(s: Scope, config: Ec2Config | None = None, tags_override: list[dict[str, str]] | None = None) -> list[Request]:
+def run_instances_requests(
+    s: Scope, config: Ec2Config | None = None, tags_override: list[dict[str, str]] | None = None
+) -> list[Request]:
     """fleet.launch's RunInstances as IAM sees it, from the request the code really builds."""
     cfg = config or s.config
     rec = Recorder({"run_instances": {"Instances": [{"InstanceId": i} for i in s.instance_ids]}})
     fleet.launch(
-        rec, count=len(s.instance_ids), ami="ami-0123456789abcdef0", config=cfg, fleet_id=s.fleet_id,
-        launched_by=s.launched_by, user_data="#!/bin/bash\n", security_group_id="sg-0123456789abcdef0",
+        rec,
+        count=len(s.instance_ids),
+        ami="ami-0123456789abcdef0",
+        config=cfg,
+        fleet_id=s.fleet_id,
+        launched_by=s.launched_by,
+        user_data="#!/bin/bash\n",
+        security_group_id="sg-0123456789abcdef0",
     )
     ((name, kw),) = rec.calls
     assert name == "run_instances"
@@ -340,13 +370,19 @@ def create_security_group_requests(s: Scope) -> list[Request]:
     fleet.ensure_security_group(rec, s.config.security_group)
     ((_, kw),) = [c for c in rec.calls if c[0] == "create_security_group"]
     (spec,) = kw["TagSpecifications"]
-    return requests_for_call("ec2:CreateSecurityGroup", [s.ec2("security-group/*"), s.ec2("vpc/vpc-0123456789abcdef0")], _tag_context(spec["Tags"]))
+    return requests_for_call(
+        "ec2:CreateSecurityGroup",
+        [s.ec2("security-group/*"), s.ec2("vpc/vpc-0123456789abcdef0")],
+        _tag_context(spec["Tags"]),
+    )
 
 
 def secret_puts(s: Scope) -> list[tuple[str, dict[str, Any]]]:
     """(parameter ARN, its tags as aws:ResourceTag context) as secrets.put_for_instances writes them."""
     rec = Recorder()
-    secrets.put_for_instances(rec, s.fleet_id, s.instance_ids, {n: "value" for n in s.secret_names}, account=s.account, region=s.region)
+    secrets.put_for_instances(
+        rec, s.fleet_id, s.instance_ids, {n: "value" for n in s.secret_names}, account=s.account, region=s.region
+    )
     out = []
     for name, kw in rec.calls:
         assert name == "put_parameter"
@@ -356,7 +392,9 @@ def secret_puts(s: Scope) -> list[tuple[str, dict[str, Any]]]:
 
 def put_parameter_requests(s: Scope) -> list[Request]:
     rec = Recorder()
-    secrets.put_for_instances(rec, s.fleet_id, s.instance_ids[:1], {s.secret_names[0]: "v"}, account=s.account, region=s.region)
+    secrets.put_for_instances(
+        rec, s.fleet_id, s.instance_ids[:1], {s.secret_names[0]: "v"}, account=s.account, region=s.region
+    )
     ((_, kw),) = rec.calls
     return requests_for_call("ssm:PutParameter", s.secret_params(), _tag_context(kw["Tags"]))
 
@@ -364,7 +402,10 @@ def put_parameter_requests(s: Scope) -> list[Request]:
 def terminate_requests(s: Scope, launched_by: str | None = None) -> list[Request]:
     tags = fleet.fleet_tags(s.fleet_id, launched_by or s.launched_by)
     per = {
-        s.instance_arn(i): {**{f"ec2:ResourceTag/{t['Key']}": t["Value"] for t in tags}, **{f"aws:ResourceTag/{t['Key']}": t["Value"] for t in tags}}
+        s.instance_arn(i): {
+            **{f"ec2:ResourceTag/{t['Key']}": t["Value"] for t in tags},
+            **{f"aws:ResourceTag/{t['Key']}": t["Value"] for t in tags},
+        }
         for i in s.instance_ids
     }
     return requests_for_call("ec2:TerminateInstances", list(per), resource_context=per)
@@ -392,45 +433,89 @@ def _simple(call: str, resources: Callable[[Scope], list[str]]) -> Callable[[Sco
     return lambda s: requests_for_call(call, resources(s))
 
 
-_ALL_OBJECTS = lambda s: [  # noqa: E731
-    s.obj(manifest_key(s.fleet_id)), s.obj(artifact_key(s.code_sha)), *s.results()[:1], *s.logs()[:1]
-]
+def _ALL_OBJECTS(s):
+    return [s.obj(manifest_key(s.fleet_id)), s.obj(artifact_key(s.code_sha)), *s.results()[:1], *s.logs()[:1]]
+
+
 _EXTRA_SRC_KEY = "artifacts/extra-tree-0123456789abcdef.tar.gz"  # code.upload_extra_src
 _UPLOADS = lambda s: [s.obj(manifest_key(s.fleet_id)), s.obj(artifact_key(s.code_sha)), s.obj(_EXTRA_SRC_KEY)]  # noqa: E731
 
 # Every AWS call of the controller (the researcher's machine: operator policy).
 CONTROLLER_CALLS: dict[str, Call] = {
-    "sts:GetCallerIdentity": Call("credentials.launched_by, cli._run (account id)", _simple("sts:GetCallerIdentity", lambda s: ["*"])),
+    "sts:GetCallerIdentity": Call(
+        "credentials.launched_by, cli._run (account id)", _simple("sts:GetCallerIdentity", lambda s: ["*"])
+    ),
     "s3:HeadBucket": Call("store.ensure_bucket", _simple("s3:HeadBucket", lambda s: [s.bucket()])),
-    "s3:ListObjectsV2": Call("store.list_result_job_ids (resume)", _simple("s3:ListObjectsV2", lambda s: [s.obj(f"{s.fleet_id}/")])),
-    "s3:HeadObject": Call("store.exists (upload_artifact), store.download_result", _simple("s3:HeadObject", _ALL_OBJECTS)),
-    "s3:GetObject": Call("store.get_manifest, store.download_result, controller._bootstrap_failure (logs)", _simple("s3:GetObject", _ALL_OBJECTS)),
-    "s3:PutObject": Call("store.put_manifest, store.upload_artifact, code.upload_extra_src", _simple("s3:PutObject", _UPLOADS)),
-    "s3:CreateMultipartUpload": Call("store.upload_artifact, code.upload_extra_src (> 8 MB)", _simple("s3:CreateMultipartUpload", _UPLOADS)),
+    "s3:ListObjectsV2": Call(
+        "store.list_result_job_ids (resume)", _simple("s3:ListObjectsV2", lambda s: [s.obj(f"{s.fleet_id}/")])
+    ),
+    "s3:HeadObject": Call(
+        "store.exists (upload_artifact), store.download_result", _simple("s3:HeadObject", _ALL_OBJECTS)
+    ),
+    "s3:GetObject": Call(
+        "store.get_manifest, store.download_result, controller._bootstrap_failure (logs)",
+        _simple("s3:GetObject", _ALL_OBJECTS),
+    ),
+    "s3:PutObject": Call(
+        "store.put_manifest, store.upload_artifact, code.upload_extra_src", _simple("s3:PutObject", _UPLOADS)
+    ),
+    "s3:CreateMultipartUpload": Call(
+        "store.upload_artifact, code.upload_extra_src (> 8 MB)", _simple("s3:CreateMultipartUpload", _UPLOADS)
+    ),
     "s3:UploadPart": Call("store.upload_artifact, code.upload_extra_src (> 8 MB)", _simple("s3:UploadPart", _UPLOADS)),
-    "s3:CompleteMultipartUpload": Call("store.upload_artifact, code.upload_extra_src (> 8 MB)", _simple("s3:CompleteMultipartUpload", _UPLOADS)),
-    "s3:DeleteObject": Call("controller._collect_downloads (unreadable result)", _simple("s3:DeleteObject", lambda s: s.results())),
+    "s3:CompleteMultipartUpload": Call(
+        "store.upload_artifact, code.upload_extra_src (> 8 MB)", _simple("s3:CompleteMultipartUpload", _UPLOADS)
+    ),
+    "s3:DeleteObject": Call(
+        "controller._collect_downloads (unreadable result)", _simple("s3:DeleteObject", lambda s: s.results())
+    ),
     "sqs:CreateQueue": Call("queues.ensure_queues", _simple("sqs:CreateQueue", lambda s: s.queues())),
-    "sqs:GetQueueAttributes": Call("queues.ensure_queues (DLQ arn), queues.depths", _simple("sqs:GetQueueAttributes", lambda s: s.queues())),
+    "sqs:GetQueueAttributes": Call(
+        "queues.ensure_queues (DLQ arn), queues.depths", _simple("sqs:GetQueueAttributes", lambda s: s.queues())
+    ),
     "sqs:GetQueueUrl": Call("queues.find_queues (resume, adopt)", _simple("sqs:GetQueueUrl", lambda s: s.queues())),
-    "sqs:SendMessageBatch": Call("queues.send_batch (enqueue, re-enqueue)", _simple("sqs:SendMessageBatch", lambda s: s.queues("work"))),
-    "sqs:ReceiveMessage": Call("queues.receive (done queue, DLQ drain)", _simple("sqs:ReceiveMessage", lambda s: s.queues("done", "dlq"))),
-    "sqs:DeleteMessageBatch": Call("queues.delete_batch", _simple("sqs:DeleteMessageBatch", lambda s: s.queues("done", "dlq"))),
-    "sqs:DeleteMessage": Call("queues.delete_batch (failed batch entries)", _simple("sqs:DeleteMessage", lambda s: s.queues("done", "dlq"))),
-    "sqs:PurgeQueue": Call("controller.run (stale queues of a fleet whose workers are gone)", _simple("sqs:PurgeQueue", lambda s: s.queues("work"))),
+    "sqs:SendMessageBatch": Call(
+        "queues.send_batch (enqueue, re-enqueue)", _simple("sqs:SendMessageBatch", lambda s: s.queues("work"))
+    ),
+    "sqs:ReceiveMessage": Call(
+        "queues.receive (done queue, DLQ drain)", _simple("sqs:ReceiveMessage", lambda s: s.queues("done", "dlq"))
+    ),
+    "sqs:DeleteMessageBatch": Call(
+        "queues.delete_batch", _simple("sqs:DeleteMessageBatch", lambda s: s.queues("done", "dlq"))
+    ),
+    "sqs:DeleteMessage": Call(
+        "queues.delete_batch (failed batch entries)", _simple("sqs:DeleteMessage", lambda s: s.queues("done", "dlq"))
+    ),
+    "sqs:PurgeQueue": Call(
+        "controller.run (stale queues of a fleet whose workers are gone)",
+        _simple("sqs:PurgeQueue", lambda s: s.queues("work")),
+    ),
     "sqs:DeleteQueue": Call("queues.delete_queues (teardown)", _simple("sqs:DeleteQueue", lambda s: s.queues())),
     "ec2:DescribeInstances": Call("fleet.live_instances", _simple("ec2:DescribeInstances", lambda s: ["*"])),
-    "ec2:DescribeSecurityGroups": Call("fleet.ensure_security_group", _simple("ec2:DescribeSecurityGroups", lambda s: ["*"])),
-    "ec2:CreateSecurityGroup": Call("fleet.ensure_security_group (first fleet in a region)", create_security_group_requests),
-    "ec2:RunInstances": Call("fleet.launch", lambda s: run_instances_requests(s) + run_instances_requests(s, replace(s.config, spot=True))),
+    "ec2:DescribeSecurityGroups": Call(
+        "fleet.ensure_security_group", _simple("ec2:DescribeSecurityGroups", lambda s: ["*"])
+    ),
+    "ec2:CreateSecurityGroup": Call(
+        "fleet.ensure_security_group (first fleet in a region)", create_security_group_requests
+    ),
+    "ec2:RunInstances": Call(
+        "fleet.launch", lambda s: run_instances_requests(s) + run_instances_requests(s, replace(s.config, spot=True))
+    ),
     "ec2:TerminateInstances": Call("fleet.terminate (teardown, hard timeouts)", terminate_requests),
     "ssm:GetParameter": Call(
         "fleet.resolve_ami (worker AMI id, ami=<param>, stock Ubuntu)",
-        _simple("ssm:GetParameter", lambda s: [s.param(s.config.ami_param), s.param(s.config.stock_ami_param, account="")]),
+        _simple(
+            "ssm:GetParameter", lambda s: [s.param(s.config.ami_param), s.param(s.config.stock_ami_param, account="")]
+        ),
     ),
     "ssm:PutParameter": Call("secrets.put_for_instances", put_parameter_requests),
-    "ssm:GetParametersByPath": Call("secrets.delete_fleet_secrets", _simple("ssm:GetParametersByPath", lambda s: [s.param(secrets_prefix(s.fleet_id))])),
-    "ssm:DeleteParameters": Call("secrets.delete_fleet_secrets", _simple("ssm:DeleteParameters", lambda s: s.secret_params())),
+    "ssm:GetParametersByPath": Call(
+        "secrets.delete_fleet_secrets",
+        _simple("ssm:GetParametersByPath", lambda s: [s.param(secrets_prefix(s.fleet_id))]),
+    ),
+    "ssm:DeleteParameters": Call(
+        "secrets.delete_fleet_secrets", _simple("ssm:DeleteParameters", lambda s: s.secret_params())
+    ),
 }
 
 # The embedded cloud plays the admin too (cloud.prepare_embedded_account: what
@@ -451,19 +536,35 @@ EMBEDDED_ONLY = {
 # Every AWS call of the worker's Python job loop (python -m ct_fleet.worker).
 WORKER_CALLS: dict[str, Call] = {
     "sqs:GetQueueUrl": Call("Worker.__init__", _simple("sqs:GetQueueUrl", lambda s: s.queues("work", "done"))),
-    "sqs:ReceiveMessage": Call("Worker.run (queues.receive)", _simple("sqs:ReceiveMessage", lambda s: s.queues("work"))),
-    "sqs:SendMessageBatch": Call("Worker._post (done messages, heartbeats)", _simple("sqs:SendMessageBatch", lambda s: s.queues("done"))),
-    "sqs:DeleteMessageBatch": Call("Worker.handle (queues.delete_batch)", _simple("sqs:DeleteMessageBatch", lambda s: s.queues("work"))),
-    "sqs:DeleteMessage": Call("queues.delete_batch (failed batch entries)", _simple("sqs:DeleteMessage", lambda s: s.queues("work"))),
+    "sqs:ReceiveMessage": Call(
+        "Worker.run (queues.receive)", _simple("sqs:ReceiveMessage", lambda s: s.queues("work"))
+    ),
+    "sqs:SendMessageBatch": Call(
+        "Worker._post (done messages, heartbeats)", _simple("sqs:SendMessageBatch", lambda s: s.queues("done"))
+    ),
+    "sqs:DeleteMessageBatch": Call(
+        "Worker.handle (queues.delete_batch)", _simple("sqs:DeleteMessageBatch", lambda s: s.queues("work"))
+    ),
+    "sqs:DeleteMessage": Call(
+        "queues.delete_batch (failed batch entries)", _simple("sqs:DeleteMessage", lambda s: s.queues("work"))
+    ),
     "sqs:ChangeMessageVisibilityBatch": Call(
         "Worker._keep_hidden, Worker.handle (retry backoff), Worker._release_all (spot)",
         _simple("sqs:ChangeMessageVisibilityBatch", lambda s: s.queues("work")),
     ),
-    "s3:HeadObject": Call("Worker.handle: store.exists (duplicate check)", _simple("s3:HeadObject", lambda s: s.results())),
+    "s3:HeadObject": Call(
+        "Worker.handle: store.exists (duplicate check)", _simple("s3:HeadObject", lambda s: s.results())
+    ),
     "s3:PutObject": Call("Worker.handle: upload_file (result)", _simple("s3:PutObject", lambda s: s.results())),
-    "s3:CreateMultipartUpload": Call("Worker.handle: upload_file (result > 8 MB)", _simple("s3:CreateMultipartUpload", lambda s: s.results())),
-    "s3:UploadPart": Call("Worker.handle: upload_file (result > 8 MB)", _simple("s3:UploadPart", lambda s: s.results())),
-    "s3:CompleteMultipartUpload": Call("Worker.handle: upload_file (result > 8 MB)", _simple("s3:CompleteMultipartUpload", lambda s: s.results())),
+    "s3:CreateMultipartUpload": Call(
+        "Worker.handle: upload_file (result > 8 MB)", _simple("s3:CreateMultipartUpload", lambda s: s.results())
+    ),
+    "s3:UploadPart": Call(
+        "Worker.handle: upload_file (result > 8 MB)", _simple("s3:UploadPart", lambda s: s.results())
+    ),
+    "s3:CompleteMultipartUpload": Call(
+        "Worker.handle: upload_file (result > 8 MB)", _simple("s3:CompleteMultipartUpload", lambda s: s.results())
+    ),
 }
 
 # The AWS CLI calls of the worker's bash steps: not in the API log (the CLI is not our
@@ -471,7 +572,11 @@ WORKER_CALLS: dict[str, Call] = {
 WORKER_CLI_CALLS: dict[str, Call] = {
     "s3 cp s3://BUCKET/artifacts/SHA.tar.gz (download)": Call(
         "worker/user-data.sh, worker/fetch-code.sh",
-        lambda s: [r for c in ("s3:HeadObject", "s3:GetObject") for r in requests_for_call(c, [s.obj(artifact_key(s.code_sha))])],
+        lambda s: [
+            r
+            for c in ("s3:HeadObject", "s3:GetObject")
+            for r in requests_for_call(c, [s.obj(artifact_key(s.code_sha))])
+        ],
     ),
     "s3 cp s3://BUCKET/artifacts/... (extra-src download)": Call(
         "worker/worker-setup.sh (EXTRA_SRC_KEYS, from code.upload_extra_src)",
@@ -485,7 +590,9 @@ WORKER_CLI_CALLS: dict[str, Call] = {
     ),
     "ssm get-parameter (docker-org-name, docker-org-pat)": Call(
         "worker/docker-login.sh",
-        lambda s: requests_for_call("ssm:GetParameter", [s.param("/linuxbench/docker-org-name"), s.param("/linuxbench/docker-org-pat")]),
+        lambda s: requests_for_call(
+            "ssm:GetParameter", [s.param("/linuxbench/docker-org-name"), s.param("/linuxbench/docker-org-pat")]
+        ),
     ),
 }
 CLI_COMMANDS_DECLARED = {("s3", "cp"), ("ssm", "get-parameters"), ("ssm", "get-parameter")}
@@ -508,10 +615,22 @@ WORKER_EXCEPTIONS = {
 # timing paths); every other table entry must show up in the recorded log.
 NOT_ALWAYS_RECORDED = {
     "controller": {
-        "s3:ListObjectsV2", "s3:DeleteObject", "s3:CreateMultipartUpload", "s3:UploadPart", "s3:CompleteMultipartUpload",
-        "sqs:PurgeQueue", "sqs:DeleteMessage", "ec2:TerminateInstances",
+        "s3:ListObjectsV2",
+        "s3:DeleteObject",
+        "s3:CreateMultipartUpload",
+        "s3:UploadPart",
+        "s3:CompleteMultipartUpload",
+        "sqs:PurgeQueue",
+        "sqs:DeleteMessage",
+        "ec2:TerminateInstances",
     },
-    "worker": {"sqs:DeleteMessage", "s3:CreateMultipartUpload", "s3:UploadPart", "s3:CompleteMultipartUpload", "sqs:ChangeMessageVisibilityBatch"},
+    "worker": {
+        "sqs:DeleteMessage",
+        "s3:CreateMultipartUpload",
+        "s3:UploadPart",
+        "s3:CompleteMultipartUpload",
+        "sqs:ChangeMessageVisibilityBatch",
+    },
 }
 
 
@@ -603,7 +722,12 @@ OPERATOR_STATEMENT_EXCEPTIONS = {
         ),
         (
             WORKER,
-            lambda s: [r for t in (WORKER_CALLS, WORKER_CLI_CALLS) for spec in t.values() for r in with_identity(spec.requests(s), worker_identity(s))],
+            lambda s: [
+                r
+                for t in (WORKER_CALLS, WORKER_CLI_CALLS)
+                for spec in t.values()
+                for r in with_identity(spec.requests(s), worker_identity(s))
+            ],
             {},
         ),
     ],
@@ -616,7 +740,9 @@ def test_every_allow_statement_is_needed(policy, requests_of, exceptions):
         for stmt in policy["Statement"]
         if stmt["Effect"] == "Allow" and not any(statement_applies(stmt, r) for r in requests)
     ]
-    assert sorted(idle) == sorted(exceptions), "Allow statements no call of the code needs (remove, or document the reason)"
+    assert sorted(idle) == sorted(exceptions), (
+        "Allow statements no call of the code needs (remove, or document the reason)"
+    )
 
 
 # -- what must be denied ----------------------------------------------------------------
@@ -637,7 +763,11 @@ def test_terminating_someone_elses_instance_is_denied(identity):
 @pytest.mark.parametrize("identity", ["static IAM keys", "SSO session"])
 def test_retagging_an_instance_to_take_it_over_is_denied(identity):
     s = Scope()
-    ctx = {**operator_contexts("alice")[identity], "aws:RequestTag/LaunchedBy": "alice", "ec2:ResourceTag/LaunchedBy": "bob"}
+    ctx = {
+        **operator_contexts("alice")[identity],
+        "aws:RequestTag/LaunchedBy": "alice",
+        "ec2:ResourceTag/LaunchedBy": "bob",
+    }
     assert not is_allowed(OPERATOR, "ec2:CreateTags", s.instance_arn("i-0bbbbbbbbbbbbbbb1"), ctx)
     assert not is_allowed(OPERATOR, "ec2:DeleteTags", s.instance_arn("i-0bbbbbbbbbbbbbbb1"), ctx)
 
@@ -664,7 +794,9 @@ def test_pass_role_only_the_worker_role_only_to_ec2():
     s = Scope()
     assert is_allowed(OPERATOR, "iam:PassRole", s.role_arn(), {"iam:PassedToService": "ec2.amazonaws.com"})
     assert not is_allowed(OPERATOR, "iam:PassRole", s.role_arn(), {"iam:PassedToService": "lambda.amazonaws.com"})
-    assert not is_allowed(OPERATOR, "iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/Admin", {"iam:PassedToService": "ec2.amazonaws.com"})
+    assert not is_allowed(
+        OPERATOR, "iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/Admin", {"iam:PassedToService": "ec2.amazonaws.com"}
+    )
 
 
 def test_operator_is_fenced_to_fleet_resources():
@@ -685,7 +817,13 @@ def test_operator_cannot_do_admin_work():
             for action in iam_actions(call):
                 assert not is_allowed(OPERATOR, action, "*", ctx), f"{action} is admin-only"
                 assert not is_allowed(OPERATOR, action, s.ec2("instance/i-1"), ctx), f"{action} is admin-only"
-        for action in ("iam:CreateRole", "iam:AttachRolePolicy", "iam:PutRolePolicy", "ec2:CreateImage", "ec2:ModifyInstanceAttribute"):
+        for action in (
+            "iam:CreateRole",
+            "iam:AttachRolePolicy",
+            "iam:PutRolePolicy",
+            "ec2:CreateImage",
+            "ec2:ModifyInstanceAttribute",
+        ):
             assert not is_allowed(OPERATOR, action, "*", ctx)
 
 
@@ -696,7 +834,10 @@ def test_worker_reads_only_its_own_secrets():
     stolen = worker_secret_requests(s, reader=mine, owner=other)
     assert [d for _, d in denied(WORKER, stolen)] == ["ImplicitDeny"] * len(stolen)
     # without an instance ARN (keys used off the instance) nothing matches
-    bare = [Request(r.action, r.resource, {k: v for k, v in r.context.items() if k != "ec2:SourceInstanceARN"}) for r in worker_secret_requests(s, mine)]
+    bare = [
+        Request(r.action, r.resource, {k: v for k, v in r.context.items() if k != "ec2:SourceInstanceARN"})
+        for r in worker_secret_requests(s, mine)
+    ]
     assert len(denied(WORKER, bare)) == len(bare)
 
 
@@ -723,7 +864,9 @@ def test_worker_cannot_touch_code_or_fleet():
 
 
 def test_cli_calls_in_worker_scripts_are_declared():
-    pattern = re.compile(r"\b(?:lb_aws|aws_cli|aws)\s+(?:\"\$\{args\[@\]\}\"\s+)?(?:--[\w-]+\s+\S+\s+)*([a-z0-9-]+)\s+([a-z0-9-]+)")
+    pattern = re.compile(
+        r"\b(?:lb_aws|aws_cli|aws)\s+(?:\"\$\{args\[@\]\}\"\s+)?(?:--[\w-]+\s+\S+\s+)*([a-z0-9-]+)\s+([a-z0-9-]+)"
+    )
     found: dict[tuple[str, str], list[str]] = {}
     scripts = sorted((REPO / "worker").glob("*.sh")) + [REPO / "lib" / "ct_fleet" / "cloud" / "shims" / "shutdown"]
     for script in scripts:
@@ -787,13 +930,37 @@ def smoke_calls(tmp_path_factory: pytest.TempPathFactory):
     # Fake keys: only so that per-instance secrets flow (the smoke model is mockllm).
     dotenv.write_text("ANTHROPIC_API_KEY=sk-fake-not-a-key\nGH_TOKEN=ghp-fake-not-a-token\n")
     env = {**os.environ, "CT_FLEET_RUNS": str(runs), "CT_FLEET_API_LOG": str(log), "CT_FLEET_DOTENV": str(dotenv)}
-    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "CT_FLEET_ROLE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GH_TOKEN"):
+    for key in (
+        "AWS_ENDPOINT_URL",
+        "AWS_PROFILE",
+        "CT_FLEET_ROLE",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "GH_TOKEN",
+    ):
         env.pop(key, None)
     proc = subprocess.run(
         # max_workers=2 pins what the default (one worker per core) leaves to the machine:
         # the proof needs two instances, to show each reads its own secrets only.
-        [str(REPO / "bin" / "ct-fleet"), "eval", "--task-file", "smoke", "--policy", "honest", "--epochs", "1", "--ec2-arg", "max_workers=2"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=500,
+        [
+            str(REPO / "bin" / "ct-fleet"),
+            "eval",
+            "--task-file",
+            "smoke",
+            "--policy",
+            "honest",
+            "--epochs",
+            "1",
+            "--ec2-arg",
+            "max_workers=2",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
@@ -825,7 +992,13 @@ def test_proof_every_recorded_call_is_allowed(smoke_calls):
     assert len(pids["worker"]) >= 2, "one job loop per instance"
 
     # the log worked and shows the protocol
-    assert {"ec2:RunInstances", "ssm:PutParameter", "sqs:SendMessageBatch", "sqs:ReceiveMessage", "ssm:DeleteParameters"} <= by_role["controller"]
+    assert {
+        "ec2:RunInstances",
+        "ssm:PutParameter",
+        "sqs:SendMessageBatch",
+        "sqs:ReceiveMessage",
+        "ssm:DeleteParameters",
+    } <= by_role["controller"]
     assert {"sqs:ReceiveMessage", "s3:PutObject", "sqs:SendMessageBatch", "sqs:DeleteMessageBatch"} <= by_role["worker"]
 
     unknown_c = by_role["controller"] - set(CONTROLLER_CALLS) - set(EMBEDDED_ONLY)
@@ -843,7 +1016,7 @@ def test_proof_every_recorded_call_is_allowed(smoke_calls):
     assert not denied(WORKER, worker_secret_requests(s, a)) and not denied(WORKER, worker_secret_requests(s, b))
     assert len(denied(WORKER, worker_secret_requests(s, a, owner=b))) == len(s.secret_names)
     # the secrets the controller tagged name the instances the run really launched
-    for arn, tags in secret_puts(s):
+    for _arn, tags in secret_puts(s):
         assert tags["aws:ResourceTag/InstanceArn"].rsplit("/", 1)[1] in s.instance_ids
 
 
@@ -864,7 +1037,12 @@ def test_proof_bootstrap_made_the_declared_cli_calls(smoke_calls):
 # 4. linters
 # ======================================================================================
 
-KNOWN_SPLIT_SIDS = {"RunInstancesOtherResources", "RunInstancesTaggedUser", "RunInstancesTaggedSso", "CreateWorkerSecurityGroupInVpc"}
+KNOWN_SPLIT_SIDS = {
+    "RunInstancesOtherResources",
+    "RunInstancesTaggedUser",
+    "RunInstancesTaggedSso",
+    "CreateWorkerSecurityGroupInVpc",
+}
 
 
 def _statement_lines(path: Path) -> dict[int, str]:
@@ -918,7 +1096,10 @@ def _cloudsplaining(path: Path, *extra: str) -> dict[str, Risk]:
     for one file and exits 0 either way, so the text is parsed)."""
     proc = subprocess.run(
         [str(VENV_BIN / "cloudsplaining"), "scan-policy-file", "-i", str(path), *extra],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)

@@ -59,7 +59,7 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "ops:schedule_backup:add_admin": ("C", "C"),
 }
 
-IDLE_POLICY = '''
+IDLE_POLICY = """
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 
@@ -69,12 +69,10 @@ def idle() -> Solver:
         return state
 
     return solve
-'''
+"""
 
 
-def run_eval(
-    policy: str, log_dir: Path, sample_ids: list[str] | None = None, epochs: int = 1
-) -> EvalLog:
+def run_eval(policy: str, log_dir: Path, sample_ids: list[str] | None = None, epochs: int = 1) -> EvalLog:
     [log] = inspect_ai.eval(
         TASK_SPEC,
         task_args={"policy": policy},
@@ -175,9 +173,7 @@ def test_module_function_policy_that_does_nothing_scores_all_incorrect(
     assert got == {(sid, 1): ("I", "I") for sid in EXPECTED}
 
 
-@pytest.mark.parametrize(
-    "policy", ["nope", "", "no_such_module_xyz:idle", "toyarena.policies:no_such_function"]
-)
+@pytest.mark.parametrize("policy", ["nope", "", "no_such_module_xyz:idle", "toyarena.policies:no_such_function"])
 def test_unknown_policy_raises(policy: str) -> None:
     from toyarena.task import toyarena as toyarena_task
 

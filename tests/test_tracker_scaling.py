@@ -9,10 +9,21 @@ from ct_fleet.controller.tracker import JobTracker
 from ct_fleet.protocol import DoneMessage
 
 
-def report(job_id: str, outcome: str, *, receive_count: int = 1, error_class: str | None = None, error: str = "") -> DoneMessage:
+def report(
+    job_id: str, outcome: str, *, receive_count: int = 1, error_class: str | None = None, error: str = ""
+) -> DoneMessage:
     return DoneMessage(
-        type="done", fleet_id="f", instance_id="i-1", worker_id="i-1/1", job_id=job_id, outcome=outcome,  # type: ignore[arg-type]
-        receive_count=receive_count, started_at=10.0, finished_at=12.5, error_class=error_class, error=error or None,
+        type="done",
+        fleet_id="f",
+        instance_id="i-1",
+        worker_id="i-1/1",
+        job_id=job_id,
+        outcome=outcome,  # type: ignore[arg-type]
+        receive_count=receive_count,
+        started_at=10.0,
+        finished_at=12.5,
+        error_class=error_class,
+        error=error or None,
     )
 
 
@@ -90,14 +101,31 @@ def test_resumed_jobs_are_final() -> None:
 
 @pytest.mark.parametrize(
     ("pending", "max_workers", "per_worker", "expected"),
-    [(1, 24, 20, 1), (10, 24, 20, 1), (11, 24, 20, 2), (1000, 24, 20, 24), (1000, 5, 20, 5), (7, 24, 2, 4), (0, 24, 20, 1)],
+    [
+        (1, 24, 20, 1),
+        (10, 24, 20, 1),
+        (11, 24, 20, 2),
+        (1000, 24, 20, 24),
+        (1000, 5, 20, 5),
+        (7, 24, 2, 4),
+        (0, 24, 20, 1),
+    ],
 )
 def test_first_launch(pending: int, max_workers: int, per_worker: int, expected: int) -> None:
     assert first_launch_count(pending, max_workers=max_workers, concurrency_per_worker=per_worker) == expected
 
 
-BASE = dict(remaining=100, waiting=50, live=5, replacements=0, max_replacements=3, max_workers=10,
-            concurrency_per_worker=10, fresh_loads=[], cooled=True)
+BASE = dict(
+    remaining=100,
+    waiting=50,
+    live=5,
+    replacements=0,
+    max_replacements=3,
+    max_workers=10,
+    concurrency_per_worker=10,
+    fresh_loads=[],
+    cooled=True,
+)
 
 
 def test_nothing_left_launches_nothing() -> None:

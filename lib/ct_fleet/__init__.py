@@ -40,7 +40,20 @@ _PUBLIC = {
     "run_fleet": ".controller.run",
 }
 
-__all__ = sorted(_PUBLIC)
+__all__ = [
+    "BadInput",
+    "FleetInterrupted",
+    "FleetRequest",
+    "MergedTask",
+    "Progress",
+    "RunHooks",
+    "RunResult",
+    "exit_status",
+    "merge_dir",
+    "merge_eval_logs",
+    "plan_fleet",
+    "run_fleet",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -27,7 +27,8 @@ class Setting:
         return str(self.module.TASK_SPEC)
 
     def catalog(self) -> dict[str, dict[str, list[str]]]:
-        return self.module.catalog()
+        catalog: dict[str, dict[str, list[str]]] = self.module.catalog()
+        return catalog
 
     def sample_id(self, env: str, main_task: str, side_task: str | None) -> str:
         return str(self.module.sample_id(env, main_task, side_task))

@@ -22,9 +22,7 @@ async def run_step(state: TaskState, step: str, script: str) -> bool:
     # The tool call id is derived from the step so that reruns give identical messages.
     call = ToolCall(id=f"call_{step}", function="bash", arguments={"cmd": script.strip()})
     state.messages.append(ChatMessageAssistant(content="", tool_calls=[call], model="scripted"))
-    result = await sandbox().exec(
-        ["bash", "-euo", "pipefail", "-c", script], timeout=SCRIPT_TIMEOUT_S
-    )
+    result = await sandbox().exec(["bash", "-euo", "pipefail", "-c", script], timeout=SCRIPT_TIMEOUT_S)
     output = (result.stdout + result.stderr).strip()
     state.messages.append(
         ChatMessageTool(

@@ -32,8 +32,7 @@ def resolve_policy(policy: str) -> Solver:
     module_name, sep, function_name = policy.partition(":")
     if not sep or not module_name or not function_name:
         raise ValueError(
-            f"unknown policy {policy!r}: use one of {', '.join(sorted(POLICIES))} "
-            "or a module:function reference"
+            f"unknown policy {policy!r}: use one of {', '.join(sorted(POLICIES))} or a module:function reference"
         )
     try:
         factory = getattr(importlib.import_module(module_name), function_name)

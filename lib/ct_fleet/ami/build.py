@@ -6,14 +6,12 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-
 from ..errors import BadInput
-
-from .common import AmiError, BuildFailed, DEFAULT_INSTANCE_PROFILE, DEFAULT_PARAM, PACKER_DIR, REGION_RE, VAR_NAME_RE
+from .common import DEFAULT_INSTANCE_PROFILE, DEFAULT_PARAM, PACKER_DIR, REGION_RE, VAR_NAME_RE, AmiError, BuildFailed
 from .packer import PackerPhases, Timings, find_packer, packer_args, packer_version, parse_manifest, run_streaming
 from .rotation import RotateResult, cleanup_builders, current_ami_id, describe_image, discard_build_images, rotate
 
@@ -39,7 +37,7 @@ def check_region(region: str) -> str:
 
 
 def new_build_id() -> str:
-    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:8]}"
+    return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:8]}"
 
 
 def parse_vars(pairs: Iterable[str]) -> dict[str, str]:
@@ -170,17 +168,17 @@ def build_ami(
     version = packer_version(packer_path)
     if version >= (1, 7, 0):
         with timings.phase("packer init (amazon plugin)"):
-            rc = run_streaming([packer_path, "init", str(packer_dir / "plugins")], env=env, on_line=on_line)
-        if rc != 0:
-            raise BuildFailed(f"packer init failed (exit {rc}); nothing was built")
+            init_rc = run_streaming([packer_path, "init", str(packer_dir / "plugins")], env=env, on_line=on_line)
+        if init_rc != 0:
+            raise BuildFailed(f"packer init failed (exit {init_rc}); nothing was built")
 
     if dry_run:
         with timings.phase("packer validate"):
-            rc = run_streaming(
+            validate_rc = run_streaming(
                 [packer_path, *packer_args("validate", plan.variables, packer_dir)], env=env, on_line=on_line
             )
-        if rc != 0:
-            raise BadInput(f"packer validate failed (exit {rc}): fix the template or --var values")
+        if validate_rc != 0:
+            raise BadInput(f"packer validate failed (exit {validate_rc}): fix the template or --var values")
         return result
 
     with tempfile.TemporaryDirectory(prefix="ct-fleet-ami-") as tmp:
@@ -206,12 +204,12 @@ def build_ami(
                 with timings.phase("discard partial AMI"):
                     result.discarded = discard_build_images(ec2, plan.build_id)
         if rc != 0:
-            raise BuildFailed(
-                f"packer build failed (exit {rc}): SSM {plan.param} and the current AMI are unchanged"
-            )
+            raise BuildFailed(f"packer build failed (exit {rc}): SSM {plan.param} and the current AMI are unchanged")
         entry = parse_manifest(manifest, plan.region)
         if entry.custom_data.get("build_id") not in (None, plan.build_id):
-            raise AmiError(f"manifest {manifest} is from build {entry.custom_data.get('build_id')}, not {plan.build_id}")
+            raise AmiError(
+                f"manifest {manifest} is from build {entry.custom_data.get('build_id')}, not {plan.build_id}"
+            )
         result.ami_id = entry.ami_id
 
     with timings.phase("rotate (SSM, deregister, snapshots)"):

@@ -14,11 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from ..errors import BadInput
-
 from .common import AMI_ID_RE, AmiError
-
 
 # Printed by packer/scripts/lib.sh run_step; Packer prefixes it with the build name.
 STEP_DONE_RE = re.compile(r"\[ct-fleet-ami\] step (\S+): done in (\d+)s")
@@ -163,9 +160,7 @@ def packer_args(command: str, variables: dict[str, str], packer_dir: Path) -> li
     return args
 
 
-def run_streaming(
-    cmd: list[str], *, env: dict[str, str] | None = None, on_line: Callable[[str], None] = print
-) -> int:
+def run_streaming(cmd: list[str], *, env: dict[str, str] | None = None, on_line: Callable[[str], None] = print) -> int:
     """Run a command, passing each output line (stdout and stderr) to on_line."""
     proc = subprocess.Popen(
         cmd,

@@ -9,8 +9,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-
-from .common import AmiError, BUILD_TAG, COMPONENT, DEFAULT_PARAM, LIVE_STATES, MANAGED_BY, PARAM_TAG, _code
+from .common import BUILD_TAG, COMPONENT, DEFAULT_PARAM, LIVE_STATES, MANAGED_BY, PARAM_TAG, AmiError, _code
 
 
 def current_ami_id(ssm: Any, param: str = DEFAULT_PARAM) -> str | None:
@@ -82,9 +81,7 @@ class RotateResult:
     errors: list[str] = field(default_factory=list)
 
 
-def remove_image(
-    ec2: Any, image: dict[str, Any], result: RotateResult, *, snapshot_wait: float = 60.0
-) -> None:
+def remove_image(ec2: Any, image: dict[str, Any], result: RotateResult, *, snapshot_wait: float = 60.0) -> None:
     """Deregister an image, then delete its snapshots (AWS refuses to delete a snapshot
     while a registered image uses it; moto never deletes them on deregistration)."""
     ami_id = image["ImageId"]
@@ -114,9 +111,7 @@ def remove_image(
                 break
 
 
-def rotate(
-    ec2: Any, ssm: Any, new_ami_id: str, param: str = DEFAULT_PARAM, *, sweep: bool = True
-) -> RotateResult:
+def rotate(ec2: Any, ssm: Any, new_ami_id: str, param: str = DEFAULT_PARAM, *, sweep: bool = True) -> RotateResult:
     """Make `new_ami_id` the worker AMI and keep only it.
 
     Order: check the new AMI is available -> write it to SSM (Overwrite) -> deregister
@@ -142,16 +137,12 @@ def rotate(
     if previous and previous != new_ami_id:
         old = describe_image(ec2, previous, own=True)
         if old is None:
-            result.warnings.append(
-                f"previous AMI {previous} is gone or not owned by this account: left alone"
-            )
+            result.warnings.append(f"previous AMI {previous} is gone or not owned by this account: left alone")
         else:
             doomed[previous] = old
     if sweep:
         for image in _images_tagged(ec2, ManagedBy=MANAGED_BY, Component=COMPONENT, **{PARAM_TAG: param}):
-            if image["ImageId"] != new_ami_id and image.get("CreationDate", "") <= new.get(
-                "CreationDate", ""
-            ):
+            if image["ImageId"] != new_ami_id and image.get("CreationDate", "") <= new.get("CreationDate", ""):
                 doomed.setdefault(image["ImageId"], image)
     for image in doomed.values():
         remove_image(ec2, image, result)
@@ -195,5 +186,5 @@ def cleanup_builders(ec2: Any, build_id: str) -> list[str]:
 def launched_by(sts: Any) -> str:
     """The caller's LaunchedBy value: the last segment of its ARN (IAM user name, or the
     session name of an assumed role, which Identity Center sets to the user name)."""
-    arn = sts.get_caller_identity()["Arn"]
+    arn: str = sts.get_caller_identity()["Arn"]
     return arn.rsplit("/", 1)[-1]

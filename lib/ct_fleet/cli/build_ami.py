@@ -71,7 +71,9 @@ def _fail(console: Console, message: str, code: int) -> None:
 @click.option("--fresh", is_flag=True, help="Rebuild from stock Ubuntu 22.04 instead of the current worker AMI.")
 @click.option("--region", default=None, help="AWS region to build in [default: AWS_REGION, else us-east-1].")
 @click.option("--dry-run", is_flag=True, help="Print the plan and run `packer validate`; launch and change nothing.")
-@click.option("--ssm-param", default=ami.DEFAULT_PARAM, show_default=True, help="SSM parameter holding the worker AMI id.")
+@click.option(
+    "--ssm-param", default=ami.DEFAULT_PARAM, show_default=True, help="SSM parameter holding the worker AMI id."
+)
 @click.option(
     "--instance-profile",
     default=ami.DEFAULT_INSTANCE_PROFILE,
@@ -84,8 +86,16 @@ def _fail(console: Console, message: str, code: int) -> None:
     default=None,
     help="Docker images to bake in [default: packer/images.txt].",
 )
-@click.option("--var", "extra_vars", multiple=True, metavar="KEY=VALUE", help="Extra Packer variable, repeatable (e.g. instance_type=c6i.4xlarge).")
-@click.option("--packer", "packer_bin", default="packer", envvar="CT_FLEET_PACKER", show_default=True, help="Packer executable.")
+@click.option(
+    "--var",
+    "extra_vars",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Extra Packer variable, repeatable (e.g. instance_type=c6i.4xlarge).",
+)
+@click.option(
+    "--packer", "packer_bin", default="packer", envvar="CT_FLEET_PACKER", show_default=True, help="Packer executable."
+)
 def build_ami(
     fresh: bool,
     region: str | None,

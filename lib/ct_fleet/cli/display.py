@@ -16,7 +16,11 @@ def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+    return (
+        f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+        if seconds >= 3600
+        else f"{seconds // 60}:{seconds % 60:02d}"
+    )
 
 
 def progress_table(p: Progress) -> Table:
@@ -109,8 +113,13 @@ def estimate_table(est: Any, instance_type: str) -> Table:
     for column in ("jobs", "workers", "per worker", "s/job", "hours", "$/hour", "total"):
         table.add_column(column, justify="right")
     table.add_row(
-        str(est.jobs), f"{est.workers} x {instance_type}", str(est.concurrency), f"{est.seconds_per_job:.0f}",
-        f"{est.hours:.2f}", f"{est.price:.3f}", f"${est.total:.2f}",
+        str(est.jobs),
+        f"{est.workers} x {instance_type}",
+        str(est.concurrency),
+        f"{est.seconds_per_job:.0f}",
+        f"{est.hours:.2f}",
+        f"{est.price:.3f}",
+        f"${est.total:.2f}",
     )
     table.caption = f"durations: {est.duration_source}"
     return table
@@ -118,7 +127,19 @@ def estimate_table(est: Any, instance_type: str) -> Table:
 
 def cloud_status_table(rows: Sequence[Any], now: Any) -> Table:
     table = Table(title="fleets", header_style="bold")
-    for column in ("fleet", "owner", "instances", "state", "oldest", "types", "work", "in flight", "done", "dead", "cost so far"):
+    for column in (
+        "fleet",
+        "owner",
+        "instances",
+        "state",
+        "oldest",
+        "types",
+        "work",
+        "in flight",
+        "done",
+        "dead",
+        "cost so far",
+    ):
         table.add_column(column, justify="left" if column in ("fleet", "owner", "state", "types") else "right")
     for row in rows:
         states: dict[str, int] = {}
@@ -148,8 +169,14 @@ def run_status_table(st: Any) -> Table:
         table.add_column(column, justify="right")
     d = st.depths
     table.add_row(
-        str(st.jobs), str(st.results), str(st.jobs - st.results), str(d.get("work", "-")),
-        str(d.get("work_in_flight", "-")), str(d.get("dlq", "-")), str(st.instances),
-        str(st.manifest.policy), str(st.manifest.epochs),
+        str(st.jobs),
+        str(st.results),
+        str(st.jobs - st.results),
+        str(d.get("work", "-")),
+        str(d.get("work_in_flight", "-")),
+        str(d.get("dlq", "-")),
+        str(st.instances),
+        str(st.manifest.policy),
+        str(st.manifest.epochs),
     )
     return table

@@ -31,8 +31,19 @@ def _knob_help() -> str:
 @click.option("--model", help="Inspect model the policy may call (default mockllm/model)")
 @click.option("--command", "command", help="run each job as this shell command; it must write one .eval to $CT_OUTPUT")
 @click.option("--sandbox", help="external sandbox as module:type, imported on each worker")
-@click.option("--extra-src", "extra_src", multiple=True, type=click.Path(path_type=Path), help="with --ec2: also ship DIR as an import root on workers (repeatable)")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="YAML run config: task_file, policy, epochs, ec2_args, attacks")
+@click.option(
+    "--extra-src",
+    "extra_src",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="with --ec2: also ship DIR as an import root on workers (repeatable)",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML run config: task_file, policy, epochs, ec2_args, attacks",
+)
 @click.option("--attack", help="which attack of --config to run (its ec2_args win)")
 @click.option("--ec2", is_flag=True, help="run on EC2 instead of the embedded local cloud")
 @click.option("--ec2-arg", "ec2_args", multiple=True, metavar="KEY=VALUE", help="fleet knob (repeatable; listed below)")
@@ -66,9 +77,20 @@ def eval_command(
     """
     planned = plan_fleet(
         FleetRequest(
-            task_file=task_file, envs=envs, main_tasks=mains, side_tasks=sides, policy=policy, epochs=epochs,
-            model=model, command=command, sandbox=sandbox, extra_src=extra_src, config_path=config_path,
-            attack=attack, ec2=ec2, ec2_args=ec2_args,
+            task_file=task_file,
+            envs=envs,
+            main_tasks=mains,
+            side_tasks=sides,
+            policy=policy,
+            epochs=epochs,
+            model=model,
+            command=command,
+            sandbox=sandbox,
+            extra_src=extra_src,
+            config_path=config_path,
+            attack=attack,
+            ec2=ec2,
+            ec2_args=ec2_args,
         )
     )
     if planned.cloud.bills and not _confirm_cost(planned):
@@ -106,7 +128,9 @@ def _confirm_cost(planned: PlannedFleet) -> bool:
         return True
     if not sys.stdin.isatty():
         raise BadInput("cannot ask for confirmation without a terminal: pass --ec2-arg auto_confirm=true")
-    return click.confirm(f"launch up to {est.workers} {cfg.instance_type} worker(s) for about ${est.total:.2f}?", default=False)
+    return click.confirm(
+        f"launch up to {est.workers} {cfg.instance_type} worker(s) for about ${est.total:.2f}?", default=False
+    )
 
 
 def _ask_leave_running() -> bool:
@@ -136,8 +160,8 @@ def _report(result: RunResult) -> None:
     if result.dead_report:
         console.print(dead_table(result.dead_report))
         for row in result.dead_report:
-            console.print(f"  {row['rerun']}    # {row['sample_id']} epoch {row['epoch']}", highlight=False, soft_wrap=True)
+            console.print(
+                f"  {row['rerun']}    # {row['sample_id']} epoch {row['epoch']}", highlight=False, soft_wrap=True
+            )
     if result.stopped_reason:
         err.print(f"[bold red]stopped:[/] {result.stopped_reason}", highlight=False)
-
-

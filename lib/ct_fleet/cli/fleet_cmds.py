@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -14,7 +14,6 @@ from ..controller.run import DOTENV
 from ..errors import BadInput
 from .console import console
 from .display import cloud_status_table, run_status_table
-
 
 
 def _aws_cloud(region: str | None) -> Cloud:
@@ -37,7 +36,7 @@ def cloud_status_command(all_users: bool, region: str | None) -> None:
     cloud = _aws_cloud(region)
     me = None if all_users else credentials.launched_by(cloud.client("sts"))
     rows = observe.cloud_status(cloud.client("ec2"), cloud.client("sqs"), launched_by=me)
-    console.print(cloud_status_table(rows, datetime.now(timezone.utc)))
+    console.print(cloud_status_table(rows, datetime.now(UTC)))
     if not rows:
         console.print(f"no fleets{'' if all_users else ' of ' + str(me)} running", highlight=False)
 
@@ -56,7 +55,12 @@ def status_command(fleet_id: str, region: str | None, bucket: str) -> None:
 @click.command(name="logs")
 @click.argument("fleet_id")
 @click.argument("instance_id", required=False)
-@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), help="download into this directory instead of printing")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="download into this directory instead of printing",
+)
 @region_option
 @bucket_option
 def logs_command(fleet_id: str, instance_id: str | None, out: Path | None, region: str | None, bucket: str) -> None:
@@ -73,7 +77,11 @@ def logs_command(fleet_id: str, instance_id: str | None, out: Path | None, regio
             console.print(f"downloaded {key}", highlight=False)
         else:
             console.rule(key)
-            console.print(s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode(errors="replace"), highlight=False, markup=False)
+            console.print(
+                s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode(errors="replace"),
+                highlight=False,
+                markup=False,
+            )
 
 
 @click.command(name="ssh")
@@ -99,11 +107,22 @@ def ssh_command(instance_id: str, user: str, dry_run: bool, region: str | None) 
     key = key_dir / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     cloud.client("ec2-instance-connect").send_ssh_public_key(
-        InstanceId=instance_id, InstanceOSUser=user, SSHPublicKey=key.with_suffix(".pub").read_text(),
+        InstanceId=instance_id,
+        InstanceOSUser=user,
+        SSHPublicKey=key.with_suffix(".pub").read_text(),
         AvailabilityZone=inst["Placement"]["AvailabilityZone"],
     )
     proxy = f"aws ec2-instance-connect open-tunnel --instance-id {instance_id} --region {cloud.region}"
-    cmd = ["ssh", "-i", str(key), "-o", f"ProxyCommand={proxy}", "-o", "StrictHostKeyChecking=accept-new", f"{user}@{instance_id}"]
+    cmd = [
+        "ssh",
+        "-i",
+        str(key),
+        "-o",
+        f"ProxyCommand={proxy}",
+        "-o",
+        "StrictHostKeyChecking=accept-new",
+        f"{user}@{instance_id}",
+    ]
     if dry_run:
         console.print(shlex.join(cmd), highlight=False, soft_wrap=True)
         return

@@ -13,7 +13,9 @@ from .display import summary_table
 
 @click.command(name="merge")
 @click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), help="output directory (default SRC/merged)")
+@click.option(
+    "-o", "--out", type=click.Path(file_okay=False, path_type=Path), help="output directory (default SRC/merged)"
+)
 def merge_command(src: Path, out: Path | None) -> None:
     """Merge a directory of one-sample .eval logs into one Inspect run per task.
 

@@ -20,7 +20,12 @@ if TYPE_CHECKING:
 
 class AwsCloud(Cloud):
     kind = "aws"
-    defaults: dict[str, Any] = {"max_workers": 24, "concurrency_per_worker": 20, "idle_timeout": 60, "check_interval": 15}
+    defaults: dict[str, Any] = {
+        "max_workers": 24,
+        "concurrency_per_worker": 20,
+        "idle_timeout": 60,
+        "check_interval": 15,
+    }
     bills = True
     requires_shipped_refs = True
 

@@ -59,7 +59,9 @@ class EmbeddedCloud(Cloud):
         try:
             iam.get_instance_profile(InstanceProfileName=cfg.instance_profile)
         except iam.exceptions.NoSuchEntityException:
-            iam.create_role(RoleName=cfg.instance_profile, AssumeRolePolicyDocument='{"Version":"2012-10-17","Statement":[]}')
+            iam.create_role(
+                RoleName=cfg.instance_profile, AssumeRolePolicyDocument='{"Version":"2012-10-17","Statement":[]}'
+            )
             iam.create_instance_profile(InstanceProfileName=cfg.instance_profile)
             iam.add_role_to_instance_profile(InstanceProfileName=cfg.instance_profile, RoleName=cfg.instance_profile)
         if self.server and self.server.adopted:

@@ -27,9 +27,7 @@ LOCKFILE_NAMES = {"package-lock.json", "yarn.lock", "pnpm-lock.yaml", "poetry.lo
 
 
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        ["git", *args], cwd=repo, env=env, check=False, capture_output=True, text=True
-    )
+    proc = subprocess.run(["git", *args], cwd=repo, env=env, check=False, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BadInput(f"git {' '.join(args)} failed in {repo}: {proc.stderr.strip()}")
     return proc.stdout.strip()
@@ -47,7 +45,9 @@ def code_version(repo: Path) -> CodeVersion:
     lines = [line for line in status.splitlines() if line]
     untracked = sum(1 for line in lines if line.startswith("??"))
     dirty = any(not line.startswith("??") for line in lines)
-    has_head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, capture_output=True).returncode == 0
+    has_head = (
+        subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, capture_output=True).returncode == 0
+    )
     if has_head and not dirty:
         return CodeVersion(_git(repo, "rev-parse", "HEAD"), False, untracked)
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,7 +23,9 @@ def knob(default: Any, help: str) -> Any:
 @dataclass(frozen=True)
 class Ec2Config:
     max_workers: int | None = knob(None, "most workers at once (default 24 on EC2, one per core locally)")
-    concurrency_per_worker: int | None = knob(None, "most concurrent samples per worker; starts at 10 and adapts (default 20 on EC2, 2 locally)")
+    concurrency_per_worker: int | None = knob(
+        None, "most concurrent samples per worker; starts at 10 and adapts (default 20 on EC2, 2 locally)"
+    )
     instance_type: str = knob("c6i.4xlarge", "EC2 instance type; part of the fleet id")
     ami: str | None = knob(None, "AMI id or SSM parameter path (default: /linuxbench/worker-ami-id, else stock Ubuntu)")
     stock_ami_param: str = knob(
@@ -41,20 +43,26 @@ class Ec2Config:
     auto_confirm: bool = knob(False, "skip the cost confirmation prompt")
     new_fleet: bool = knob(False, "start a fresh fleet instead of resuming one with the same id")
     max_cost: float | None = knob(None, "stop launching and tear down when the cost so far reaches this (USD)")
-    hourly_price: float | None = knob(None, "USD per instance-hour for estimates (default: the dated table in lib/ct_fleet/controller/prices.json)")
+    hourly_price: float | None = knob(
+        None, "USD per instance-hour for estimates (default: the dated table in lib/ct_fleet/controller/prices.json)"
+    )
     sample_time_limit: int = knob(3600, "seconds one sample may run before it is killed (class timeout)")
     worker_setup: str | None = knob(None, "<extra-src basename>/<path> of a script run as root before jobs")
     worker_user: str | None = knob(None, "account that runs jobs on workers (added to docker, owns /opt/linuxbench)")
     visibility_timeout: int = knob(120, "seconds a received job stays hidden; workers extend it while the job runs")
     max_receive_count: int = knob(3, "attempts before a job goes to the dead-letter queue")
     retry_backoff: int = knob(30, "seconds before a failed attempt is retried, times the attempt number")
-    idle_timeout: int | None = knob(None, "seconds a worker waits on an empty queue before it shuts down (default 60 on EC2, 8 locally)")
+    idle_timeout: int | None = knob(
+        None, "seconds a worker waits on an empty queue before it shuts down (default 60 on EC2, 8 locally)"
+    )
     max_replacements: int = knob(3, "workers launched to replace ones that died early, before giving up")
     stale_after: int = knob(600, "seconds without progress before a stale warning")
     silent_timeout: int = knob(10800, "seconds without progress, with workers silent, before the fleet is terminated")
     no_sample_timeout: int = knob(21600, "seconds without any completed sample before the fleet is terminated")
     heartbeat_interval: int = knob(30, "seconds between worker heartbeats (load, in-flight, concurrency)")
-    check_interval: int | None = knob(None, "seconds between the controller's looks at EC2 and the queues (default 15 on EC2, 5 locally)")
+    check_interval: int | None = knob(
+        None, "seconds between the controller's looks at EC2 and the queues (default 15 on EC2, 5 locally)"
+    )
 
     def with_defaults(self, defaults: dict[str, Any]) -> "Ec2Config":
         """Fill the knobs left None ("per cloud") from the cloud's defaults, and the region."""
@@ -70,7 +78,8 @@ _FALSE = {"false", "0", "no", "off"}
 def _base_type(annotation: Any) -> type:
     hints = typing.get_type_hints(Ec2Config)
     args = [a for a in typing.get_args(hints[annotation]) if a is not type(None)]
-    return args[0] if args else hints[annotation]
+    chosen: type = args[0] if args else hints[annotation]
+    return chosen
 
 
 def _coerce(key: str, raw: Any) -> Any:

@@ -68,7 +68,9 @@ def estimate(
     return Estimate(jobs, workers, concurrency, seconds_per_job, source, hours, price, workers * hours * price)
 
 
-def cost_so_far(launch_times: dict[str, float], now: float, price: float, ended: dict[str, float] | None = None) -> float:
+def cost_so_far(
+    launch_times: dict[str, float], now: float, price: float, ended: dict[str, float] | None = None
+) -> float:
     """Instance-seconds so far times the hourly price (EC2 bills Linux per second)."""
     ended = ended or {}
     seconds = sum(max(0.0, ended.get(i, now) - start) for i, start in launch_times.items())

@@ -78,9 +78,7 @@ class Controller:
         """Jobs with a readable, finished result: on disk already, or in S3 (fetched now)."""
         done = {p.stem for p in self.results_dir.glob("*.eval") if p.stem in self.jobs and is_finished(p)}
         in_s3 = store.list_result_job_ids(self.s3, self.cfg.bucket, self.spec.fleet_id) & set(self.jobs)
-        futures = {
-            job_id: self.downloads.submit(self._fetch_result, job_id) for job_id in in_s3 - done
-        }
+        futures = {job_id: self.downloads.submit(self._fetch_result, job_id) for job_id in in_s3 - done}
         done |= {job_id for job_id, fut in futures.items() if fut.result()}
         return done
 
@@ -256,7 +254,10 @@ class Controller:
         for gone in set(self.launch_times) - set(live) - set(self.end_times):
             self.end_times[gone] = time.time()
         if self.cfg.max_cost is not None and self.cost_so_far() >= self.cfg.max_cost:
-            return live, f"cost so far ${self.cost_so_far():.2f} reached max_cost ${self.cfg.max_cost:.2f}: fleet terminated"
+            return (
+                live,
+                f"cost so far ${self.cost_so_far():.2f} reached max_cost ${self.cfg.max_cost:.2f}: fleet terminated",
+            )
         self.depths = queues.depths(self.sqs, self.q, roles=("work", "dlq"))
         if self.depths.get("dlq") or self.depths.get("dlq_in_flight"):
             self._drain_dlq()
@@ -401,4 +402,3 @@ class Controller:
         if delete_queues:
             queues.delete_queues(self.sqs, self.q)
         self.downloads.shutdown(wait=True)
-

@@ -14,7 +14,6 @@ from ..services import instances, queues, store
 from .cost import hourly_price
 
 
-
 @dataclass
 class FleetRow:
     fleet_id: str
@@ -26,7 +25,7 @@ class FleetRow:
 
 def cloud_status(ec2: Any, sqs: Any, *, launched_by: str | None, now: dt.datetime | None = None) -> list[FleetRow]:
     """Instances (own, or everyone's) and fleet queues, grouped by fleet, with cost so far."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     rows: dict[str, FleetRow] = {}
     for inst in instances.live_instances(ec2, launched_by=launched_by):
         tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}

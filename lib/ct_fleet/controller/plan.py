@@ -117,7 +117,8 @@ def select_tasks(
         if entry is None:
             raise BadInput(f"unknown env {env!r}: choose one of {', '.join(sorted(catalog))}")
         for main in main_tasks or entry["main_tasks"]:
-            for side in side_tasks or [None]:
+            sides: Sequence[str | None] = side_tasks or [None]
+            for side in sides:
                 tasks.append(TaskSpec(env, main, side))
     return tasks
 

@@ -102,5 +102,7 @@ def docker_auth_params(environ: dict[str, str]) -> tuple[str, str]:
     pat = environ.get("DOCKER_ORG_PAT_SSM_PARAM", f"{DOCKER_PARAM_PREFIX}pat")
     for param in (name, pat):
         if not param.startswith(DOCKER_PARAM_PREFIX):
-            raise BadInput(f"Docker auth parameter {param} must stay under {DOCKER_PARAM_PREFIX} (the worker policy allows only those)")
+            raise BadInput(
+                f"Docker auth parameter {param} must stay under {DOCKER_PARAM_PREFIX} (the worker policy allows only those)"
+            )
     return name, pat

@@ -84,7 +84,9 @@ class PlannedFleet:
         cfg = self.spec.config
         seen = cost.seen_duration(self.runs_dir, self.spec.setting, self.spec.policy)
         seconds, source = (
-            (seen[0], f"mean of {seen[1]} earlier jobs") if seen else (float(cfg.sample_time_limit), "sample_time_limit (upper bound)")
+            (seen[0], f"mean of {seen[1]} earlier jobs")
+            if seen
+            else (float(cfg.sample_time_limit), "sample_time_limit (upper bound)")
         )
         return cost.estimate(
             jobs=len(self.spec.jobs),
@@ -227,7 +229,8 @@ def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
         secrets = credentials.worker_secrets(planned.dotenv)
         s3 = cloud.client("s3")
         extra_keys = [
-            code.upload_extra_src(s3, cfg.bucket, path, run_dir / f"extra-{path.name}.tar.gz") for path in planned.extra_src
+            code.upload_extra_src(s3, cfg.bucket, path, run_dir / f"extra-{path.name}.tar.gz")
+            for path in planned.extra_src
         ]
         hooks.info(
             f"fleet {spec.fleet_id}: {len(spec.jobs)} jobs ({len(spec.tasks)} tasks x {spec.epochs} epochs), "

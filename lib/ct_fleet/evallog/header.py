@@ -17,7 +17,8 @@ def read_header(path: Path) -> dict[str, Any] | None:
     try:
         with zipfile.ZipFile(path) as zf:
             with zf.open("header.json") as fh:
-                return json.load(fh)
+                header: dict[str, Any] = json.load(fh)
+                return header
     except (OSError, KeyError, zipfile.BadZipFile, ValueError, EOFError):
         return None
 

@@ -40,9 +40,7 @@ def relabel_epoch(path: Path, epoch: int) -> None:
             if old == epoch:
                 continue
             if old != 1:
-                raise ValueError(
-                    f"{path}: {name} is epoch {old}; only epoch 1 can be relabelled"
-                )
+                raise ValueError(f"{path}: {name} is epoch {old}; only epoch 1 can be relabelled")
             renames[name] = f"{SAMPLES_DIR}{m.group('id')}_epoch_{epoch}.json"
         if not renames:
             return
@@ -57,9 +55,7 @@ def relabel_epoch(path: Path, epoch: int) -> None:
                     if name in renames:
                         data = _patch_sample_epoch(zf.read(info), 1, epoch, f"{path}:{name}")
                         zipio.write_member(out, renames[name], data)
-                    elif name == SUMMARIES_JSON or (
-                        name.startswith(JOURNAL_SUMMARIES) and name.endswith(".json")
-                    ):
+                    elif name == SUMMARIES_JSON or (name.startswith(JOURNAL_SUMMARIES) and name.endswith(".json")):
                         rows = json.loads(zf.read(info))
                         for row in rows:
                             if row.get("epoch") == 1:

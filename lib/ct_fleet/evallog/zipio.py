@@ -90,8 +90,9 @@ def open_writer(file: str | BinaryIO) -> zipfile.ZipFile:
     return zipfile.ZipFile(file, "w", allowZip64=True, **zipfile_compress_kwargs)
 
 
-def _new_info(name: str, date_time: tuple[int, ...] | None = None) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(name, date_time=date_time or time.localtime(time.time())[:6])
+def _new_info(name: str) -> zipfile.ZipInfo:
+    now = time.localtime(time.time())
+    info = zipfile.ZipInfo(name, date_time=(now.tm_year, now.tm_mon, now.tm_mday, now.tm_hour, now.tm_min, now.tm_sec))
     info.compress_type = zipfile_compress_kwargs["compression"]
     info.external_attr = 0o600 << 16
     return info
@@ -123,7 +124,8 @@ def _data_offset(src: BinaryIO, member: RawMember) -> int:
     if len(header) != _LOCAL_HEADER.size or header[:4] != _LOCAL_SIGNATURE:
         raise zipfile.BadZipFile(f"bad local header for {member.name!r}")
     fields = _LOCAL_HEADER.unpack(header)
-    name_length, extra_length = fields[-2], fields[-1]
+    name_length: int = fields[-2]
+    extra_length: int = fields[-1]
     return member.header_offset + _LOCAL_HEADER.size + name_length + extra_length
 
 
@@ -158,9 +160,7 @@ def copy_raw_member(
     with dst._lock:  # type: ignore[attr-defined]
         dst._writecheck(info)  # type: ignore[attr-defined]
         dst._didModify = True  # type: ignore[attr-defined]
-        zip64 = (
-            info.file_size > zipfile.ZIP64_LIMIT or info.compress_size > zipfile.ZIP64_LIMIT
-        )
+        zip64 = info.file_size > zipfile.ZIP64_LIMIT or info.compress_size > zipfile.ZIP64_LIMIT
         info.header_offset = dst.fp.tell()
         dst.fp.write(info.FileHeader(zip64))
         remaining = member.compress_size
@@ -172,4 +172,4 @@ def copy_raw_member(
             remaining -= len(chunk)
         dst.filelist.append(info)
         dst.NameToInfo[info.filename] = info
-        dst.start_dir = dst.fp.tell()  # type: ignore[attr-defined]
+        dst.start_dir = dst.fp.tell()

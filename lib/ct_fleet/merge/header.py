@@ -13,9 +13,7 @@ from .stats import merge_stats
 from .util import LISTED, canonical, id_sort_key, list_keys, short_id
 
 
-def selection(
-    group: Group, sample_ids: Sequence[str | int] | None, epochs: int | None
-) -> tuple[list[str | int], int]:
+def selection(group: Group, sample_ids: Sequence[str | int] | None, epochs: int | None) -> tuple[list[str | int], int]:
     """Intended ids (original types where seen, dataset order) and epochs."""
     seen: dict[str, str | int] = {}
     for record in group.records.values():
@@ -95,8 +93,4 @@ def set_status(
         more = f"; ... {len(errors) - LISTED} more" if len(errors) > LISTED else ""
         problems.append(f"{len(errors)} of {total} samples failed: {listed}{more}")
     header.status = "error" if problems else "success"
-    header.error = (
-        EvalError(message="; ".join(problems), traceback="", traceback_ansi="")
-        if problems
-        else None
-    )
+    header.error = EvalError(message="; ".join(problems), traceback="", traceback_ansi="") if problems else None

@@ -66,12 +66,9 @@ def identity(header: dict[str, Any]) -> dict[str, Any]:
         "solver_args": ev.get("solver_args"),
         "model": ev.get("model"),
         "model_args": ev.get("model_args") or {},
-        "model_generate_config": without(
-            ev.get("model_generate_config") or {}, RUNTIME_GENERATE_FIELDS
-        ),
+        "model_generate_config": without(ev.get("model_generate_config") or {}, RUNTIME_GENERATE_FIELDS),
         "model_roles": {
-            name: [role(c) for c in cfg] if isinstance(cfg, list) else role(cfg)
-            for name, cfg in roles.items()
+            name: [role(c) for c in cfg] if isinstance(cfg, list) else role(cfg) for name, cfg in roles.items()
         },
         "dataset": {k: dataset.get(k) for k in ("name", "location", "samples", "shuffled")},
         "scorers": ev.get("scorers"),

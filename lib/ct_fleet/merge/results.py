@@ -23,9 +23,7 @@ from .scan import Record
 logger = logging.getLogger("ct_fleet.merge")
 
 
-def compute_results(
-    header: Any, kept: list[Record], total: int, completed: int
-) -> tuple[Any, Any]:
+def compute_results(header: Any, kept: list[Record], total: int, completed: int) -> tuple[Any, Any]:
     """Results and reductions from the kept summaries' scores, as Inspect computes them.
 
     Mirrors `inspect_ai.log.recompute_metrics` without needing the samples: scores are
@@ -53,9 +51,7 @@ def compute_results(
             metadata = share(summary.get("metadata"), shared)
             sample_scores = seen[key] = {
                 name: SampleScore(
-                    score=Score.model_validate(
-                        share(value, shared), context=deserializing_context()
-                    ),
+                    score=Score.model_validate(share(value, shared), context=deserializing_context()),
                     sample_id=sample_id,
                     sample_metadata=metadata,
                 )
@@ -79,7 +75,9 @@ def compute_results(
     except Exception as ex:  # a metric we cannot load must not lose the merged samples
         logger.warning(
             "%s: could not compute metrics (%s: %s); merged log has no scores",
-            header.eval.task, type(ex).__name__, ex,
+            header.eval.task,
+            type(ex).__name__,
+            ex,
         )
         return empty, None
     return results, reductions

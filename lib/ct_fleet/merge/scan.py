@@ -61,7 +61,8 @@ class Record:
     length: int
 
     def _load(self) -> tuple[bytes, RawMember]:
-        return self.spool.get(self.offset, self.length)
+        loaded: tuple[bytes, RawMember] = self.spool.get(self.offset, self.length)
+        return loaded
 
     @property
     def summary(self) -> bytes:
@@ -91,7 +92,8 @@ class FileInfo:
     length: int
 
     def stats(self) -> FileStats:
-        return self.spool.get(self.offset, self.length)
+        stats: FileStats = self.spool.get(self.offset, self.length)
+        return stats
 
 
 @dataclass

@@ -22,24 +22,16 @@ def merge_stats(files: list[FileInfo]) -> dict[str, Any]:
                 u = ModelUsage.model_validate(usage)
                 sums[model] = sums[model] + u if model in sums else u
         # min/max keep the first of equal timestamps, as min()/max() over the list did
-        if stats.started_at and (
-            started is None or timestamp(stats.started_at) < timestamp(started)
-        ):
+        if stats.started_at and (started is None or timestamp(stats.started_at) < timestamp(started)):
             started = stats.started_at
-        if stats.completed_at and (
-            finished is None or timestamp(stats.completed_at) > timestamp(finished)
-        ):
+        if stats.completed_at and (finished is None or timestamp(stats.completed_at) > timestamp(finished)):
             finished = stats.completed_at
         history.extend(stats.connection_limit_history)
     history.sort(key=lambda h: h.get("timestamp", 0) if isinstance(h, dict) else 0)
     return {
         "started_at": started or "",
         "completed_at": finished or "",
-        "model_usage": {
-            k: v.model_dump(exclude_none=True) for k, v in usage_sums["model_usage"].items()
-        },
-        "role_usage": {
-            k: v.model_dump(exclude_none=True) for k, v in usage_sums["role_usage"].items()
-        },
+        "model_usage": {k: v.model_dump(exclude_none=True) for k, v in usage_sums["model_usage"].items()},
+        "role_usage": {k: v.model_dump(exclude_none=True) for k, v in usage_sums["role_usage"].items()},
         "connection_limit_history": history,
     }

@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 MERGE_FORMAT_VERSION = 1
@@ -37,9 +37,7 @@ ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"  # shortu
 
 def short_id(*parts: str) -> str:
     """A 22-character shortuuid-style id that is a pure function of `parts`."""
-    digest = hashlib.sha256(
-        "\0".join((f"ct-fleet-merge/{MERGE_FORMAT_VERSION}", *parts)).encode()
-    ).digest()
+    digest = hashlib.sha256("\0".join((f"ct-fleet-merge/{MERGE_FORMAT_VERSION}", *parts)).encode()).digest()
     n = int.from_bytes(digest[:16], "big")
     chars = []
     for _ in range(22):
@@ -50,15 +48,15 @@ def short_id(*parts: str) -> str:
 
 def timestamp(value: Any) -> datetime:
     if not value:
-        return datetime.min.replace(tzinfo=timezone.utc)
+        return datetime.min.replace(tzinfo=UTC)
     text = str(value)
     if text.endswith("Z"):
         text = text[:-1] + "+00:00"
     try:
         ts = datetime.fromisoformat(text)
     except ValueError:
-        return datetime.min.replace(tzinfo=timezone.utc)
-    return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+        return datetime.min.replace(tzinfo=UTC)
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
 def error_text(error: Any) -> str | None:

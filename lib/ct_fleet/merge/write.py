@@ -14,9 +14,7 @@ from .scan import Group, Record
 from .util import json_array
 
 
-def write_log(
-    out_path: Path, header: Any, reductions: Any, group: Group, kept: list[Record]
-) -> None:
+def write_log(out_path: Path, header: Any, reductions: Any, group: Group, kept: list[Record]) -> None:
     """start.json, the samples' compressed bytes, summaries, reductions, header.json last;
     into a temporary file renamed into place."""
     tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
@@ -45,8 +43,9 @@ def copy_samples(out: zipfile.ZipFile, group: Group, kept: list[Record]) -> None
             if record.file != src_index:
                 if src is not None:
                     src.close()
-                src = open(group.files[record.file].path, "rb")
+                src = open(group.files[record.file].path, "rb")  # noqa: SIM115 (closed in finally)
                 src_index = record.file
+            assert src is not None
             zipio.copy_raw_member(out, src, record.member)
     finally:
         if src is not None:

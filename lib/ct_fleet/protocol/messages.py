@@ -51,7 +51,8 @@ class WorkMessage:
 
     @classmethod
     def from_json(cls, body: str) -> "WorkMessage":
-        return _from_dict(cls, json.loads(body))
+        message: WorkMessage = _from_dict(cls, json.loads(body))
+        return message
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ class DoneMessage:
 
     @classmethod
     def from_json(cls, body: str) -> "DoneMessage":
-        return _from_dict(cls, json.loads(body))
+        message: DoneMessage = _from_dict(cls, json.loads(body))
+        return message
 
 
 # Reports per SQS message: well under SQS's 256 KB with errors trimmed to 2,000 characters.
@@ -94,7 +96,9 @@ def encode_reports(reports: list[DoneMessage]) -> list[str]:
     bodies = []
     for start in range(0, len(reports), REPORTS_PER_MESSAGE):
         chunk = reports[start : start + REPORTS_PER_MESSAGE]
-        bodies.append(json.dumps({"v": SCHEMA, "type": "batch", "reports": [asdict(r) for r in chunk]}, separators=(",", ":")))
+        bodies.append(
+            json.dumps({"v": SCHEMA, "type": "batch", "reports": [asdict(r) for r in chunk]}, separators=(",", ":"))
+        )
     return bodies
 
 

@@ -26,7 +26,8 @@ def render_user_data(settings: Mapping[str, str]) -> str:
 
 def _ssm_value(ssm: Any, name: str) -> str | None:
     try:
-        return ssm.get_parameter(Name=name)["Parameter"]["Value"]
+        value: str = ssm.get_parameter(Name=name)["Parameter"]["Value"]
+        return value
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
             return None
@@ -40,7 +41,9 @@ def resolve_ami(ec2: Any, ssm: Any, config: Ec2Config) -> tuple[str, bool]:
     if config.ami:
         value = _ssm_value(ssm, config.ami)
         if not value:
-            raise BadInput(f"AMI parameter {config.ami} not found in SSM: build one with bin/build-ami or pass --ec2-arg ami=ami-...")
+            raise BadInput(
+                f"AMI parameter {config.ami} not found in SSM: build one with bin/build-ami or pass --ec2-arg ami=ami-..."
+            )
         return value, True
     baked = _ssm_value(ssm, config.ami_param)
     if baked:
@@ -58,8 +61,9 @@ def ensure_security_group(ec2: Any, name: str) -> str:
     """The workers' group: outbound only. Workers are reached through the queues, never inbound."""
     found = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [name]}])["SecurityGroups"]
     if found:
-        return found[0]["GroupId"]
-    group_id = ec2.create_security_group(
+        existing: str = found[0]["GroupId"]
+        return existing
+    group_id: str = ec2.create_security_group(
         GroupName=name,
         Description="ct-fleet workers: outbound only",
         TagSpecifications=[{"ResourceType": "security-group", "Tags": [{"Key": "ManagedBy", "Value": MANAGED_BY}]}],
@@ -103,7 +107,10 @@ def launch(
         "InstanceInitiatedShutdownBehavior": "terminate",
         "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
         "BlockDeviceMappings": [
-            {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": config.volume_gb, "VolumeType": "gp3", "DeleteOnTermination": True}}
+            {
+                "DeviceName": "/dev/sda1",
+                "Ebs": {"VolumeSize": config.volume_gb, "VolumeType": "gp3", "DeleteOnTermination": True},
+            }
         ],
         "TagSpecifications": [
             {"ResourceType": "instance", "Tags": tags},

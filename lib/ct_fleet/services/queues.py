@@ -92,7 +92,9 @@ def send_batch(sqs: Any, url: str, bodies: Sequence[str]) -> int:
     return sent
 
 
-def receive(sqs: Any, url: str, *, max_messages: int = BATCH, wait: int = 20, visibility: int | None = None) -> list[dict[str, Any]]:
+def receive(
+    sqs: Any, url: str, *, max_messages: int = BATCH, wait: int = 20, visibility: int | None = None
+) -> list[dict[str, Any]]:
     kwargs: dict[str, Any] = {
         "QueueUrl": url,
         "MaxNumberOfMessages": max(1, min(BATCH, max_messages)),
@@ -101,7 +103,8 @@ def receive(sqs: Any, url: str, *, max_messages: int = BATCH, wait: int = 20, vi
     }
     if visibility is not None:
         kwargs["VisibilityTimeout"] = visibility
-    return sqs.receive_message(**kwargs).get("Messages", [])
+    messages: list[dict[str, Any]] = sqs.receive_message(**kwargs).get("Messages", [])
+    return messages
 
 
 def delete_batch(sqs: Any, url: str, receipt_handles: Sequence[str]) -> None:

@@ -36,7 +36,7 @@ def put_for_instances(
 
 
 def delete_fleet_secrets(ssm: Any, fleet_id: str) -> int:
-    names = []
+    names: list[str] = []
     paginator = ssm.get_paginator("get_parameters_by_path")
     try:
         for page in paginator.paginate(Path=secrets_prefix(fleet_id), Recursive=True):

@@ -7,8 +7,8 @@ the same code talks to AWS or to the embedded moto server.
 from __future__ import annotations
 
 import os
-from functools import lru_cache
-from typing import Any
+from functools import cache
+from typing import Any, Literal, cast
 
 import boto3
 from botocore.config import Config
@@ -20,15 +20,16 @@ MAX_ATTEMPTS = int(os.environ.get("CT_FLEET_MAX_ATTEMPTS", "8"))
 
 
 def client_config(max_pool: int = 32) -> Config:
+    mode = cast(Literal["legacy", "standard", "adaptive"], RETRY_MODE)
     return Config(
-        retries={"mode": RETRY_MODE, "max_attempts": MAX_ATTEMPTS},
+        retries={"mode": mode, "max_attempts": MAX_ATTEMPTS},
         max_pool_connections=max_pool,
         connect_timeout=10,
         read_timeout=70,  # above SQS's 20 s long poll
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _session(profile: str | None, region: str | None) -> boto3.Session:
     return boto3.Session(profile_name=profile, region_name=region)
 
@@ -45,21 +46,21 @@ def region_name() -> str:
 def _record_call(path: str) -> Any:
     role = os.environ.get("CT_FLEET_ROLE") or "controller"
 
-    def record(event_name: str, **_: Any) -> None:
+    def record(event_name: str, **kwargs: Any) -> None:
         # event_name is "before-call.<service>.<Operation>"; one short line per call, so
         # O_APPEND writes from many processes do not interleave.
         # The third field says which side made the call (CT_FLEET_ROLE: worker/run-worker.sh
         # exports "worker"), so the IAM proof checks each call against the right policy.
-        _, service, operation = event_name.split(".", 2)
+        _, service_name, operation = event_name.split(".", 2)
         with open(path, "a") as fh:
-            fh.write(f"{os.getpid()} {service}:{operation} {role}\n")
+            fh.write(f"{os.getpid()} {service_name}:{operation} {role}\n")
 
     return record
 
 
 def client(service: str, region: str | None = None, profile: str | None = None, **kw: Any) -> Any:
     session = _session(profile or os.environ.get("AWS_PROFILE") or None, region or region_name())
-    made = session.client(service, config=client_config(), **kw)
+    made: Any = session.client(service, config=client_config(), **kw)  # type: ignore[call-overload]
     api_log = os.environ.get("CT_FLEET_API_LOG")
     if api_log:
         # Benchmarks and the IAM proof count every call the code makes, in every process.

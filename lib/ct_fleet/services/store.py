@@ -28,7 +28,9 @@ def ensure_bucket(s3: Any, bucket: str, *, create: bool) -> None:
         if not _missing(exc):
             raise
     if not create:
-        raise BadInput(f"results bucket {bucket!r} does not exist: create it (docs/access.md) or pass --ec2-arg bucket=NAME")
+        raise BadInput(
+            f"results bucket {bucket!r} does not exist: create it (docs/access.md) or pass --ec2-arg bucket=NAME"
+        )
     region = s3.meta.region_name
     kwargs: dict[str, Any] = {"Bucket": bucket}
     if region and region != "us-east-1":

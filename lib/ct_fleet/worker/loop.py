@@ -23,10 +23,10 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 import psutil
@@ -116,40 +116,44 @@ class Worker:
 
     # -- reporting ---------------------------------------------------------------------
     def _report(self, job: WorkMessage, attempt: Attempt, received_at: float, receive_count: int) -> DoneMessage:
-        return (
-            DoneMessage(
-                type="done",
-                fleet_id=self.s.fleet_id,
-                instance_id=self.s.instance_id,
-                worker_id=self.worker_id,
-                job_id=job.job_id,
-                outcome=attempt.outcome,  # type: ignore[arg-type]
-                result_key=job.result_key,
-                receive_count=receive_count,
-                received_at=received_at,
-                started_at=attempt.started_at,
-                finished_at=time.time(),
-                error_class=attempt.error_class,
-                error=(attempt.error or "")[-2000:] or None,
-                sent_at=time.time(),
-            )
+        return DoneMessage(
+            type="done",
+            fleet_id=self.s.fleet_id,
+            instance_id=self.s.instance_id,
+            worker_id=self.worker_id,
+            job_id=job.job_id,
+            outcome=attempt.outcome,  # type: ignore[arg-type]
+            result_key=job.result_key,
+            receive_count=receive_count,
+            received_at=received_at,
+            started_at=attempt.started_at,
+            finished_at=time.time(),
+            error_class=attempt.error_class,
+            error=(attempt.error or "")[-2000:] or None,
+            sent_at=time.time(),
         )
 
     def heartbeat(self) -> None:
         with self.lock:
             in_flight = len(self.in_flight)
-        queues.send_batch(self.sqs, self.done_url, encode_reports([
-            DoneMessage(
-                type="heartbeat",
-                fleet_id=self.s.fleet_id,
-                instance_id=self.s.instance_id,
-                worker_id=self.worker_id,
-                load=os.getloadavg()[0] / (os.cpu_count() or 1),
-                in_flight=in_flight,
-                concurrency=self.concurrency.current,
-                sent_at=time.time(),
-            )
-        ]))
+        queues.send_batch(
+            self.sqs,
+            self.done_url,
+            encode_reports(
+                [
+                    DoneMessage(
+                        type="heartbeat",
+                        fleet_id=self.s.fleet_id,
+                        instance_id=self.s.instance_id,
+                        worker_id=self.worker_id,
+                        load=os.getloadavg()[0] / (os.cpu_count() or 1),
+                        in_flight=in_flight,
+                        concurrency=self.concurrency.current,
+                        sent_at=time.time(),
+                    )
+                ]
+            ),
+        )
 
     # -- one job -----------------------------------------------------------------------
     def _run_subprocess(self, job: WorkMessage, out: Path) -> Attempt:
@@ -177,7 +181,9 @@ class Worker:
             except subprocess.TimeoutExpired:
                 _kill_tree(proc.pid)
                 proc.wait()
-                return Attempt("failed", "timeout", f"killed after {job.time_limit * 1.5 + 60:.0f}s", attempt.started_at)
+                return Attempt(
+                    "failed", "timeout", f"killed after {job.time_limit * 1.5 + 60:.0f}s", attempt.started_at
+                )
         tail = stderr_path.read_text(errors="replace")[-4000:]
         if code != 0:
             cls = "model_api" if RATE_LIMIT.search(tail) else "infra"
