@@ -10,8 +10,8 @@ source "$here/lib.sh"
 
 from_ssm() {
   local name_param=$1 pat_param=$2
-  DOCKER_ORG_NAME=$(lb_aws ssm get-parameter --name "$name_param" --query Parameter.Value --output text 2>/dev/null) || return 1
-  DOCKER_ORG_PAT=$(lb_aws ssm get-parameter --with-decryption --name "$pat_param" --query Parameter.Value --output text 2>/dev/null) || return 1
+  DOCKER_ORG_NAME=$(ct_aws ssm get-parameter --name "$name_param" --query Parameter.Value --output text 2>/dev/null) || return 1
+  DOCKER_ORG_PAT=$(ct_aws ssm get-parameter --with-decryption --name "$pat_param" --query Parameter.Value --output text 2>/dev/null) || return 1
 }
 
 main() {
@@ -23,12 +23,12 @@ main() {
     from_ssm "$DOCKER_ORG_NAME_SSM_PARAM" "${DOCKER_ORG_PAT_SSM_PARAM:-}" || true
   fi
   if [[ -z ${DOCKER_ORG_NAME:-} || -z ${DOCKER_ORG_PAT:-} ]]; then
-    lb_log "no Docker registry credentials: skipping docker login"
+    ct_log "no Docker registry credentials: skipping docker login"
     return 0
   fi
-  command -v docker >/dev/null 2>&1 || lb_die "docker is not installed"
+  command -v docker >/dev/null 2>&1 || ct_die "docker is not installed"
   docker login --username "$DOCKER_ORG_NAME" --password-stdin <<<"$DOCKER_ORG_PAT" >/dev/null
-  lb_log "docker logged in as $DOCKER_ORG_NAME"
+  ct_log "docker logged in as $DOCKER_ORG_NAME"
 }
 
 main "$@"

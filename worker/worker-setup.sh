@@ -14,10 +14,10 @@ unpack_extra_src() {
   mkdir -p "$LB_EXTRA"
   for key in ${EXTRA_SRC_KEYS:-}; do
     tmp=$(mktemp)
-    lb_aws s3 cp --only-show-errors "s3://$BUCKET/$key" "$tmp"
+    ct_aws s3 cp --only-show-errors "s3://$BUCKET/$key" "$tmp"
     tar -xzf "$tmp" -C "$LB_EXTRA"
     rm -f "$tmp"
-    lb_log "unpacked $key"
+    ct_log "unpacked $key"
   done
 }
 
@@ -26,7 +26,7 @@ prepare_user() {
   id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
   getent group docker >/dev/null && usermod -aG docker "$user"
   chown -R "$user" "$LB_ROOT"
-  lb_log "worker user $user ready"
+  ct_log "worker user $user ready"
 }
 
 main() {
@@ -36,8 +36,8 @@ main() {
   fi
   if [[ -n ${WORKER_SETUP:-} ]]; then
     local script="$LB_EXTRA/$WORKER_SETUP"
-    [[ -f $script ]] || lb_die "worker_setup script $WORKER_SETUP not found in the extra-src trees"
-    lb_log "running worker setup $WORKER_SETUP"
+    [[ -f $script ]] || ct_die "worker_setup script $WORKER_SETUP not found in the extra-src trees"
+    ct_log "running worker setup $WORKER_SETUP"
     (cd "$(dirname "$script")" && LINUXBENCH_WORKER_USER="${WORKER_USER:-}" bash "$script")
   fi
 }

@@ -67,8 +67,7 @@ class Cloud:
         if self.endpoint_url and urlparse(self.endpoint_url).hostname in ("127.0.0.1", "localhost"):
             env = dict(os.environ)
             env["AWS_REGION"] = self.region
-            # Local instances share this venv (its python, and the AWS CLI the scripts call).
-            env["CT_FLEET_VENV"] = sys.prefix
+            # The AWS CLI the scripts call is this venv's (the venv itself: instance_env).
             env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
             self.runner = LocalInstanceRunner(self.client("ec2"), instances_dir, env)
 

@@ -18,7 +18,8 @@ from typing import Any
 from .. import merge
 from ..cloud import Cloud
 from ..evallog import is_finished
-from ..protocol import DoneMessage, Manifest, WorkMessage, decode_reports, log_key, result_key
+from ..protocol import DoneMessage, FleetEnv, Manifest, WorkMessage, decode_reports, log_key, result_key, steplog
+from ..protocol.user_data import render_user_data
 from ..services import instances, queues, store
 from ..services import secrets as fleet_secrets
 from . import cost, scaling
@@ -92,8 +93,10 @@ class Controller:
         return self.manifest.work_message(self.manifest_jobs[job.job_id])
 
     # -- the run -----------------------------------------------------------------------
-    def run(self, code_tarball: Path, user_data_settings: dict[str, str]) -> RunResult:
+    def run(self, code_tarball: Path, fleet_env: FleetEnv) -> RunResult:
         start = time.monotonic()
+        # Rendered (and checked: EC2's size limit) before anything is created.
+        user_data = render_user_data(fleet_env)
         self.results_dir.mkdir(parents=True, exist_ok=True)
         previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
         done = self._resume(previous)
@@ -104,9 +107,9 @@ class Controller:
         stopped_reason = None
         if pending:
             if not adopted:
-                self._launch(self._first_launch_count(len(pending)), user_data_settings)
+                self._launch(self._first_launch_count(len(pending)), user_data)
             try:
-                stopped_reason = self._track(start, user_data_settings)
+                stopped_reason = self._track(start, user_data)
             except KeyboardInterrupt:
                 leave = self.leave_running_on_interrupt()
                 if not leave:
@@ -176,7 +179,7 @@ class Controller:
             pending, max_workers=self.cfg.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
         )
 
-    def _launch(self, count: int, settings: dict[str, str]) -> list[str]:
+    def _launch(self, count: int, user_data: str) -> list[str]:
         ami, _ = instances.resolve_ami(self.ec2, self.ssm, self.cfg)
         group = instances.ensure_security_group(self.ec2, self.cfg.security_group)
         ids = instances.launch(
@@ -186,7 +189,7 @@ class Controller:
             config=self.cfg,
             fleet_id=self.spec.fleet_id,
             launched_by=self.launched_by,
-            user_data=instances.render_user_data(settings),
+            user_data=user_data,
             security_group_id=group,
         )
         # Secrets must exist before a worker asks for them (it waits a while if not).
@@ -203,7 +206,7 @@ class Controller:
         return cost.cost_so_far(self.launch_times, time.time(), self.spec.hourly_price, self.end_times)
 
     # -- tracking ----------------------------------------------------------------------
-    def _track(self, start: float, settings: dict[str, str]) -> str | None:
+    def _track(self, start: float, user_data: str) -> str | None:
         last_progress = time.monotonic()
         last_activity = time.monotonic()
         last_fleet_check = 0.0
@@ -230,7 +233,7 @@ class Controller:
             now = time.monotonic()
             if now - last_fleet_check >= (self.cfg.check_interval or 5):
                 last_fleet_check = now
-                live, stop = self._check_fleet(settings)
+                live, stop = self._check_fleet(user_data)
                 if stop:
                     return stop
             self._report(start, live)
@@ -247,7 +250,7 @@ class Controller:
         self._collect_downloads(wait=True)
         return None
 
-    def _check_fleet(self, settings: dict[str, str]) -> tuple[list[str], str | None]:
+    def _check_fleet(self, user_data: str) -> tuple[list[str], str | None]:
         """One look at EC2 and the queues: reap, cost, dead letters, replacements, scaling."""
         live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
         self.cloud.poll(live)
@@ -261,7 +264,7 @@ class Controller:
         self.depths = queues.depths(self.sqs, self.q, roles=("work", "dlq"))
         if self.depths.get("dlq") or self.depths.get("dlq_in_flight"):
             self._drain_dlq()
-        return live, self._manage_workers(live, settings)
+        return live, self._manage_workers(live, user_data)
 
     def _on_done(self, msg: DoneMessage) -> None:
         if msg.type == "heartbeat":
@@ -298,7 +301,7 @@ class Controller:
                 self.state.dead_lettered(WorkMessage.from_json(msg["Body"]).job_id)
             queues.delete_batch(self.sqs, self.q.dlq, [m["ReceiptHandle"] for m in messages])
 
-    def _manage_workers(self, live: list[str], settings: dict[str, str]) -> str | None:
+    def _manage_workers(self, live: list[str], user_data: str) -> str | None:
         """Replace workers that died with work left; add workers while the fleet is CPU-bound."""
         now = time.monotonic()
         waiting = self.depths.get("work", 0)
@@ -321,25 +324,23 @@ class Controller:
                 f"{len(live)} worker(s) up with {waiting} job(s) waiting: launching {decision.count} "
                 f"replacement(s) ({self.replacements}/{self.cfg.max_replacements})"
             )
-            self._launch(decision.count, settings)
+            self._launch(decision.count, user_data)
         elif decision.action == "scale_up":
             self.last_scale_up = now
-            self._launch(decision.count, settings)
+            self._launch(decision.count, user_data)
         return None
 
     def _bootstrap_failure(self) -> str:
-        failed = ""
+        """Why workers keep dying: the failed step of the newest bootstrap log that has one."""
         for instance_id in reversed(self.launched):
             key = log_key(self.spec.fleet_id, instance_id)
             try:
                 text = self.s3.get_object(Bucket=self.cfg.bucket, Key=key)["Body"].read().decode(errors="replace")
             except Exception:
                 continue
-            for line in text.splitlines():
-                if "FAILED" in line:
-                    failed = line.strip()
-            if failed:
-                return f"workers keep dying: {failed} (log: s3://{self.cfg.bucket}/{key})"
+            failure = steplog.first_failure(text)
+            if failure:
+                return f"workers keep dying: {failure.describe()} (log: s3://{self.cfg.bucket}/{key})"
         return f"workers keep dying after {self.replacements} replacement(s); logs under s3://{self.cfg.bucket}/{self.spec.fleet_id}/logs/"
 
     def _report(self, start: float, live: list[str]) -> None:

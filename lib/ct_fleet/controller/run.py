@@ -251,7 +251,7 @@ def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
             leave_running_on_interrupt=hooks.leave_running_on_interrupt,
         )
         try:
-            return controller.run(tarball, fleet_env(spec, cloud, secrets, extra_keys).to_env())
+            return controller.run(tarball, fleet_env(spec, cloud, secrets, extra_keys))
         except BaseException as exc:
             leave_running = bool(getattr(exc, "leave_running", False))
             raise

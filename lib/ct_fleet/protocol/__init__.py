@@ -4,6 +4,8 @@
 - messages: work, done and heartbeat messages (versioned)
 - manifest: the fleet manifest and the one place work messages are built
 - fleet_env: the settings a worker boots with (fleet.env), with one set of defaults
+- user_data: the EC2 user-data that carries fleet.env and the boot kit to a worker
+- steplog: the bash step lines (lib/bash/ct.sh) of worker and AMI logs, and their parser
 """
 
 from .fleet_env import START_CONCURRENCY, FleetEnv
