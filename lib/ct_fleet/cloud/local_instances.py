@@ -61,6 +61,10 @@ class LocalInstanceRunner:
             self.procs[instance_id] = proc.pid
             self._children[proc.pid] = proc
 
+    def wait(self, instance_id: str, timeout: float) -> int:
+        """Wait for an instance's user-data (started here) to end; its exit status."""
+        return self._children[self.procs[instance_id]].wait(timeout)
+
     def reap(self, live: list[str]) -> None:
         """Kill the process trees of instances no longer live in EC2 (terminated)."""
         for proc in self._children.values():
