@@ -34,10 +34,10 @@ ct() {
 }
 
 @test "ct_step: set -e stops a failing step at once; its FAILED line and the script's status follow" {
-  run ct 'f() { echo before; false; echo after; }; ct_step demo f; echo not-reached'
+  run ct 'f() { echo before; false; echo still-in-f; }; ct_step demo f; echo not-reached'
   [ "$status" -eq 1 ]
   assert_contains "$output" before
-  refute_contains "$output" after
+  refute_contains "$output" still-in-f
   refute_contains "$output" not-reached
   [[ ${lines[-1]} =~ ^$TIME_RE\ \[my-script\]\ step\ demo:\ FAILED\ \(exit\ 1\)\ after\ [0-9]+s$ ]]
   refute_contains "$output" "step demo: ok"
