@@ -52,6 +52,7 @@ class LocalInstanceRunner:
             attr = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
             script = home / "user-data"
             script.write_bytes(base64.b64decode(attr.get("UserData", {}).get("Value", "")))
+            # The shim is also first on PATH: nothing a local instance runs can power off this machine.
             env = {**self.env, **instance_env(home, instance_id), "PATH": f"{SHIMS_DIR}:{self.env['PATH']}"}
             with open(home / "console.log", "ab") as console:
                 proc = subprocess.Popen(
