@@ -5,10 +5,15 @@
 # in without touching the machine's Docker images or root's ~/.docker. Docker treats
 # 127.0.0.0/8 registries as insecure (plain HTTP) by default.
 #
-# Usage, after `load helpers`:
+# Usage, after `load helpers` (bats 1.8 cannot skip from setup_file, so setup skips):
 #   load registry
-#   setup_file() { start_moto; require_docker; start_registry USER PASSWORD; start_private_dockerd; }
+#   setup_file() {
+#     require_docker
+#     [[ -n $DOCKER_SKIP ]] && return 0
+#     start_moto; start_registry USER PASSWORD; start_private_dockerd
+#   }
 #   teardown_file() { stop_private_dockerd; stop_registry; stop_moto; release_docker; }
+#   setup() { skip_without_docker; worker_setup; }
 # Exports REGISTRY (host:port) and DOCKER_HOST (the private daemon) to the tests.
 
 # The owner name bin/ensure-docker records when this file starts dockerd.
@@ -17,23 +22,35 @@ docker_owner() {
 }
 
 # Docker >= 24.0.6 with compose, running (bin/ensure-docker installs and starts it as
-# root). Skips the file only when Docker cannot be had here (not root); the registry
-# tools are installed by bin/test (apt-get install docker-registry apache2-utils).
+# root). Only where Docker cannot be had (not root: ensure-docker exits 2) does it export
+# DOCKER_SKIP, the reason every test then skips with; any other failure fails the file.
+# The registry tools come from bin/test (apt-get install docker-registry apache2-utils).
 require_docker() {
   local out rc=0 tool
+  export DOCKER_SKIP=""
   out=$("$REPO_ROOT/bin/ensure-docker" start --owner "$(docker_owner)" 2>&1) || rc=$?
   if ((rc == 2)); then
-    skip "no Docker here: ${out##*$'\n'}"
+    DOCKER_SKIP="no Docker here: ${out##*$'\n'}"
+    return 0
   elif ((rc != 0)); then
     printf '%s\n' "$out" >&2
     return 1
   fi
   for tool in docker-registry htpasswd setpriv; do
     command -v "$tool" >/dev/null 2>&1 && continue
-    [[ $(id -u) -eq 0 ]] || skip "no $tool (not root: cannot install docker-registry / apache2-utils)"
+    if [[ $(id -u) -ne 0 ]]; then
+      DOCKER_SKIP="no $tool, and not root to install it (docker-registry, apache2-utils)"
+      return 0
+    fi
     echo "$tool is missing: run bin/test once, or apt-get install docker-registry apache2-utils" >&2
     return 1
   done
+}
+
+skip_without_docker() {
+  if [[ -n ${DOCKER_SKIP:-} ]]; then
+    skip "$DOCKER_SKIP"
+  fi
 }
 
 # Stop dockerd if require_docker started it (a bats file run alone); under bin/test the
