@@ -12,6 +12,9 @@ LB_EXTRA="${LB_EXTRA:-$LB_HOME/opt/linuxbench-extra}"
 LB_SETUP_ENV="${LB_SETUP_ENV:-$LB_HOME/opt/linuxbench-worker-setup.env}"
 LB_FLEET_ENV="$LB_ETC/fleet.env"
 LB_SECRETS_ENV="$LB_ETC/secrets.env"
+# WORKER_USER's Docker client config (its registry login): docker-login.sh writes it,
+# worker-setup.sh hands it to the user, run-worker.sh exports it as DOCKER_CONFIG.
+LB_WORKER_DOCKER_CONFIG="${LB_WORKER_DOCKER_CONFIG:-$LB_HOME/var/lib/linuxbench/worker-docker}"
 
 # The fleet's settings, written by user-data; present when a step is rerun by hand.
 if [[ -f $LB_FLEET_ENV ]]; then
@@ -70,4 +73,11 @@ lb_require() {
   for name in "$@"; do
     [[ -n ${!name:-} ]] || lb_die "$name is not set (is $LB_FLEET_ENV present?)"
   done
+}
+
+# lb_own_worker_docker_config USER: the worker's docker config dir, USER's own and private.
+lb_own_worker_docker_config() {
+  local user=$1
+  install -d -m 0700 "$LB_WORKER_DOCKER_CONFIG"
+  chown -R "$user" "$LB_WORKER_DOCKER_CONFIG"
 }
