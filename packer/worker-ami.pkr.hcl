@@ -143,6 +143,12 @@ variable "docker_org_pat_param" {
   default = "/linuxbench/docker-org-pat"
 }
 
+variable "docker_registry" {
+  type        = string
+  default     = ""
+  description = "Registry the private images are pulled from (host[:port]); empty means Docker Hub."
+}
+
 locals {
   build_kind    = var.source_ami == "" ? "fresh" : "incremental"
   stamp         = formatdate("YYYYMMDD-hhmmss", timestamp())
@@ -281,6 +287,7 @@ build {
       "PULL_PARALLELISM=${var.pull_parallelism}",
       "DOCKER_ORG_NAME_PARAM=${var.docker_org_name_param}",
       "DOCKER_ORG_PAT_PARAM=${var.docker_org_pat_param}",
+      "DOCKER_REGISTRY=${var.docker_registry}",
       "AMI_STAGE=${local.stage}",
     ]
     inline = ["bash ${local.stage}/packer/scripts/provision.sh"]

@@ -33,6 +33,9 @@ LB_VENV="${LB_VENV:-$LB_ROOT/.venv}"
 LB_FLEET_ENV="$LB_ETC/fleet.env"
 LB_SECRETS_ENV="$LB_ETC/secrets.env"
 CT_REQUIRE_HINT="is $LB_FLEET_ENV present?"
+# WORKER_USER's Docker client config (its registry login): docker-login.sh writes it,
+# worker-setup.sh hands it to the user, run-worker.sh exports it as DOCKER_CONFIG.
+LB_WORKER_DOCKER_CONFIG="${LB_WORKER_DOCKER_CONFIG:-$LB_HOME/var/lib/linuxbench/worker-docker}"
 
 # The fleet's settings (ct_fleet.protocol.fleet_env), written by user-data; present when a
 # step is rerun by hand. Its values are single-quoted by the controller: sourcing sets them
@@ -59,4 +62,11 @@ ct_instance_id() {
 ct_finish_boot() {
   CT_TAG=upload-log "$LB_SCRIPTS/upload-log.sh" || true
   CT_TAG=shutdown "$LB_SCRIPTS/shutdown-instance.sh"
+}
+
+# ct_own_worker_docker_config USER: the worker's docker config dir, USER's own and private.
+ct_own_worker_docker_config() {
+  local user=$1
+  install -d -m 0700 "$LB_WORKER_DOCKER_CONFIG"
+  chown -R "$user" "$LB_WORKER_DOCKER_CONFIG"
 }

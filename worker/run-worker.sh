@@ -27,6 +27,8 @@ main() {
   cd "$LB_ROOT"
   if [[ -n ${WORKER_USER:-} && $(id -un) != "$WORKER_USER" ]]; then
     mkdir -p "$WORK_DIR" && chown "$WORKER_USER" "$WORK_DIR"
+    # Its own registry login (docker-login.sh); sudo keeps HOME, so ~/.docker would be root's.
+    export DOCKER_CONFIG="$LB_WORKER_DOCKER_CONFIG"
     exec sudo --preserve-env -u "$WORKER_USER" "$LB_VENV/bin/python" -m ct_fleet.worker
   fi
   exec "$LB_VENV/bin/python" -m ct_fleet.worker

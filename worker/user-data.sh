@@ -18,7 +18,7 @@ mkdir -p "$kit_root"
 base64 -d <<<"$BOOT_KIT" | tar -xz -C "$kit_root"
 # shellcheck source=worker/lib.sh
 source "$kit_root/worker/lib.sh"
-CT_TAG=user-data
+CT_TAG='user-data'
 mkdir -p "$LB_ETC"
 base64 -d <<<"$FLEET_ENV" >"$LB_FLEET_ENV.tmp"
 mv "$LB_FLEET_ENV.tmp" "$LB_FLEET_ENV"

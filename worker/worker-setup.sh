@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Step: unpack the --extra-src trees into $LB_EXTRA, prepare WORKER_USER (docker group,
-# owner of $LB_ROOT) and run the WORKER_SETUP script as root. The script may write
-# environment for jobs to /opt/linuxbench-worker-setup.env, which run-worker.sh sources.
+# owner of $LB_ROOT and of its Docker config $LB_WORKER_DOCKER_CONFIG) and run the
+# WORKER_SETUP script as root. The script may write environment for jobs to
+# /opt/linuxbench-worker-setup.env, which run-worker.sh sources.
 # Safe to rerun: trees are re-extracted over themselves.
 #   sudo /opt/linuxbench/worker/worker-setup.sh
 set -euo pipefail
@@ -26,6 +27,8 @@ prepare_user() {
   id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
   getent group docker >/dev/null && usermod -aG docker "$user"
   chown -R "$user" "$LB_ROOT"
+  # Its registry login (docker-login.sh ran before the user may have existed).
+  ct_own_worker_docker_config "$user"
   ct_log "worker user $user ready"
 }
 

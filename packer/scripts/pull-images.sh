@@ -3,15 +3,16 @@
 # this script). An image already on the machine whose registry digest is unchanged is
 # skipped, so an incremental build pulls only what changed. Images no longer listed are
 # removed, and so are the dangling layers of replaced versions. Private images: when the
-# instance can read DOCKER_ORG_NAME_PARAM / DOCKER_ORG_PAT_PARAM from SSM, it logs in for
-# the pulls and logs out again (no credential stays in the AMI).
+# instance can read DOCKER_ORG_NAME_PARAM / DOCKER_ORG_PAT_PARAM from SSM, it logs in to
+# DOCKER_REGISTRY (default Docker Hub) for the pulls and logs out again (no credential
+# stays in the AMI). Only the registry and user name are logged, never the PAT.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=packer/scripts/lib.sh
 source "$here/lib.sh"
 
-RECORD_DIR=/etc/ct-fleet-ami
+RECORD_DIR="${CT_AMI_RECORD_DIR:-/etc/ct-fleet-ami}"
 
 # read_images FILE: one image reference per line; '#' starts a comment.
 read_images() {
@@ -24,7 +25,13 @@ read_images() {
 
 ssm_value() {
   local name=$1
-  aws ssm get-parameter --name "$name" --with-decryption --query Parameter.Value --output text
+  aws ${AWS_ENDPOINT_URL:+--endpoint-url "$AWS_ENDPOINT_URL"} ssm get-parameter --name "$name" \
+    --with-decryption --query Parameter.Value --output text
+}
+
+# Where `docker login` writes: DOCKER_CONFIG, else ~/.docker.
+docker_config_file() {
+  echo "${DOCKER_CONFIG:-$HOME/.docker}/config.json"
 }
 
 docker_login() {
@@ -37,13 +44,20 @@ docker_login() {
     ct_log "cannot read $name_param / $pat_param from SSM (no instance profile or no parameter): pulling anonymously"
     return 0
   fi
-  printf '%s' "$pat" | docker login ${DOCKER_REGISTRY:+"$DOCKER_REGISTRY"} --username "$name" --password-stdin >/dev/null
-  ct_log "logged in to ${DOCKER_REGISTRY:-Docker Hub} as $name"
+  local registry=${DOCKER_REGISTRY:-Docker Hub} err
+  # The PAT goes on stdin only; docker's own output (a warning naming the config file,
+  # "Login Succeeded") is kept out of the log, and its error is reduced to one line.
+  if ! err=$(printf '%s' "$pat" | docker login ${DOCKER_REGISTRY:+"$DOCKER_REGISTRY"} --username "$name" --password-stdin 2>&1 >/dev/null); then
+    err=$(printf '%s\n' "${err//"$pat"/<PAT>}" | grep -v '^WARNING' | tail -n1)
+    ct_log "docker login to $registry as $name FAILED: $err"
+    return 1
+  fi
+  ct_log "logged in to $registry as $name"
 }
 
 docker_logout() {
   docker logout ${DOCKER_REGISTRY:+"$DOCKER_REGISTRY"} >/dev/null 2>&1 || true
-  rm -f /root/.docker/config.json
+  rm -f "$(docker_config_file)"
 }
 
 # remote_digest IMAGE: the registry's digest for the reference (index or manifest).
@@ -103,7 +117,10 @@ pull_all() {
   done
   ct_log "images: $(cat "$status"/* 2>/dev/null | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')total $#"
   rm -rf "$status"
-  ((failed == 0)) || ct_die "$failed image(s) failed to pull"
+  if ((failed > 0)); then
+    ct_log "ERROR: $failed image(s) failed to pull"
+    return 1
+  fi
 }
 
 # prune_unlisted IMAGE...: remove every image that is not one of the listed ones.
@@ -139,11 +156,11 @@ pull_images() {
   if ((${#images[@]} == 0)); then
     ct_log "no images listed in $file: the AMI will carry none"
   fi
-  systemctl is-active --quiet docker || systemctl start docker
+  docker info >/dev/null 2>&1 || systemctl start docker
   ct_at_exit docker_logout
-  docker_login
+  docker_login || return 1
   if ((${#images[@]} > 0)); then
-    pull_all "${images[@]}"
+    pull_all "${images[@]}" || return 1
   fi
   docker_logout
   prune_unlisted "${images[@]}"
