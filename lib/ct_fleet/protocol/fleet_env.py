@@ -43,6 +43,11 @@ class FleetEnv:
     EXTRA_SRC_KEYS: str = ""
     WORKER_USER: str = ""
     WORKER_SETUP: str = ""
+    # Inspect jobs run in children forked from a process that has inspect_ai imported and
+    # the task built (worker/warm.py); false: a fresh interpreter per job.
+    WARM_RUNNER: bool = True
+    # MB of RSS one job's process tree may use before it is killed; 0: half the machine's.
+    JOB_MEMORY_MB: int = 0
 
     def to_env(self) -> dict[str, str]:
         """Name -> text for user-data; empty optional values are left out."""

@@ -36,8 +36,14 @@ from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, queue
 from ..services import queues, session, store
 from .concurrency import Concurrency
 from .reporter import Reporter
+from .supervise import JobProcess, PopenJob, supervise
+from .warm import WarmRunner
 
 log = logging.getLogger("ct_fleet.worker")
+
+# Seconds past 1.5 x its time limit before a job is killed: Inspect's own limit ends a
+# sample cleanly first; this stops a job whose sandbox or event loop hangs.
+KILL_GRACE = 60.0
 
 RATE_LIMIT = re.compile(r"rate.?limit|\b429\b|overloaded|too many requests|RateLimitError", re.I)
 
@@ -57,6 +63,9 @@ class WorkerSettings:
     report_interval: float = 1.0
     spot_notice_file: Path | None = None
     spot: bool = False
+    warm_runner: bool = True
+    job_memory_mb: int = 0  # 0: no cap
+    kill_grace: float = KILL_GRACE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "WorkerSettings":
@@ -79,7 +88,15 @@ class WorkerSettings:
             work_dir=Path(env.get("WORK_DIR") or tempfile.mkdtemp(prefix="ct-worker-")),
             spot_notice_file=Path(notice) if notice else None,
             spot=fleet.SPOT,
+            warm_runner=fleet.WARM_RUNNER,
+            job_memory_mb=fleet.JOB_MEMORY_MB or default_job_memory_mb(),
         )
+
+
+def default_job_memory_mb() -> int:
+    """Half the machine's memory: a leaking job is killed before the kernel's OOM killer
+    picks a victim, which could be the worker itself."""
+    return int(psutil.virtual_memory().total / 2**20 / 2)
 
 
 @dataclass
@@ -113,6 +130,7 @@ class Worker:
         self.worker_id = f"{settings.instance_id}/{os.getpid()}"
         self._last_extend = 0.0
         self.reporter = Reporter(self.sqs, self.done_url, self.work_url, settings.report_interval)
+        self.warm = WarmRunner(settings.code_root) if settings.warm_runner else None
 
     # -- reporting ---------------------------------------------------------------------
     def _report(self, job: WorkMessage, attempt: Attempt, received_at: float, receive_count: int) -> DoneMessage:
@@ -160,30 +178,33 @@ class Worker:
         attempt = Attempt(outcome="success")
         # The job's identity is in the environment for command templates and for
         # settings that want it (fault drills in tests key on it).
-        env = {
-            **os.environ,
+        job_env = {
             "PYTHONUNBUFFERED": "1",
             "CT_JOB_ID": job.job_id,
             "CT_SAMPLE_ID": job.sample_id,
             "CT_EPOCH": str(job.epoch),
             "CT_OUTPUT": str(out),
         }
-        if job.kind == "command":
-            # A command job needs no Python of its own: run the template directly.
-            cmd = ["bash", "-c", job.command or ""]
-        else:
-            cmd = [sys.executable, "-m", "ct_fleet.worker.runner", job.to_json(), str(out)]
         stderr_path = out.with_suffix(".stderr")
-        with open(stderr_path, "wb") as err:
-            proc = subprocess.Popen(cmd, cwd=self.s.code_root, env=env, stdout=err, stderr=err)
-            try:
-                code = proc.wait(timeout=job.time_limit * 1.5 + 60 if job.time_limit else None)
-            except subprocess.TimeoutExpired:
-                _kill_tree(proc.pid)
-                proc.wait()
-                return Attempt(
-                    "failed", "timeout", f"killed after {job.time_limit * 1.5 + 60:.0f}s", attempt.started_at
+        proc: JobProcess
+        if job.kind != "command" and self.warm is not None:
+            proc = self.warm.start(job, out, stderr_path, job_env)
+        else:
+            if job.kind == "command":
+                # A command job needs no Python of its own: run the template directly.
+                cmd = ["bash", "-c", job.command or ""]
+            else:
+                cmd = [sys.executable, "-m", "ct_fleet.worker.runner", job.to_json(), str(out)]
+            with open(stderr_path, "wb") as err:
+                popen = subprocess.Popen(
+                    cmd, cwd=self.s.code_root, env={**os.environ, **job_env}, stdout=err, stderr=err
                 )
+            proc = PopenJob(popen)
+        limit = job.time_limit * 1.5 + self.s.kill_grace if job.time_limit else None
+        ended = supervise(proc, time_limit=limit, memory_limit_mb=self.s.job_memory_mb or None)
+        if ended.killed:
+            return Attempt("failed", ended.killed, ended.detail, attempt.started_at)
+        code = ended.code
         tail = stderr_path.read_text(errors="replace")[-4000:]
         if code != 0:
             cls = "model_api" if RATE_LIMIT.search(tail) else "infra"
@@ -328,16 +349,6 @@ class Worker:
         self.stopping.set()
         reporter.join()
         self.reporter.flush()  # the reports of the last jobs
+        if self.warm is not None:
+            self.warm.close()
         return 0
-
-
-def _kill_tree(pid: int) -> None:
-    try:
-        parent = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    for proc in [*parent.children(recursive=True), parent]:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
