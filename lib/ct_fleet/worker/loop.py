@@ -7,8 +7,10 @@ exists is reported as a duplicate instead of being run again, the result key is 
 the job id, and the work message is deleted only after the result and the done message
 are stored. A job that fails on something worth retrying (infrastructure, model API
 pressure) is left on the queue; after max receives SQS moves it to the dead-letter queue.
-The worker exits when the queue has stayed empty for idle_timeout seconds with nothing
-in flight, or at once (releasing its messages) on a spot interruption notice.
+The worker exits on the end-of-run signal (protocol/stop.py: a stop message on the work
+queue, or the fleet-done marker), dropping any redundant attempt still running; when the
+queue has stayed empty for idle_timeout seconds with nothing in flight; or at once
+(releasing its messages) on a spot interruption notice.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ import psutil
 
 from ..evallog import read_header, sample_error
 from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
-from ..services import queues, session, store
+from ..protocol.stop import MARKER_POLL, is_stop
+from ..services import queues, session, stop, store
 from .concurrency import Concurrency
 from .reporter import Reporter
 from .supervise import JobProcess, PopenJob, supervise
@@ -126,6 +129,8 @@ class Worker:
         self.in_flight: dict[str, InFlight] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+        # Set on the end-of-run signal (protocol/stop.py): in-flight jobs are redundant then.
+        self.fleet_done = threading.Event()
         self.slot_freed = threading.Event()
         self.worker_id = f"{settings.instance_id}/{os.getpid()}"
         self._last_extend = 0.0
@@ -201,7 +206,7 @@ class Worker:
                 )
             proc = PopenJob(popen)
         limit = job.time_limit * 1.5 + self.s.kill_grace if job.time_limit else None
-        ended = supervise(proc, time_limit=limit, memory_limit_mb=self.s.job_memory_mb or None)
+        ended = supervise(proc, time_limit=limit, memory_limit_mb=self.s.job_memory_mb or None, cancel=self.fleet_done)
         if ended.killed:
             return Attempt("failed", ended.killed, ended.detail, attempt.started_at)
         code = ended.code
@@ -232,6 +237,10 @@ class Worker:
             else:
                 out = self.s.work_dir / f"{job.job_id}.eval"
                 attempt = self._run_subprocess(job, out)
+                if self.fleet_done.is_set():
+                    # Every job had a final outcome before this attempt ended: drop it.
+                    log.info("job %s epoch %s: dropped at the end of the run", job.sample_id, job.epoch)
+                    return
                 if attempt.outcome in ("success", "sample_error"):
                     self.s3.upload_file(str(out), self.s.bucket, job.result_key)
                     out.unlink(missing_ok=True)
@@ -259,8 +268,14 @@ class Worker:
         """Extend visibility of running jobs so a live long job is never handed out twice."""
         period = max(1.0, self.s.visibility_timeout / 3)
         last_beat = 0.0
+        last_marker_check = time.time()
         while not self.stopping.wait(min(period, 5.0)):
             now = time.time()
+            if now - last_marker_check >= MARKER_POLL:
+                last_marker_check = now
+                if self._marker_says_done():
+                    self.end_of_run("the fleet-done marker")
+                    return
             with self.lock:
                 due = [f.receipt_handle for f in self.in_flight.values()]
             if due and now - self._last_extend >= period:
@@ -277,6 +292,29 @@ class Worker:
                 last_beat = now
             if self._spot_notice():
                 self._release_all()
+
+    # -- the end of the run --------------------------------------------------------------
+    def _marker_says_done(self) -> bool:
+        try:
+            return stop.is_done(self.s3, self.s.bucket, self.s.fleet_id)
+        except Exception:
+            log.exception("could not look for the fleet-done marker")
+            return False
+
+    def _pass_on(self, msg: dict[str, Any]) -> None:
+        try:
+            stop.pass_on(self.sqs, self.work_url, self.s.fleet_id, msg["ReceiptHandle"])
+        except Exception:
+            log.exception("could not pass the stop message on; the marker still tells the others")
+
+    def end_of_run(self, how: str) -> None:
+        """Every job is final: stop taking jobs, end the redundant ones running, leave."""
+        if self.fleet_done.is_set():
+            return
+        log.info("fleet is done (%s): leaving", how)
+        self.fleet_done.set()
+        self.stopping.set()
+        self.slot_freed.set()
 
     def _spot_notice(self) -> bool:
         if self.s.spot_notice_file is not None:
@@ -313,6 +351,9 @@ class Worker:
     # -- main loop ---------------------------------------------------------------------
     def run(self) -> int:
         self.s.work_dir.mkdir(parents=True, exist_ok=True)
+        if self._marker_says_done():  # booted after the end: nothing to do
+            log.info("fleet is done (the fleet-done marker): leaving")
+            return 0
         keeper = threading.Thread(target=self._keep_hidden, daemon=True)
         keeper.start()
         reporter = threading.Thread(target=self.reporter.run, args=(self.stopping,), daemon=True)
@@ -339,6 +380,11 @@ class Worker:
                     log.exception("receive failed; retrying")
                     time.sleep(2)
                     continue
+                stops = [m for m in messages if is_stop(m["Body"])]
+                if stops:
+                    self._pass_on(stops[0])
+                    self.end_of_run("a stop message")
+                    break
                 for msg in messages:
                     with self.lock:
                         # Reserve the slot now so the next receive sees it taken.

@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -46,20 +47,29 @@ class PopenJob:
 @dataclass(frozen=True)
 class Ended:
     code: int
-    killed: str | None = None  # "timeout" or "memory" when the worker killed the job
+    killed: str | None = None  # "timeout", "memory" or "cancelled" when the worker killed the job
     detail: str = ""
 
 
-def supervise(job: JobProcess, *, time_limit: float | None, memory_limit_mb: int | None) -> Ended:
-    """Wait for the job; kill it (and everything it started) past its time or memory limit."""
+def supervise(
+    job: JobProcess,
+    *,
+    time_limit: float | None,
+    memory_limit_mb: int | None,
+    cancel: threading.Event | None = None,
+) -> Ended:
+    """Wait for the job; kill it (and everything it started) past its time or memory limit,
+    or once `cancel` is set."""
     started = time.monotonic()
     while True:
-        wait = POLL if memory_limit_mb else None
+        wait = POLL if memory_limit_mb or cancel else None
         if time_limit:
             wait = max(0.0, min(wait or time_limit, started + time_limit - time.monotonic()))
         code = job.wait(wait)
         if code is not None:
             return Ended(code)
+        if cancel is not None and cancel.is_set():
+            return _kill(job, "cancelled", "cancelled")
         if time_limit and time.monotonic() - started >= time_limit:
             return _kill(job, "timeout", f"killed after {time_limit:.0f}s")
         if memory_limit_mb and job.pid is not None:
