@@ -15,11 +15,12 @@ job's environment variables, stdout and stderr to the job's log file, the code r
 cwd; it calls runner.run_inspect with the built task and exits 0 when OUT holds a
 finished log. A crash, a leak or a hung sandbox ends that child only.
 
-What inspect imports lazily during an eval (model providers, hooks: seconds, the first
-time) the children report back, and the server imports it as well so that later
-children start warm. Should that (or a task) leave a thread running here, the server
-stops forking and runs each further job as `python -m ct_fleet.worker.runner`: cold,
-but safe.
+Before the first job the server runs one throwaway eval of a no-op task, so that what
+inspect imports and caches on a process's first eval (seconds) is not paid by every
+child; what a job's own task, sandbox or model imports lazily the children report back,
+and the server imports it too. Should any of that (or a task) leave a thread running
+here, the server stops forking and runs each further job as
+`python -m ct_fleet.worker.runner`: cold, but safe.
 
 The server exits when its stdin closes (the worker is done, or died), killing any child
 left. Wire format, one JSON object per line: request {"job": <work message JSON>,
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -40,7 +42,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,23 +55,8 @@ from . import runner
 
 SOCKET_NAME = "warm.sock"
 
-# Imported before the first job: what inspect_ai 0.3.285 imports lazily in every eval
-# (model providers pull in the anthropic and openai SDKs: ~2 s). Children report the
-# rest; a name missing in another version is skipped.
-SEED_MODULES = (
-    "inspect_ai._eval.eval",
-    "inspect_ai._eval.task.run",
-    "inspect_ai.hooks._startup",
-    "inspect_ai.model._providers.providers",
-    "inspect_ai.model._providers.mockllm",
-    "inspect_ai.model._providers.anthropic",
-    "inspect_ai.model._openai",
-    "inspect_ai.model._openai_responses",
-    "inspect_ai.agent._acp",
-    "inspect_ai._control.current_server",
-    "inspect_ai.solver._transcript",
-    "inspect_ai.log._recorders.eval",
-)
+# Seconds the warm-up eval's helper threads (anyio's worker threads) get to finish.
+THREADS_GRACE = 30.0
 
 
 def log(message: str) -> None:
@@ -109,9 +98,22 @@ class ForkServer:
         os.replace(tmp, path)  # the client connects once the name exists
 
     def preload(self) -> None:
-        import inspect_ai  # noqa: F401
+        """Import inspect_ai and run one throwaway eval here, so that what inspect imports
+        and caches on its first eval (model providers pull in the anthropic and openai
+        SDKs: seconds) is paid once, not by every child."""
+        import inspect_ai
+        from inspect_ai.dataset import Sample
 
-        self._import(SEED_MODULES)
+        with tempfile.TemporaryDirectory(prefix="ct-warm-up-") as log_dir, contextlib.redirect_stdout(sys.stderr):
+            inspect_ai.eval(
+                inspect_ai.Task(dataset=[Sample(id="warm-up", input="warm-up")], name="ct_fleet_warm_up"),
+                model="mockllm/ct-fleet-warm-up",  # not a job's model: no cached model is shared
+                log_dir=log_dir,
+                display="none",
+            )
+        deadline = time.monotonic() + THREADS_GRACE
+        while threading.active_count() > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _import(self, names: list[str] | tuple[str, ...]) -> None:
         for name in names:
@@ -218,7 +220,6 @@ class ForkServer:
         if self.cold or not report.exists():
             return
         names = report.read_text().split()
-        log(f"learned {len(names)} modules from {pid}")
         report.unlink()
         self._import(names)
 
@@ -234,6 +235,10 @@ class ForkServer:
 
     # -- starting a job ----------------------------------------------------------------
     def _fork(self, request: dict[str, Any], job: WorkMessage, task: Any, conn: socket.socket) -> int:
+        # Everything imported and built so far moves to the collector's permanent
+        # generation: a child's collections then never walk (and so never copy-on-write)
+        # the server's pages.
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
             self._child(request, job, task, conn)

@@ -242,7 +242,7 @@ class Worker:
                     log.info("job %s epoch %s: dropped at the end of the run", job.sample_id, job.epoch)
                     return
                 if attempt.outcome in ("success", "sample_error"):
-                    self.s3.upload_file(str(out), self.s.bucket, job.result_key)
+                    store.upload_result(self.s3, self.s.bucket, job.result_key, out)
                     out.unlink(missing_ok=True)
             report = self._report(job, attempt, received_at, receive_count)
             if attempt.outcome == "retry":
