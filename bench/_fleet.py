@@ -146,7 +146,10 @@ def fixed_costs(run: FleetRun) -> list[tuple[str, float]]:
     last_finished = max(j.finished for j in jobs)
     track_end = run.phases["track"][1]
     rows = [
-        ("CLI start to the embedded cloud (imports, plan, code archive)", run.phases["embedded cloud start"][0] - run.t0),
+        (
+            "CLI start to the embedded cloud (imports, plan, code archive)",
+            run.phases["embedded cloud start"][0] - run.t0,
+        ),
         ("embedded cloud start (moto server)", run.phase("embedded cloud start")),
         ("account set-up, credentials, resume check", run.phases["enqueue"][0] - run.phases["embedded cloud start"][1]),
         ("enqueue", run.phase("enqueue")),
