@@ -16,7 +16,6 @@ written, rows streamed from queries: nothing here grows with the number of sampl
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import shutil
@@ -45,16 +44,16 @@ CREATE TABLE records (
     grp INTEGER NOT NULL,
     sid TEXT NOT NULL,
     epoch INTEGER NOT NULL,
-    sample_id TEXT NOT NULL,
+    sample_id BLOB NOT NULL,
     file INTEGER NOT NULL,
     ok INTEGER NOT NULL,
     completed INTEGER NOT NULL,
     error TEXT,
     summary BLOB NOT NULL,
-    member BLOB NOT NULL,
-    PRIMARY KEY (grp, sid, epoch)
-) WITHOUT ROWID;
-CREATE TEMP TABLE intended (pos INTEGER PRIMARY KEY, sid TEXT NOT NULL UNIQUE, sample_id TEXT NOT NULL);
+    member BLOB NOT NULL
+);
+CREATE UNIQUE INDEX records_key ON records (grp, sid, epoch);
+CREATE TEMP TABLE intended (pos INTEGER PRIMARY KEY, sid TEXT NOT NULL UNIQUE, sample_id BLOB NOT NULL);
 """
 
 _UPSERT = """
@@ -67,8 +66,19 @@ ON CONFLICT (grp, sid, epoch) DO UPDATE SET
 WHERE (excluded.ok, excluded.completed) > (records.ok, records.completed)
 """
 
-# rows a merge holds in the page cache at most (~16 MB): enough for the upserts to stay fast
-_CACHE_KIB = 16 * 1024
+# the page cache's size: the records' index stays in it, the rows go to disk
+_CACHE_KIB = 8 * 1024
+_BATCH = 512  # rows sent to sqlite per call
+
+
+def _typed(sample_id: str | int) -> bytes:
+    """A sample id with its type (Inspect ids are str or int)."""
+    return pickle.dumps(sample_id, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _untyped(blob: bytes) -> str | int:
+    value: str | int = pickle.loads(blob)
+    return value
 
 
 def micros(ts: datetime) -> int:
@@ -102,6 +112,19 @@ class Spool:
             self.db.execute(f"PRAGMA {pragma}")
         self.db.executescript(_SCHEMA)
         self.db.execute("BEGIN")
+        self._files: list[tuple[Any, ...]] = []
+        self._records: list[tuple[Any, ...]] = []
+        self._next_file = 0
+
+    def _flush(self) -> None:
+        if self._files:
+            self.db.executemany(
+                "INSERT INTO files (idx, grp, path, invalidated, stats) VALUES (?, ?, ?, ?, ?)", self._files
+            )
+            self._files = []
+        if self._records:
+            self.db.executemany(_UPSERT, self._records)
+            self._records = []
 
     def close(self) -> None:
         try:
@@ -117,12 +140,10 @@ class Spool:
             yield Path(os.fsdecode(raw))
 
     def add_file(self, grp: int, path: str, invalidated: bool, stats: dict[str, Any]) -> int:
-        cur = self.db.execute(
-            "INSERT INTO files (grp, path, invalidated, stats) VALUES (?, ?, ?, ?)",
-            (grp, path, int(invalidated), json.dumps(stats, separators=(",", ":")).encode()),
-        )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
+        idx = self._next_file
+        self._next_file += 1
+        self._files.append((idx, grp, path, int(invalidated), pickle.dumps(stats, protocol=pickle.HIGHEST_PROTOCOL)))
+        return idx
 
     def add_record(
         self,
@@ -135,46 +156,52 @@ class Spool:
         summary: bytes,
         member: RawMember,
     ) -> None:
-        self.db.execute(
-            _UPSERT,
+        self._records.append(
             (
                 grp,
                 str(sample_id),
                 epoch,
-                json.dumps(sample_id),
+                _typed(sample_id),
                 file,
                 int(error is None),
                 micros(completed),
                 error,
                 summary,
                 pickle.dumps(member, protocol=pickle.HIGHEST_PROTOCOL),
-            ),
+            )
         )
+        if len(self._records) >= _BATCH:
+            self._flush()
 
     # -- queries of one group ------------------------------------------------------------
     def seen_ids(self, grp: int) -> Iterator[tuple[str, str | int]]:
         """(str id, id with its original type) of every sample of the group."""
+        self._flush()
         for sid, typed in self.db.execute("SELECT sid, MIN(sample_id) FROM records WHERE grp = ? GROUP BY sid", (grp,)):
-            yield sid, json.loads(typed)
+            yield sid, _untyped(typed)
 
     def max_epoch(self, grp: int) -> int | None:
+        self._flush()
         (value,) = self.db.execute("SELECT MAX(epoch) FROM records WHERE grp = ?", (grp,)).fetchone()
         return int(value) if value is not None else None
 
     def count_records(self, grp: int) -> int:
+        self._flush()
         (value,) = self.db.execute("SELECT COUNT(*) FROM records WHERE grp = ?", (grp,)).fetchone()
         return int(value)
 
     def set_intended(self, ids: Iterable[str | int]) -> None:
         """The intended sample ids, in dataset order, for the queries below."""
+        self._flush()
         self.db.execute("DELETE FROM intended")
         self.db.executemany(
             "INSERT INTO intended (pos, sid, sample_id) VALUES (?, ?, ?)",
-            ((pos, str(sid), json.dumps(sid)) for pos, sid in enumerate(ids)),
+            ((pos, str(sid), _typed(sid)) for pos, sid in enumerate(ids)),
         )
 
     def kept(self, grp: int, epochs: int, *, with_summary: bool = True) -> Iterator[Kept]:
         """The kept records in output order: epoch by epoch, each in dataset order."""
+        self._flush()
         summary = "r.summary" if with_summary else "x''"
         query = f"""
             SELECT r.sample_id, r.epoch, r.error, f.path, {summary}, r.member
@@ -185,11 +212,12 @@ class Spool:
         """
         for epoch in range(1, epochs + 1):
             for typed, ep, error, path, summ, member in self.db.execute(query, (grp, epoch)):
-                yield Kept(json.loads(typed), ep, error, path, summ, member)
+                yield Kept(_untyped(typed), ep, error, path, summ, member)
 
     def kept_by_sample(self, grp: int, epochs: int) -> Iterator[tuple[int, str | int, int, str | None, bytes]]:
         """(dataset position, id, epoch, error, summary) of the kept records, sample by
         sample, each sample's epochs in order."""
+        self._flush()
         query = """
             SELECT i.pos, r.sample_id, r.epoch, r.error, r.summary
             FROM intended i
@@ -197,10 +225,11 @@ class Spool:
             ORDER BY i.pos, r.epoch
         """
         for pos, typed, epoch, error, summary in self.db.execute(query, (grp, epochs)):
-            yield pos, json.loads(typed), epoch, error, summary
+            yield pos, _untyped(typed), epoch, error, summary
 
     def count_kept(self, grp: int, epochs: int) -> tuple[int, int]:
         """(kept records, kept records with an error)."""
+        self._flush()
         row = self.db.execute(
             """
             SELECT COUNT(*), COALESCE(SUM(1 - r.ok), 0)
@@ -212,6 +241,7 @@ class Spool:
 
     def missing(self, grp: int, epochs: int) -> Iterator[tuple[str | int, int]]:
         """(id, epoch) of the intended samples without a record, in output order."""
+        self._flush()
         query = """
             SELECT i.sample_id FROM intended i
             LEFT JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch = ?
@@ -219,10 +249,11 @@ class Spool:
         """
         for epoch in range(1, epochs + 1):
             for (typed,) in self.db.execute(query, (grp, epoch)):
-                yield json.loads(typed), epoch
+                yield _untyped(typed), epoch
 
     def errors(self, grp: int, epochs: int) -> Iterator[tuple[str | int, int, str]]:
         """(id, epoch, message) of the kept records with an error, in output order."""
+        self._flush()
         query = """
             SELECT r.sample_id, r.error FROM intended i
             JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch = ?
@@ -230,11 +261,12 @@ class Spool:
         """
         for epoch in range(1, epochs + 1):
             for typed, error in self.db.execute(query, (grp, epoch)):
-                yield json.loads(typed), epoch, error or ""
+                yield _untyped(typed), epoch, error or ""
 
     def contributing_files(self, grp: int, epochs: int) -> Iterator[tuple[bool, dict[str, Any]]]:
         """(invalidated, stats) of the files a kept record comes from, else of every file
         of the group, in input order."""
+        self._flush()
         self.db.execute("DROP TABLE IF EXISTS temp.contributing")
         self.db.execute(
             """
@@ -253,4 +285,4 @@ class Spool:
         else:
             rows = self.db.execute("SELECT invalidated, stats FROM files WHERE grp = ? ORDER BY idx", (grp,))
         for invalidated, stats in rows:
-            yield bool(invalidated), json.loads(stats)
+            yield bool(invalidated), pickle.loads(stats)

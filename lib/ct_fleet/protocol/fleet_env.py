@@ -44,7 +44,8 @@ class FleetEnv:
     WORKER_USER: str = ""
     WORKER_SETUP: str = ""
     # Inspect jobs run in children forked from a process that has inspect_ai imported and
-    # the task built (worker/warm.py); false: a fresh interpreter per job.
+    # the task built (worker/warm.py), started with the worker; false: a fresh interpreter
+    # per job (and no such process: a fleet of command jobs).
     WARM_RUNNER: bool = True
     # MB of RSS one job's process tree may use before it is killed; 0: half the machine's.
     JOB_MEMORY_MB: int = 0

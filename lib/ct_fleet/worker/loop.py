@@ -354,6 +354,9 @@ class Worker:
         if self._marker_says_done():  # booted after the end: nothing to do
             log.info("fleet is done (the fleet-done marker): leaving")
             return 0
+        if self.warm is not None:
+            # inspect_ai's import and the warm-up eval overlap the first receive
+            self.warm.prestart()
         keeper = threading.Thread(target=self._keep_hidden, daemon=True)
         keeper.start()
         reporter = threading.Thread(target=self.reporter.run, args=(self.stopping,), daemon=True)

@@ -1,7 +1,7 @@
 """The warm runner, worker side: a fork server per worker, one connection per job.
 
-The worker starts worker/forkserver.py at its first Inspect job (command jobs never need
-it) from the code root with its own environment, and talks to it over a Unix socket in a
+The worker starts worker/forkserver.py as it starts (fleet.env's WARM_RUNNER, which the
+controller sets only for fleets of Inspect jobs), from the code root with its own environment, and talks to it over a Unix socket in a
 private temporary directory. Each job is one connection: a request, then the forked
 child's pid, then its exit status. The worker keeps doing what it does for a subprocess:
 it enforces the time limit and the memory cap and kills the job's tree (supervise.py).
@@ -106,6 +106,10 @@ class WarmRunner:
                 stdin=subprocess.PIPE,
             )
             return self._dir / SOCKET_NAME
+
+    def prestart(self) -> None:
+        """Start the server now rather than at the first job."""
+        self._server()
 
     def start(self, job: WorkMessage, out: Path, log_path: Path, env: dict[str, str]) -> WarmJob:
         path = self._server()
