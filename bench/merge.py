@@ -142,6 +142,9 @@ def main() -> int:
             rows.append((mode, r))
             by[(mode, n)] = r
             console.print(f"[dim]{n:,} {mode}: {r['wall']:.1f}s, peak {r['peak_mb']:.0f} MB[/]")
+    if ("streaming", read_all_at) not in by:
+        by[("streaming", read_all_at)] = r = run("streaming", here, input_list(src, read_all_at, tmp), read_all_at, tmp)
+        rows.append(("streaming", r))
     r = run("read-all", here, input_list(src, read_all_at, tmp), read_all_at, tmp)
     rows.append(("read-all", r))
     by[("read-all", read_all_at)] = r

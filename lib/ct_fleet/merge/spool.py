@@ -10,6 +10,10 @@ Tables (all per merge, deleted with it):
   A duplicate replaces the row only when it is better (no error beats an error, then the
   newer completed_at; ties keep the first seen), in one upsert.
 
+Queries that follow the intended ids use CROSS JOIN, which makes sqlite walk `intended`
+in dataset order and look each record up by its key (a plain JOIN lets the planner scan
+every record of the group once per epoch instead).
+
 Python keeps only per-task state (a template header, counters) and, while the output is
 written, rows streamed from queries: nothing here grows with the number of samples.
 """
@@ -206,8 +210,8 @@ class Spool:
         query = f"""
             SELECT r.sample_id, r.epoch, r.error, f.path, {summary}, r.member
             FROM intended i
-            JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch = ?
-            JOIN files f ON f.idx = r.file
+            CROSS JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch = ?
+            CROSS JOIN files f ON f.idx = r.file
             ORDER BY i.pos
         """
         for epoch in range(1, epochs + 1):
@@ -221,7 +225,7 @@ class Spool:
         query = """
             SELECT i.pos, r.sample_id, r.epoch, r.error, r.summary
             FROM intended i
-            JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch BETWEEN 1 AND ?
+            CROSS JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch BETWEEN 1 AND ?
             ORDER BY i.pos, r.epoch
         """
         for pos, typed, epoch, error, summary in self.db.execute(query, (grp, epochs)):
@@ -233,7 +237,7 @@ class Spool:
         row = self.db.execute(
             """
             SELECT COUNT(*), COALESCE(SUM(1 - r.ok), 0)
-            FROM intended i JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch BETWEEN 1 AND ?
+            FROM intended i CROSS JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch BETWEEN 1 AND ?
             """,
             (grp, epochs),
         ).fetchone()
@@ -256,7 +260,7 @@ class Spool:
         self._flush()
         query = """
             SELECT r.sample_id, r.error FROM intended i
-            JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch = ?
+            CROSS JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch = ?
             WHERE r.ok = 0 ORDER BY i.pos
         """
         for epoch in range(1, epochs + 1):
@@ -272,7 +276,7 @@ class Spool:
             """
             CREATE TEMP TABLE contributing AS
             SELECT DISTINCT r.file AS idx FROM intended i
-            JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch BETWEEN 1 AND ?
+            CROSS JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch BETWEEN 1 AND ?
             """,
             (grp, epochs),
         )
