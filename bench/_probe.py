@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+# lib/, and the repo root as `python -m ct_fleet.cli` run from it has (as cwd), so that
+# references like bench.sleep_policy:... resolve as they do for bin/ct-fleet.
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "lib"), str(Path(__file__).resolve().parents[1])]
 
 from ct_fleet.services import session as aws  # noqa: E402
 
