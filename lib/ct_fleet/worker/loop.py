@@ -131,6 +131,7 @@ class Worker:
         self.stopping = threading.Event()
         # Set on the end-of-run signal (protocol/stop.py): in-flight jobs are redundant then.
         self.fleet_done = threading.Event()
+        self.left_because = ""  # how this worker learned that the fleet is done
         self.slot_freed = threading.Event()
         self.worker_id = f"{settings.instance_id}/{os.getpid()}"
         self._last_extend = 0.0
@@ -312,6 +313,7 @@ class Worker:
         if self.fleet_done.is_set():
             return
         log.info("fleet is done (%s): leaving", how)
+        self.left_because = how
         self.fleet_done.set()
         self.stopping.set()
         self.slot_freed.set()
