@@ -47,6 +47,12 @@ class Ec2Config:
         None, "USD per instance-hour for estimates (default: the dated table in lib/ct_fleet/controller/prices.json)"
     )
     sample_time_limit: int = knob(3600, "seconds one sample may run before it is killed (class timeout)")
+    job_memory_mb: int = knob(
+        0, "MB of RSS one job may use before it is killed (class memory); 0: half the worker's RAM"
+    )
+    warm_runner: bool = knob(
+        True, "run Inspect jobs in children forked from a warm process (false: a fresh interpreter per job)"
+    )
     worker_setup: str | None = knob(None, "<extra-src basename>/<path> of a script run as root before jobs")
     worker_user: str | None = knob(None, "account that runs jobs on workers (added to docker, owns /opt/linuxbench)")
     visibility_timeout: int = knob(120, "seconds a received job stays hidden; workers extend it while the job runs")

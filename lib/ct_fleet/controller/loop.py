@@ -20,7 +20,7 @@ from ..cloud import Cloud
 from ..evallog import is_finished
 from ..protocol import DoneMessage, FleetEnv, Manifest, WorkMessage, decode_reports, log_key, result_key, steplog
 from ..protocol.user_data import render_user_data
-from ..services import instances, queues, store
+from ..services import instances, queues, stop, store
 from ..services import secrets as fleet_secrets
 from . import cost, scaling
 from .plan import Job
@@ -99,6 +99,7 @@ class Controller:
         user_data = render_user_data(fleet_env)
         self.results_dir.mkdir(parents=True, exist_ok=True)
         previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
+        stop.clear(self.s3, self.cfg.bucket, self.spec.fleet_id)  # an earlier end no longer holds
         done = self._resume(previous)
         store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
         pending = [job for job_id, job in self.jobs.items() if job_id not in done]
@@ -390,13 +391,20 @@ class Controller:
     def teardown(self, *, delete_queues: bool) -> None:
         live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
         if delete_queues and live:
-            # The work is done: workers see the empty queue, upload their logs and shut down
-            # by themselves within idle_timeout. Only stragglers are terminated.
-            deadline = time.monotonic() + (self.cfg.idle_timeout or 0) + STRAGGLER_GRACE
+            # The work is done: tell the workers (protocol/stop.py). They drop what they still
+            # run, upload their logs and shut down within seconds; stragglers (one still
+            # booting, say) are terminated after STRAGGLER_GRACE.
+            try:
+                stop.announce(self.s3, self.sqs, self.cfg.bucket, self.spec.fleet_id, self.q.work)
+            except Exception as ex:  # without the signal workers still leave after idle_timeout
+                self.warn(f"could not signal the end of the run to workers ({ex}); they leave when idle")
+            deadline = time.monotonic() + STRAGGLER_GRACE
             while live and time.monotonic() < deadline:
                 time.sleep(1)
-                live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
-                self.cloud.poll(live)
+                found = instances.live_instances(self.ec2, self.spec.fleet_id)
+                self.cloud.poll([inst["InstanceId"] for inst in found])
+                # An instance shutting down has uploaded its log and is leaving by itself.
+                live = [inst["InstanceId"] for inst in found if inst["State"]["Name"] != "shutting-down"]
         instances.terminate(self.ec2, live)
         self.cloud.poll([])
         fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id)

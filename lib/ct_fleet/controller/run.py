@@ -203,6 +203,9 @@ def fleet_env(spec: FleetSpec, cloud: Cloud, secrets: dict[str, str], extra_keys
         EXTRA_SRC_KEYS=" ".join(extra_keys),
         WORKER_USER=cfg.worker_user or "",
         WORKER_SETUP=cfg.worker_setup or "",
+        # a fleet of command jobs has no use for a process with inspect_ai imported
+        WARM_RUNNER=cfg.warm_runner and not spec.command,
+        JOB_MEMORY_MB=cfg.job_memory_mb,
     )
 
 

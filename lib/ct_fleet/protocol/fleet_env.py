@@ -50,6 +50,12 @@ class FleetEnv:
     EXTRA_SRC_KEYS: str = ""
     WORKER_USER: str = ""
     WORKER_SETUP: str = ""
+    # Inspect jobs run in children forked from a process that has inspect_ai imported and
+    # the task built (worker/warm.py), started with the worker; false: a fresh interpreter
+    # per job (and no such process: a fleet of command jobs).
+    WARM_RUNNER: bool = True
+    # MB of RSS one job's process tree may use before it is killed; 0: half the machine's.
+    JOB_MEMORY_MB: int = 0
 
     def __post_init__(self) -> None:
         # A value of the wrong type would reach the worker as its str(): refused instead.
