@@ -8,14 +8,15 @@ durable record a local resume reads and the input of the merge.
 
 from __future__ import annotations
 
+import importlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import merge
 from ..cloud import Cloud
 from ..evallog import is_finished
 from ..protocol import DoneMessage, FleetEnv, Manifest, WorkMessage, decode_reports, log_key, result_key, steplog
@@ -26,6 +27,9 @@ from . import cost, scaling
 from .plan import Job
 from .spec import FleetInterrupted, FleetSpec, Progress, RunResult
 from .tracker import JobTracker
+
+if TYPE_CHECKING:
+    from .. import merge
 
 DONE_POLL_PAUSE = 1.0
 STRAGGLER_GRACE = 30
@@ -73,6 +77,7 @@ class Controller:
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
         self.downloads = ThreadPoolExecutor(max_workers=8)
         self.downloads_in_flight: dict[str, Future[bool]] = {}
+        self._merge_preloaded = False
 
     # -- set-up ------------------------------------------------------------------------
     def completed_results(self) -> set[str]:
@@ -165,6 +170,8 @@ class Controller:
         return False, sent
 
     def _merge(self) -> list[merge.MergedTask]:
+        from .. import merge
+
         results = sorted(self.results_dir.glob("*.eval"))
         if not results:
             return []
@@ -214,11 +221,12 @@ class Controller:
         warned_stale = False
         live: list[str] = list(self.launched)
         while not self.state.complete:
+            if self.state.remaining == 0 and self.downloads_in_flight:
+                # Every job is reported: only its result is still coming (the end of the run).
+                self._collect_downloads(wait=True)
+                self._report(start, live)
+                continue
             messages = queues.receive(self.sqs, self.q.done, wait=1 if self.downloads_in_flight else 5)
-            if len(messages) < queues.BATCH:
-                # A part-full batch means the queue is drained: let reports pile up a little
-                # so that receives and deletes stay batched (calls per second, not per job).
-                time.sleep(DONE_POLL_PAUSE)
             before = len(self.state.final)
             for msg in messages:
                 for report in decode_reports(msg["Body"]):
@@ -226,6 +234,10 @@ class Controller:
             if messages:
                 queues.delete_batch(self.sqs, self.q.done, [m["ReceiptHandle"] for m in messages])
                 last_activity = time.monotonic()
+            if len(messages) < queues.BATCH and self.state.remaining:
+                # A part-full batch means the queue is drained: let reports pile up a little
+                # so that receives and deletes stay batched (calls per second, not per job).
+                time.sleep(DONE_POLL_PAUSE)
             self._collect_downloads()
             if len(self.state.final) > before:
                 last_progress = time.monotonic()
@@ -275,6 +287,11 @@ class Controller:
         fetch = self.state.on_report(msg)
         if fetch is not None:
             self.downloads_in_flight[fetch] = self.downloads.submit(self._fetch_result, fetch)
+            if not self._merge_preloaded:
+                # The merge imports inspect_ai (seconds): load it while workers run, once
+                # they are past their own start, not after the last result.
+                self._merge_preloaded = True
+                threading.Thread(target=importlib.import_module, args=("ct_fleet.merge",), daemon=True).start()
 
     def _fetch_result(self, job_id: str) -> bool:
         key = result_key(self.spec.fleet_id, job_id)
