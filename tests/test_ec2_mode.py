@@ -293,6 +293,8 @@ def test_throttling_and_5xx_lose_no_job_and_no_result(account, tmp_path: Path):
             "--ec2-arg",
             "visibility_timeout=10",
             "--ec2-arg",
+            "heartbeat_interval=5",
+            "--ec2-arg",
             "retry_backoff=1",
             extra_env={"AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": "10"},
             endpoint=proxy.endpoint_url,

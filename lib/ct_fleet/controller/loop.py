@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import merge
 from ..cloud import Cloud
 from ..evallog import is_finished
 from ..protocol import DoneMessage, Manifest, WorkMessage, decode_reports, log_key, result_key
@@ -25,6 +24,9 @@ from . import cost, scaling
 from .plan import Job
 from .spec import FleetInterrupted, FleetSpec, Progress, RunResult
 from .tracker import JobTracker
+
+if TYPE_CHECKING:
+    from .. import merge
 
 DONE_POLL_PAUSE = 1.0
 STRAGGLER_GRACE = 30
@@ -161,6 +163,8 @@ class Controller:
         return False, sent
 
     def _merge(self) -> list[merge.MergedTask]:
+        from .. import merge  # imports inspect_ai (seconds): only when there is something to merge
+
         results = sorted(self.results_dir.glob("*.eval"))
         if not results:
             return []
