@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Step: power off. Instances launch with shutdown behaviour "terminate", so this ends the
 # instance (and its bill); on the embedded cloud a `shutdown` shim terminates it through
-# the EC2 API. Set LB_NO_SHUTDOWN=1 when rerunning steps by hand to stay logged in.
+# the EC2 API. The secrets file goes first: on EC2 the disk dies with the instance, but a
+# local instance's directory stays behind. Set LB_NO_SHUTDOWN=1 when rerunning steps by
+# hand to stay logged in (and keep the secrets).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=worker/lib.sh
@@ -12,6 +14,7 @@ main() {
     lb_log "LB_NO_SHUTDOWN=1: staying up"
     return 0
   fi
+  rm -f "$LB_SECRETS_ENV"
   lb_log "shutting down"
   if [[ $(id -u) -eq 0 ]] || [[ -n ${INSTANCE_ID:-} ]]; then
     shutdown -h now

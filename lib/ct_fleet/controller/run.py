@@ -24,7 +24,7 @@ from ..errors import BadInput
 from ..paths import REPO_ROOT
 from ..protocol import START_CONCURRENCY, FleetEnv, secrets_prefix
 from ..settings import Setting, load_setting
-from . import code, config, cost, credentials, plan, preflight
+from . import code, config, cost, credentials, interrupts, plan, preflight, sweep
 from .loop import Controller
 from .resume import check_resume
 from .runconfig import load_run_config
@@ -226,18 +226,30 @@ def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
     Raises FleetInterrupted on Ctrl-C (the fleet stopped, or deliberately left running).
     """
     hooks = hooks or RunHooks()
-    spec, cloud, run_dir = planned.spec, planned.cloud, planned.run_dir
-    cfg = spec.config
+    spec, run_dir = planned.spec, planned.run_dir
     if planned.untracked:
         hooks.warn(f"{planned.untracked} untracked file(s) will not ship to workers (git add them)")
     for note in planned.notes:
         hooks.warn(note)
     run_dir.mkdir(parents=True, exist_ok=True)
     tarball = code.archive(REPO_ROOT, spec.code_sha, run_dir / "code.tar.gz")
+    with interrupts.stop_signals():
+        return _execute(planned, hooks, tarball)
+
+
+def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult:
+    spec, cloud, run_dir = planned.spec, planned.cloud, planned.run_dir
+    cfg = spec.config
     cloud.start(run_dir, planned.dotenv)
     leave_running = False
     try:
         cloud.prepare_account(cfg)
+        swept = sweep.sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
+        if swept:
+            hooks.warn(
+                f"deleted {sum(swept.values())} secret(s) left by stopped fleet(s) {', '.join(sorted(swept))} "
+                "(their controller died before its teardown)"
+            )
         cloud.attach_runner(run_dir / "instances")
         sts = cloud.client("sts")
         launched_by = credentials.launched_by(sts)
