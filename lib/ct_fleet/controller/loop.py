@@ -23,7 +23,8 @@ from ..protocol import DoneMessage, FleetEnv, Manifest, WorkMessage, decode_repo
 from ..protocol.user_data import render_user_data
 from ..services import instances, queues, stop, store
 from ..services import secrets as fleet_secrets
-from . import cost, scaling
+from . import cost, interrupts, phases, scaling
+from .interrupts import Terminated
 from .plan import Job
 from .spec import FleetInterrupted, FleetSpec, Progress, RunResult
 from .tracker import JobTracker
@@ -99,34 +100,28 @@ class Controller:
 
     # -- the run -----------------------------------------------------------------------
     def run(self, code_tarball: Path, fleet_env: FleetEnv) -> RunResult:
+        """Drive the fleet to its end, tear it down, merge. Teardown runs on every way out:
+        an interrupt or an error stops the workers and deletes their secrets (unless the
+        user chose to leave them running), and raises FleetInterrupted on an interrupt."""
         start = time.monotonic()
         # Rendered (and checked: EC2's size limit) before anything is created.
         user_data = render_user_data(fleet_env)
-        self.results_dir.mkdir(parents=True, exist_ok=True)
-        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
-        stop.clear(self.s3, self.cfg.bucket, self.spec.fleet_id)  # an earlier end no longer holds
-        done = self._resume(previous)
-        store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
-        pending = [job for job_id, job in self.jobs.items() if job_id not in done]
-        adopted, enqueued = self._queue(pending, previous)
-
-        stopped_reason = None
-        if pending:
-            if not adopted:
-                self._launch(self._first_launch_count(len(pending)), user_data)
-            try:
-                stopped_reason = self._track(start, user_data)
-            except KeyboardInterrupt:
-                leave = self.leave_running_on_interrupt()
-                if not leave:
-                    self.teardown(delete_queues=False)
-                raise FleetInterrupted(leave) from None
-        self.teardown(delete_queues=self.state.complete)
-        self._record_durations()
+        try:
+            done, adopted, enqueued, stopped_reason = self._drive(start, code_tarball, user_data)
+        except BaseException as exc:
+            self._stop_early(exc)
+            raise
+        try:
+            self.teardown(delete_queues=self.state.complete)
+            self._record_durations()
+            phases.reached(phases.MERGE, self.run_dir)
+            merged = self._merge()
+        except KeyboardInterrupt:
+            raise FleetInterrupted(False) from None
         return RunResult(
             fleet_id=self.spec.fleet_id,
             run_dir=self.run_dir,
-            merged=self._merge(),
+            merged=merged,
             state=self.state,
             jobs=len(self.jobs),
             resumed=len(done),
@@ -138,6 +133,43 @@ class Controller:
             enqueued=enqueued,
             adopted_workers=len(self.launched) if adopted else 0,
         )
+
+    def _drive(self, start: float, code_tarball: Path, user_data: str) -> tuple[set[str], bool, int, str | None]:
+        """Resume, enqueue, launch, track: (resumed jobs, adopted?, messages sent, stop reason)."""
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
+        stop.clear(self.s3, self.cfg.bucket, self.spec.fleet_id)  # an earlier end no longer holds
+        done = self._resume(previous)
+        store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
+        pending = [job for job_id, job in self.jobs.items() if job_id not in done]
+        adopted, enqueued = self._queue(pending, previous)
+        phases.reached(phases.ENQUEUE, self.run_dir)
+        stopped_reason = None
+        if pending:
+            if not adopted:
+                self._launch(self._first_launch_count(len(pending)), user_data)
+            stopped_reason = self._track(start, user_data)
+        return done, adopted, enqueued, stopped_reason
+
+    def _stop_early(self, exc: BaseException) -> None:
+        """The run ended before its end (interrupt or error): stop the fleet, or leave it running
+        when the user says so after Ctrl-C. Raises FleetInterrupted for an interrupt."""
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        leave = False
+        if interrupted and not isinstance(exc, Terminated) and self.launched:
+            try:
+                leave = self.leave_running_on_interrupt()
+            except BaseException:  # a second Ctrl-C or EOF at the prompt: stop
+                leave = False
+        if not leave:
+            try:
+                self.teardown(delete_queues=False)
+            except KeyboardInterrupt:
+                pass  # held off until teardown was done; the first interrupt is reported
+            except Exception as err:
+                self.warn(f"teardown failed ({type(err).__name__}: {err}); run `ct-fleet cloud status --clean`")
+        if interrupted:
+            raise FleetInterrupted(leave) from None
 
     def _resume(self, previous: Manifest | None) -> set[str]:
         """Jobs already done by an earlier run of this fleet (its manifest in S3 or on disk)."""
@@ -170,7 +202,7 @@ class Controller:
         return False, sent
 
     def _merge(self) -> list[merge.MergedTask]:
-        from .. import merge
+        from .. import merge  # imports inspect_ai (seconds): only when there is something to merge
 
         results = sorted(self.results_dir.glob("*.eval"))
         if not results:
@@ -200,14 +232,16 @@ class Controller:
             user_data=user_data,
             security_group_id=group,
         )
+        # Known before anything else can fail: teardown terminates these even when EC2's
+        # listing does not show them yet.
+        self.launched.extend(ids)
+        now = time.time()
+        self.launch_times.update({i: now for i in ids})
         # Secrets must exist before a worker asks for them (it waits a while if not).
         fleet_secrets.put_for_instances(
             self.ssm, self.spec.fleet_id, ids, self.secrets, account=self.account, region=self.cloud.region
         )
         self.cloud.after_launch(ids)
-        self.launched.extend(ids)
-        now = time.time()
-        self.launch_times.update({i: now for i in ids})
         return ids
 
     def cost_so_far(self) -> float:
@@ -220,6 +254,7 @@ class Controller:
         last_fleet_check = 0.0
         warned_stale = False
         live: list[str] = list(self.launched)
+        phases.reached(phases.TRACKING, self.run_dir)
         while not self.state.complete:
             if self.state.remaining == 0 and self.downloads_in_flight:
                 # Every job is reported: only its result is still coming (the end of the run).
@@ -406,25 +441,60 @@ class Controller:
 
     # -- teardown ----------------------------------------------------------------------
     def teardown(self, *, delete_queues: bool) -> None:
-        live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
+        """Terminate the fleet's workers and delete their secrets (and the queues when the work
+        is done). After a complete run the workers first get idle_timeout to exit by
+        themselves; an interrupt cuts that wait short, never the termination after it."""
+        interrupted: KeyboardInterrupt | None = None
+        try:
+            live = self._live_ids()
+        except Exception as exc:  # the launched ids are still known: terminate those
+            self.warn(f"could not list the fleet's instances ({type(exc).__name__}); terminating the ones launched")
+            live = []
         if delete_queues and live:
-            # The work is done: tell the workers (protocol/stop.py). They drop what they still
-            # run, upload their logs and shut down within seconds; stragglers (one still
-            # booting, say) are terminated after STRAGGLER_GRACE.
             try:
-                stop.announce(self.s3, self.sqs, self.cfg.bucket, self.spec.fleet_id, self.q.work)
-            except Exception as ex:  # without the signal workers still leave after idle_timeout
-                self.warn(f"could not signal the end of the run to workers ({ex}); they leave when idle")
-            deadline = time.monotonic() + STRAGGLER_GRACE
-            while live and time.monotonic() < deadline:
-                time.sleep(1)
-                found = instances.live_instances(self.ec2, self.spec.fleet_id)
-                self.cloud.poll([inst["InstanceId"] for inst in found])
-                # An instance shutting down has uploaded its log and is leaving by itself.
-                live = [inst["InstanceId"] for inst in found if inst["State"]["Name"] != "shutting-down"]
-        instances.terminate(self.ec2, live)
-        self.cloud.poll([])
-        fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id)
-        if delete_queues:
-            queues.delete_queues(self.sqs, self.q)
-        self.downloads.shutdown(wait=True)
+                live = self._wait_for_workers(live)
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        with interrupts.shielded(self.warn):
+            self._terminate_and_forget(live, delete_queues=delete_queues)
+        if interrupted is not None:
+            raise interrupted
+
+    def _live_ids(self) -> list[str]:
+        return [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
+
+    def _wait_for_workers(self, live: list[str]) -> list[str]:
+        """The work is done: tell the workers (protocol/stop.py). They drop what they still
+        run, upload their logs and shut down within seconds; stragglers (one still booting,
+        say) are terminated after STRAGGLER_GRACE."""
+        phases.reached(phases.END_WAIT, self.run_dir)
+        try:
+            stop.announce(self.s3, self.sqs, self.cfg.bucket, self.spec.fleet_id, self.q.work)
+        except Exception as ex:  # without the signal workers still leave after idle_timeout
+            self.warn(f"could not signal the end of the run to workers ({ex}); they leave when idle")
+        deadline = time.monotonic() + STRAGGLER_GRACE
+        while live and time.monotonic() < deadline:
+            time.sleep(1)
+            found = instances.live_instances(self.ec2, self.spec.fleet_id)
+            self.cloud.poll([inst["InstanceId"] for inst in found])
+            # An instance shutting down has uploaded its log and is leaving by itself.
+            live = [inst["InstanceId"] for inst in found if inst["State"]["Name"] != "shutting-down"]
+        return live
+
+    def _terminate_and_forget(self, live: list[str], *, delete_queues: bool) -> None:
+        """Every step is tried even if one fails; the first failure is raised at the end."""
+        failures: list[Exception] = []
+        targets = sorted(set(live) | set(self.launched))
+        for step in (
+            lambda: instances.terminate(self.ec2, targets),
+            lambda: self.cloud.poll([]),
+            lambda: fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id),
+            lambda: queues.delete_queues(self.sqs, self.q) if delete_queues and hasattr(self, "q") else None,
+        ):
+            try:
+                step()
+            except Exception as exc:
+                failures.append(exc)
+        self.downloads.shutdown(wait=True, cancel_futures=True)
+        if failures:
+            raise failures[0]
