@@ -121,7 +121,7 @@ BAD_INPUTS = [
     (["--task-file", "smoke", "--policy", "nosuchmod_xyz:pol"], "not importable here"),
     (["--task-file", "smoke", "--policy", "sneaky"], "unknown policy 'sneaky'"),
     (["--task-file", "smoke", "--ec2-arg", "max_worker=2"], "unknown --ec2-arg 'max_worker'"),
-    (["--task-file", "smoke", "--ec2-arg", "max_workers=two"], "expected an int"),
+    (["--task-file", "smoke", "--ec2-arg", "max_workers=two"], "expected a whole number"),
     (["-e", "toyarena:web", "-e", "ops"], "either prefix every -e"),
 ]
 

@@ -21,6 +21,9 @@ import os
 import sys
 
 print(f"FAKE-WORKER ran on {os.environ['INSTANCE_ID']} for {os.environ['FLEET_ID']}", flush=True)
+if os.environ.get("FAKE_WORKER_TOKEN_OUT"):
+    with open(os.environ["FAKE_WORKER_TOKEN_OUT"], "w") as out:
+        out.write(os.environ.get("GH_TOKEN", ""))
 sys.exit(int(os.environ.get("FAKE_WORKER_EXIT", "0")))
 EOF
   export BOOT_SHA=0b0075a0b0075a0b0075a0b0075a0b0075a0b007
@@ -51,7 +54,7 @@ setup() {
 @test "bootstrap: success runs every step in order, uploads the log, shuts down" {
   ssm_secret "$PREFIX/$INSTANCE_ID/GH_TOKEN" "$GH_VALUE"
   fleet_env "SECRET_NAMES=GH_TOKEN"
-  run "$WORKER_DIR/bootstrap.sh"
+  FAKE_WORKER_TOKEN_OUT="$BATS_TEST_TMPDIR/worker-token" run "$WORKER_DIR/bootstrap.sh"
   [ "$status" -eq 0 ]
   local log step order=()
   log=$(cat "$LOG_FILE")
@@ -65,8 +68,9 @@ setup() {
   assert_contains "$log" "unpacked code $BOOT_SHA"
   assert_contains "$log" "setting toyarena: ready"
   assert_contains "$log" "FAKE-WORKER ran on $INSTANCE_ID for $FLEET"
-  # Secrets reach the job loop's environment, never the log.
-  assert_contains "$(cat "$LB_HOME/etc/linuxbench/secrets.env")" "$GH_VALUE"
+  # Secrets reach the job loop's environment, never the log, and leave with the instance.
+  assert_equal "$(cat "$BATS_TEST_TMPDIR/worker-token")" "$GH_VALUE"
+  [ ! -e "$LB_HOME/etc/linuxbench/secrets.env" ]
   refute_contains "$log" "BATS-BOOT-SECRET"
   local uploaded
   uploaded=$(s3_get "$LOG_KEY")
