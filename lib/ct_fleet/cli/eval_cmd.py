@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from ..controller import config
 from ..controller.run import FleetRequest, PlannedFleet, RunHooks, execute, exit_status, plan_fleet
@@ -179,5 +180,16 @@ def _report(result: RunResult) -> None:
             console.print(
                 f"  {row['rerun']}    # {row['sample_id']} epoch {row['epoch']}", highlight=False, soft_wrap=True
             )
+    for job_id in result.late_successes:
+        console.print(f"job {job_id} succeeded after it was dead-lettered: its result counts", highlight=False)
+    if result.missing:
+        err.print(f"{len(result.missing)} job(s) missing from the merged run:", highlight=False)
+        for row in result.missing:
+            err.print(
+                f"  {row['sample_id']} epoch {row['epoch']}: {row['reason']}    # {row['rerun']}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
     if result.stopped_reason:
-        err.print(f"[bold red]stopped:[/] {result.stopped_reason}", highlight=False)
+        err.print(f"[bold red]stopped:[/] {escape(result.stopped_reason)}", highlight=False)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from ..errors import BadInput
-from .console import console
+from .console import console, err
 from .display import summary_table
 
 
@@ -23,7 +24,10 @@ def merge_command(src: Path, out: Path | None) -> None:
     """
     from ..merge import merge_dir
 
-    merged = merge_dir(src, out or src / "merged")
+    skipped: list[tuple[Path, str]] = []
+    merged = merge_dir(src, out or src / "merged", on_skip=lambda path, why: skipped.append((path, why)))
+    for path, why in skipped:
+        err.print(f"[yellow]left out[/] {escape(str(path))}: {escape(why)}", highlight=False, soft_wrap=True)
     if not merged:
-        raise BadInput(f"no .eval files under {src}")
+        raise BadInput(f"no readable .eval files under {src}")
     console.print(summary_table(merged))

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..cloud import Cloud
-from ..evallog import is_finished
 from ..protocol import DoneMessage, Manifest, WorkMessage, decode_reports, log_key, result_key
 from ..services import instances, queues, store
 from ..services import secrets as fleet_secrets
 from . import cost, interrupts, phases, scaling
 from .interrupts import Terminated
 from .plan import Job
+from .report import missing_jobs
+from .results import LocalResults
 from .spec import FleetInterrupted, FleetSpec, Progress, RunResult
 from .tracker import JobTracker
 
@@ -75,11 +76,16 @@ class Controller:
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
         self.downloads = ThreadPoolExecutor(max_workers=8)
         self.downloads_in_flight: dict[str, Future[bool]] = {}
+        self.local = LocalResults(self.results_dir)
+        self.bad_results: dict[str, int] = {}  # job id -> unreadable results fetched so far
 
     # -- set-up ------------------------------------------------------------------------
     def completed_results(self) -> set[str]:
-        """Jobs with a readable, finished result: on disk already, or in S3 (fetched now)."""
-        done = {p.stem for p in self.results_dir.glob("*.eval") if p.stem in self.jobs and is_finished(p)}
+        """Jobs with a result that reads in full: on disk already, or in S3 (fetched now)."""
+        local = {p.stem for p in self.results_dir.glob("*.eval") if p.stem in self.jobs}
+        done = {job_id for job_id in local if self.local.verify(job_id) is None}
+        for job_id in sorted(local - done):
+            self.warn(f"local result of job {job_id} is unreadable; fetching it again")
         in_s3 = store.list_result_job_ids(self.s3, self.cfg.bucket, self.spec.fleet_id) & set(self.jobs)
         futures = {job_id: self.downloads.submit(self._fetch_result, job_id) for job_id in in_s3 - done}
         done |= {job_id for job_id, fut in futures.items() if fut.result()}
@@ -116,6 +122,10 @@ class Controller:
             fleet_id=self.spec.fleet_id,
             run_dir=self.run_dir,
             merged=merged,
+            missing=missing_jobs(
+                self.spec.jobs, merged, self.state, fleet_id=self.spec.fleet_id, stopped_reason=stopped_reason
+            ),
+            late_successes=sorted(self.state.late_successes),
             state=self.state,
             jobs=len(self.jobs),
             resumed=len(done),
@@ -207,6 +217,7 @@ class Controller:
             self.run_dir / "merged",
             sample_ids=list(dict.fromkeys(j.sample_id for j in self.spec.jobs)),
             epochs=self.spec.epochs,
+            on_skip=lambda path, why: self.warn(f"merge: left out {path.name}: {why}"),
         )
 
     def _first_launch_count(self, pending: int) -> int:
@@ -250,13 +261,13 @@ class Controller:
         warned_stale = False
         live: list[str] = list(self.launched)
         phases.reached(phases.TRACKING, self.run_dir)
-        while not self.state.complete:
+        while not (self.state.complete and self._results_intact()):
             messages = queues.receive(self.sqs, self.q.done, wait=1 if self.downloads_in_flight else 5)
             if len(messages) < queues.BATCH:
                 # A part-full batch means the queue is drained: let reports pile up a little
                 # so that receives and deletes stay batched (calls per second, not per job).
                 time.sleep(DONE_POLL_PAUSE)
-            before = len(self.state.final)
+            before = self.state.finished
             for msg in messages:
                 for report in decode_reports(msg["Body"]):
                     self._on_done(report)
@@ -264,7 +275,7 @@ class Controller:
                 queues.delete_batch(self.sqs, self.q.done, [m["ReceiptHandle"] for m in messages])
                 last_activity = time.monotonic()
             self._collect_downloads()
-            if len(self.state.final) > before:
+            if self.state.finished > before:
                 last_progress = time.monotonic()
                 warned_stale = False
 
@@ -314,8 +325,37 @@ class Controller:
             self.downloads_in_flight[fetch] = self.downloads.submit(self._fetch_result, fetch)
 
     def _fetch_result(self, job_id: str) -> bool:
+        """Download the job's result; True when it reads in full (and is now the local copy)."""
         key = result_key(self.spec.fleet_id, job_id)
-        return store.download_result(self.s3, self.cfg.bucket, key, self.results_dir / f"{job_id}.eval")
+        ok = store.download_result(self.s3, self.cfg.bucket, key, self.local.path(job_id))
+        if ok:
+            self.local.remember(job_id)
+        return ok
+
+    def _rerun(self, job_id: str, why: str) -> None:
+        """A result that does not read in full: drop it and run the job again, a few times at most."""
+        self.bad_results[job_id] = self.bad_results.get(job_id, 0) + 1
+        self.s3.delete_object(Bucket=self.cfg.bucket, Key=result_key(self.spec.fleet_id, job_id))
+        if self.bad_results[job_id] > self.cfg.max_receive_count:
+            self.warn(f"result of job {job_id} unreadable {self.bad_results[job_id]} times ({why}); giving up on it")
+            self.state.abandon(job_id, "infra", f"result unreadable {self.bad_results[job_id]} times: {why}")
+            return
+        self.warn(f"result of job {job_id} is unreadable ({why}); running it again")
+        queues.send_batch(self.sqs, self.q.work, [self.work_message(self.jobs[job_id]).to_json()])
+
+    def _results_intact(self) -> bool:
+        """Before the merge: every finished job's local copy still reads in full. A damaged copy
+        is fetched again from S3; when that copy is bad too, the job goes back to the queue."""
+        finished = [j for j, outcome in self.state.final.items() if outcome != "failed"]
+        intact = True
+        for job_id, why in self.local.damaged(finished).items():
+            self.warn(f"local result of job {job_id} was damaged ({why}); fetching it again")
+            if self._fetch_result(job_id):
+                continue
+            self.state.unverified(job_id)
+            self._rerun(job_id, why)
+            intact = False
+        return intact
 
     def _collect_downloads(self, wait: bool = False) -> None:
         for job_id, fut in list(self.downloads_in_flight.items()):
@@ -325,10 +365,7 @@ class Controller:
             ok = fut.result()
             self.state.fetched(job_id, ok)
             if not ok:
-                # A result that is not a finished log (a truncated upload): drop it and run again.
-                self.warn(f"result of job {job_id} is unreadable; running it again")
-                self.s3.delete_object(Bucket=self.cfg.bucket, Key=result_key(self.spec.fleet_id, job_id))
-                queues.send_batch(self.sqs, self.q.work, [self.work_message(self.jobs[job_id]).to_json()])
+                self._rerun(job_id, "the uploaded log does not read in full")
 
     def _drain_dlq(self) -> None:
         while True:

@@ -305,7 +305,7 @@ def run_fleet(request: FleetRequest | None = None, *, hooks: RunHooks | None = N
 
 def exit_status(result: RunResult) -> int:
     """0 only for a complete, successful run."""
-    return 1 if result.stopped_reason or result.dead_report else 0
+    return 1 if result.stopped_reason or result.dead_report or result.missing else 0
 
 
 __all__ = ["FleetRequest", "PlannedFleet", "RunHooks", "execute", "exit_status", "fleet_env", "plan_fleet", "run_fleet"]

@@ -94,3 +94,5 @@ class RunResult:
     cost: float = 0.0
     enqueued: int = 0
     adopted_workers: int = 0
+    missing: list[dict[str, Any]] = field(default_factory=list)  # jobs not in the merged run, with why
+    late_successes: list[str] = field(default_factory=list)  # job ids that succeeded after a dead letter

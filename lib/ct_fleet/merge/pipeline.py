@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,17 +40,19 @@ def merge_eval_logs(
     sample_ids: Sequence[str | int] | None = None,
     epochs: int | None = None,
     name: str | None = None,
+    on_skip: Callable[[Path, str], None] | None = None,
 ) -> list[MergedTask]:
     """Merge one-sample `.eval` logs into one `.eval` per task identity in `out_dir`.
 
     `sample_ids` are the intended ids in dataset order (None: the ids seen in the
     inputs); `epochs` the intended epochs (None: the largest seen); `name` the output
     file stem (default: the task name; a `-<hash>` suffix is added when several
-    tasks would share a stem).
+    tasks would share a stem); `on_skip(path, why)` hears of each input that is not a
+    readable log (it is left out, never a reason to fail the merge).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    groups = group_inputs(inputs)
+    groups = group_inputs(inputs, on_skip)
     stems = output_stems(groups, name)
     run_id = short_id("run", *sorted(g.key for g in groups))
     results = []

@@ -8,7 +8,7 @@ import logging
 import pickle
 import tempfile
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -107,15 +107,41 @@ class Group:
     created: str = ""  # earliest eval.created over all inputs
 
 
-def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], RawMember]]] | None:
-    """Read one input's header and summaries; None (with a warning) if it is unusable."""
+class Unreadable(Exception):
+    """An input the merge cannot use; the message says why (one line)."""
+
+
+# Junk where a log should be raises any of these while it is read; each means "skip it".
+_MALFORMED = (
+    OSError,
+    EOFError,
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    KeyError,
+    ValueError,
+    TypeError,
+    AttributeError,
+    IndexError,
+    RecursionError,
+    NotImplementedError,
+)
+
+
+def read_input(path: Path) -> tuple[dict[str, Any], str, list[tuple[dict[str, Any], RawMember]]]:
+    """(header, identity key, [(summary row, sample entry)]) of one input; Unreadable if it is not a log.
+
+    Every kept sample entry is inflated and parsed once here (its CRC checked), so that
+    pass 2, which copies compressed bytes without looking, never copies a corrupt entry.
+    """
     try:
         with zipfile.ZipFile(path) as zf:
             infos = zipio.live_infos(zf)
             if HEADER_JSON not in infos:
-                logger.warning("skipping %s: no header.json (eval unfinished or crashed)", path)
-                return None
+                raise Unreadable("no header.json (eval unfinished or crashed)")
             header = json.loads(zf.read(infos[HEADER_JSON]))
+            if not isinstance(header, dict) or not isinstance(header.get("eval"), dict):
+                raise Unreadable("header.json is not an eval log header")
+            key = identity_key(header)
             if SUMMARIES_JSON in infos:
                 rows = json.loads(zf.read(infos[SUMMARIES_JSON]))
             else:
@@ -124,6 +150,8 @@ def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], Ra
                     key=lambda n: int(n[len(JOURNAL_SUMMARIES) : -len(".json")]),
                 )
                 rows = [row for n in journal for row in json.loads(zf.read(infos[n]))]
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise Unreadable("its sample summaries are not a list of summaries")
             latest: dict[tuple[str, int], dict[str, Any]] = {}
             for row in rows:  # last row per (id, epoch) wins, as in Inspect's readers
                 latest[(str(row["id"]), int(row["epoch"]))] = row
@@ -134,11 +162,28 @@ def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], Ra
                 if info is None:
                     logger.warning("%s: summary for %s but no sample entry; ignored", path, name)
                     continue
+                try:
+                    sample = json.loads(zf.read(info))
+                except (zipfile.BadZipFile, ValueError) as exc:
+                    raise Unreadable(f"sample entry {name} is corrupt ({type(exc).__name__}: {exc})") from None
+                if not isinstance(sample, dict):
+                    raise Unreadable(f"sample entry {name} is not a sample")
                 samples.append((row, RawMember.from_info(info)))
-            return header, samples
-    except (OSError, zipfile.BadZipFile, KeyError, ValueError, TypeError, EOFError) as ex:
-        logger.warning("skipping %s: unreadable .eval (%s: %s)", path, type(ex).__name__, ex)
+            return header, key, samples
+    except Unreadable:
+        raise
+    except _MALFORMED as ex:
+        raise Unreadable(f"unreadable .eval ({type(ex).__name__}: {str(ex)[:200]})") from None
+
+
+def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], RawMember]]] | None:
+    """Read one input's header and summaries; None (with a warning) if it is unusable."""
+    try:
+        header, _, samples = read_input(path)
+    except Unreadable as exc:
+        logger.warning("skipping %s: %s", path, exc)
         return None
+    return header, samples
 
 
 def better(new: Record, old: Record) -> bool:
@@ -146,19 +191,38 @@ def better(new: Record, old: Record) -> bool:
     return (new.error is None, new.completed_at) > (old.error is None, old.completed_at)
 
 
-def group_inputs(inputs: Iterable[Path]) -> list[Group]:
+def _records(
+    samples: list[tuple[dict[str, Any], RawMember]],
+) -> list[tuple[dict[str, Any], RawMember, str | None, datetime]]:
+    """Each sample's summary with its error and completion time, or Unreadable when junk."""
+    try:
+        return [
+            (row, member, error_text(row.get("error")), timestamp(row.get("completed_at"))) for row, member in samples
+        ]
+    except _MALFORMED as ex:
+        raise Unreadable(f"malformed sample summary ({type(ex).__name__}: {str(ex)[:200]})") from None
+
+
+def group_inputs(inputs: Iterable[Path], on_skip: Callable[[Path, str], None] | None = None) -> list[Group]:
     groups: dict[str, Group] = {}
     for path in sorted({Path(p) for p in inputs}, key=str):
-        scanned = scan_file(path)
-        if scanned is None:
+        try:
+            header, key, samples = read_input(path)
+            records = _records(samples)
+            stats = header.get("stats") or {}
+            if not isinstance(stats, dict):
+                raise Unreadable("its stats are not a mapping")
+            created = header["eval"].get("created", "")
+            if created and not isinstance(created, str):
+                raise Unreadable("its creation time is not text")
+        except Unreadable as exc:
+            logger.warning("skipping %s: %s", path, exc)
+            if on_skip:
+                on_skip(path, str(exc))
             continue
-        header, samples = scanned
-        key = identity_key(header)
         group = groups.get(key)
         if group is None:
             group = groups[key] = Group(key=key, header=header)
-        stats = header.get("stats") or {}
-        created = header["eval"].get("created", "")
         if created and (not group.created or timestamp(created) < timestamp(group.created)):
             group.created = created
         offset, length = group.spool.put(
@@ -180,14 +244,14 @@ def group_inputs(inputs: Iterable[Path]) -> list[Group]:
             )
         )
         file_index = len(group.files) - 1
-        for row, member in samples:
+        for row, member, error, completed_at in records:
             offset, length = group.spool.put((dumps(row), member))
             record = Record(
                 file=file_index,
                 sample_id=row["id"],
                 epoch=int(row["epoch"]),
-                error=error_text(row.get("error")),
-                completed_at=timestamp(row.get("completed_at")),
+                error=error,
+                completed_at=completed_at,
                 spool=group.spool,
                 offset=offset,
                 length=length,

@@ -31,7 +31,7 @@ from typing import Any
 
 import psutil
 
-from ..evallog import read_header, sample_error
+from ..evallog import problem, read_header, sample_error
 from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
 from ..services import queues, session, store
 from .concurrency import Concurrency
@@ -192,6 +192,16 @@ class Worker:
         if header is None:
             return Attempt("retry", "infra", "runner left no finished log", attempt.started_at)
         error = sample_error(header)
+        unreadable = problem(out)
+        if unreadable is not None:
+            # Not a result the controller could count: retried, and dead-lettered if it persists.
+            detail = f"; the eval's error: {error}" if error else ""
+            return Attempt(
+                "retry",
+                "infra",
+                f"runner left a log that does not read in full: {unreadable}{detail}",
+                attempt.started_at,
+            )
         if error is not None:
             if RATE_LIMIT.search(error):
                 return Attempt("retry", "model_api", error, attempt.started_at)
