@@ -100,7 +100,7 @@ def eval_command(
         return
     hooks = RunHooks(
         info=lambda text: console.print(text, highlight=False, soft_wrap=True),
-        warn=lambda text: err.print(f"[yellow]warning:[/] {text}", highlight=False),
+        warn=lambda text: err.print(f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True),
         leave_running_on_interrupt=_ask_leave_running,
     )
     fleet_id, run_dir = planned.spec.fleet_id, planned.run_dir

@@ -346,6 +346,7 @@ class Controller:
     def _results_intact(self) -> bool:
         """Before the merge: every finished job's local copy still reads in full. A damaged copy
         is fetched again from S3; when that copy is bad too, the job goes back to the queue."""
+        phases.reached(phases.VERIFY, self.run_dir)
         finished = [j for j, outcome in self.state.final.items() if outcome != "failed"]
         intact = True
         for job_id, why in self.local.damaged(finished).items():
