@@ -15,12 +15,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from ..cloud import Cloud
 from ..protocol import DoneMessage, Manifest, WorkMessage, decode_reports, log_key, result_key
 from ..services import instances, queues, store
 from ..services import secrets as fleet_secrets
-from . import cost, interrupts, phases, scaling
+from . import cost, interrupts, liveness, phases, scaling
 from .interrupts import Terminated
+from .lease import S3Lease
 from .plan import Job
 from .report import missing_jobs
 from .results import LocalResults
@@ -77,6 +80,7 @@ class Controller:
         self.downloads = ThreadPoolExecutor(max_workers=8)
         self.downloads_in_flight: dict[str, Future[bool]] = {}
         self.local = LocalResults(self.results_dir)
+        self.lease = S3Lease(self.s3, self.cfg.bucket, spec.fleet_id)
         self.bad_results: dict[str, int] = {}  # job id -> unreadable results fetched so far
 
     # -- set-up ------------------------------------------------------------------------
@@ -106,13 +110,21 @@ class Controller:
         an interrupt or an error stops the workers and deletes their secrets (unless the
         user chose to leave them running), and raises FleetInterrupted on an interrupt."""
         start = time.monotonic()
+        self.lease.acquire()  # before anything is touched: a refusal must leave the other run alone
+        try:
+            return self._run(start, code_tarball, user_data_settings)
+        finally:
+            self.lease.release()
+
+    def _run(self, start: float, code_tarball: Path, user_data_settings: dict[str, str]) -> RunResult:
         try:
             done, adopted, enqueued, stopped_reason = self._drive(start, code_tarball, user_data_settings)
         except BaseException as exc:
             self._stop_early(exc)
             raise
         try:
-            self.teardown(delete_queues=self.state.complete)
+            if not self.lease.lost:  # else the fleet is another controller's now: hands off
+                self.teardown(delete_queues=self.state.complete)
             self._record_durations()
             phases.reached(phases.MERGE, self.run_dir)
             merged = self._merge()
@@ -143,8 +155,8 @@ class Controller:
     ) -> tuple[set[str], bool, int, str | None]:
         """Resume, enqueue, launch, track: (resumed jobs, adopted?, messages sent, stop reason)."""
         self.results_dir.mkdir(parents=True, exist_ok=True)
-        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
-        done = self._resume(previous)
+        previous, known = self._previous_manifest()
+        done = self._resume(previous, known)
         store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
         pending = [job for job_id, job in self.jobs.items() if job_id not in done]
         adopted, enqueued = self._queue(pending, previous)
@@ -166,7 +178,7 @@ class Controller:
                 leave = self.leave_running_on_interrupt()
             except BaseException:  # a second Ctrl-C or EOF at the prompt: stop
                 leave = False
-        if not leave:
+        if not leave and not self.lease.lost:
             try:
                 self.teardown(delete_queues=False)
             except KeyboardInterrupt:
@@ -176,9 +188,22 @@ class Controller:
         if interrupted:
             raise FleetInterrupted(leave) from None
 
-    def _resume(self, previous: Manifest | None) -> set[str]:
+    def _previous_manifest(self) -> tuple[Manifest | None, bool]:
+        """(the fleet's manifest in S3, whether an earlier run left one there or on disk).
+
+        A manifest that does not parse must not block every resume of the fleet: results are
+        keyed by job id, so they are still found, and the manifest is written anew."""
+        known = (self.run_dir / "manifest.json").exists()
+        try:
+            previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
+        except ValueError as exc:
+            self.warn(f"the fleet's manifest in S3 is unreadable ({exc}); resuming from its results and rewriting it")
+            return None, True
+        return previous, known or previous is not None
+
+    def _resume(self, previous: Manifest | None, known: bool) -> set[str]:
         """Jobs already done by an earlier run of this fleet (its manifest in S3 or on disk)."""
-        if previous is None and not (self.run_dir / "manifest.json").exists():
+        if not known:
             return set()
         done = self.completed_results()
         self.state.resumed(done)
@@ -262,7 +287,12 @@ class Controller:
         live: list[str] = list(self.launched)
         phases.reached(phases.TRACKING, self.run_dir)
         while not (self.state.complete and self._results_intact()):
-            messages = queues.receive(self.sqs, self.q.done, wait=1 if self.downloads_in_flight else 5)
+            try:
+                messages = queues.receive(self.sqs, self.q.done, wait=1 if self.downloads_in_flight else 5)
+            except ClientError as exc:
+                if liveness.gone(exc) is None:
+                    raise
+                return f"{liveness.missing(self.sqs, self.s3, self.q, self.cfg.bucket, self.spec.fleet_id) or liveness.gone(exc)}: the fleet cannot progress; fleet terminated"
             if len(messages) < queues.BATCH:
                 # A part-full batch means the queue is drained: let reports pile up a little
                 # so that receives and deletes stay batched (calls per second, not per job).
@@ -301,6 +331,11 @@ class Controller:
 
     def _check_fleet(self, settings: dict[str, str]) -> tuple[list[str], str | None]:
         """One look at EC2 and the queues: reap, cost, dead letters, replacements, scaling."""
+        if self.lease.lost:
+            return self.launched, f"another controller took over fleet {self.spec.fleet_id}: this one stops"
+        gone = liveness.missing(self.sqs, self.s3, self.q, self.cfg.bucket, self.spec.fleet_id)
+        if gone:
+            return self.launched, f"{gone}: the fleet cannot progress; fleet terminated"
         live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
         self.cloud.poll(live)
         for gone in set(self.launch_times) - set(live) - set(self.end_times):

@@ -25,6 +25,7 @@ from ..paths import REPO_ROOT
 from ..protocol import START_CONCURRENCY, FleetEnv, secrets_prefix
 from ..settings import Setting, load_setting
 from . import code, config, cost, credentials, interrupts, plan, preflight, sweep
+from .lease import LocalLock
 from .loop import Controller
 from .resume import check_resume
 from .runconfig import load_run_config
@@ -231,10 +232,14 @@ def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
         hooks.warn(f"{planned.untracked} untracked file(s) will not ship to workers (git add them)")
     for note in planned.notes:
         hooks.warn(note)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tarball = code.archive(REPO_ROOT, spec.code_sha, run_dir / "code.tar.gz")
-    with interrupts.stop_signals():
-        return _execute(planned, hooks, tarball)
+    lock = LocalLock(run_dir)
+    lock.acquire()  # one controller per fleet on this machine (the S3 lease covers other machines)
+    try:
+        tarball = code.archive(REPO_ROOT, spec.code_sha, run_dir / "code.tar.gz")
+        with interrupts.stop_signals():
+            return _execute(planned, hooks, tarball)
+    finally:
+        lock.release()
 
 
 def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult:
