@@ -9,6 +9,7 @@ attempts), CT_FAULT_SLEEP (seconds before each sample).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -64,5 +65,19 @@ def slow() -> Solver:
 
     def before(state: TaskState) -> None:
         time.sleep(float(os.environ.get("CT_FAULT_SLEEP", "2")))
+
+    return _with(before)
+
+
+@solver
+def crash_leaking_secrets() -> Solver:
+    """A careless job: prints the secrets it can see, then dies (its stderr reaches the report)."""
+
+    def before(state: TaskState) -> None:
+        if _targeted(state):
+            for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GH_TOKEN"):
+                if os.environ.get(name):
+                    print(f"debug: {name}={os.environ[name]}", file=sys.stderr, flush=True)
+            os._exit(3)
 
     return _with(before)

@@ -12,13 +12,14 @@ import json
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from ..cloud import Cloud
-from ..protocol import DoneMessage, Manifest, WorkMessage, decode_reports, log_key, result_key
+from ..protocol import DoneMessage, Manifest, WorkMessage, decode_reports, log_key, mask, result_key
 from ..services import instances, queues, store
 from ..services import secrets as fleet_secrets
 from . import cost, interrupts, liveness, phases, scaling
@@ -355,6 +356,8 @@ class Controller:
             if msg.load is not None:
                 self.worker_load[msg.instance_id] = (msg.load, time.monotonic())
             return
+        if msg.error:
+            msg = replace(msg, error=mask(msg.error, self.secrets.values()))
         fetch = self.state.on_report(msg)
         if fetch is not None:
             self.downloads_in_flight[fetch] = self.downloads.submit(self._fetch_result, fetch)
@@ -453,6 +456,7 @@ class Controller:
                 if "FAILED" in line:
                     failed = line.strip()
             if failed:
+                failed = mask(failed, self.secrets.values())
                 return f"workers keep dying: {failed} (log: s3://{self.cfg.bucket}/{key})"
         return f"workers keep dying after {self.replacements} replacement(s); logs under s3://{self.cfg.bucket}/{self.spec.fleet_id}/logs/"
 
@@ -487,7 +491,7 @@ class Controller:
                     "sample_id": job.sample_id,
                     "epoch": job.epoch,
                     "error_class": error_class,
-                    "error": error.strip().splitlines()[-1] if error.strip() else "",
+                    "error": mask(error.strip().splitlines()[-1] if error.strip() else "", self.secrets.values()),
                     "rerun": f"bin/ct-fleet run-job {self.spec.fleet_id} {job_id}",
                 }
             )

@@ -4,6 +4,7 @@
 - messages: work, done and heartbeat messages (versioned)
 - manifest: the fleet manifest and the one place work messages are built
 - fleet_env: the settings a worker boots with (fleet.env), with one set of defaults
+- masking: secret values out of text that is reported or shown
 """
 
 from .fleet_env import START_CONCURRENCY, FleetEnv
@@ -22,6 +23,7 @@ from .keys import (
     secrets_prefix,
 )
 from .manifest import MANIFEST_SCHEMA, Manifest, ManifestJob
+from .masking import mask
 from .messages import SCHEMA, DoneMessage, Outcome, WorkMessage, decode_reports, encode_reports
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "log_key",
     "logs_prefix",
     "manifest_key",
+    "mask",
     "queue_names",
     "result_job_id",
     "result_key",

@@ -32,7 +32,7 @@ from typing import Any
 import psutil
 
 from ..evallog import problem, read_header, sample_error
-from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
+from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, mask, queue_names
 from ..services import queues, session, store
 from .concurrency import Concurrency
 from .reporter import Reporter
@@ -57,6 +57,7 @@ class WorkerSettings:
     report_interval: float = 1.0
     spot_notice_file: Path | None = None
     spot: bool = False
+    secret_values: tuple[str, ...] = ()  # from secrets.env (run-worker.sh exports it): masked in reports
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "WorkerSettings":
@@ -79,6 +80,7 @@ class WorkerSettings:
             work_dir=Path(env.get("WORK_DIR") or tempfile.mkdtemp(prefix="ct-worker-")),
             spot_notice_file=Path(notice) if notice else None,
             spot=fleet.SPOT,
+            secret_values=tuple(env[name] for name in fleet.SECRET_NAMES.split() if env.get(name)),
         )
 
 
@@ -129,7 +131,7 @@ class Worker:
             started_at=attempt.started_at,
             finished_at=time.time(),
             error_class=attempt.error_class,
-            error=(attempt.error or "")[-2000:] or None,
+            error=mask(attempt.error or "", self.s.secret_values)[-2000:] or None,
             sent_at=time.time(),
         )
 
@@ -184,7 +186,7 @@ class Worker:
                 return Attempt(
                     "failed", "timeout", f"killed after {job.time_limit * 1.5 + 60:.0f}s", attempt.started_at
                 )
-        tail = stderr_path.read_text(errors="replace")[-4000:]
+        tail = self._masked_stderr(stderr_path)[-4000:]
         if code != 0:
             cls = "model_api" if RATE_LIMIT.search(tail) else "infra"
             return Attempt("retry", cls, f"runner exit {code}: {tail.strip()[-1500:]}", attempt.started_at)
@@ -207,6 +209,14 @@ class Worker:
                 return Attempt("retry", "model_api", error, attempt.started_at)
             return Attempt("sample_error", "task_error", error, attempt.started_at)
         return attempt
+
+    def _masked_stderr(self, path: Path) -> str:
+        """The job's stderr with the secrets masked, in the file too: it outlives the job on disk."""
+        text = path.read_text(errors="replace")
+        masked = mask(text, self.s.secret_values)
+        if masked != text:
+            path.write_text(masked)
+        return masked
 
     def handle(self, msg: dict[str, Any]) -> None:
         received_at = time.time()
