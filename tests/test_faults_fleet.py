@@ -131,3 +131,48 @@ def test_a_corrupt_manifest_in_s3_does_not_block_the_resume(account, tmp_path: P
     from ct_fleet.protocol import Manifest
 
     assert Manifest.from_json(body).fleet_id == run_dir.name  # written anew
+
+
+@pytest.mark.faults
+def test_jobs_handed_out_twice_count_once_and_are_never_dead(account, tmp_path: Path):
+    """The visibility_timeout=0 story without the bad knob: every visibility extension fails,
+    so running jobs reappear on the queue, run twice, and copies reach the dead-letter queue
+    after the job succeeded. Each job must count once, as finished, and the dead table stay empty."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from faultproxy import spawn_proxy
+
+    machine = other_machine(account, tmp_path, "m")
+    with spawn_proxy(account["kw"]["endpoint_url"], rules=["sqs:ChangeMessageVisibility*:5xx:before:1.0"]) as proxy:
+        through = {**machine, "kw": {**machine["kw"], "endpoint_url": proxy.endpoint_url}}
+        proc = start_ec2(
+            through,
+            "--task-file",
+            "smoke",
+            *SLOW,
+            "--ec2-arg",
+            "new_fleet=true",
+            "--ec2-arg",
+            "visibility_timeout=4",
+            "--ec2-arg",
+            "heartbeat_interval=2",
+            "--ec2-arg",
+            "max_receive_count=2",
+            "--ec2-arg",
+            "idle_timeout=3",
+            "--ec2-arg",
+            "retry_backoff=1",
+            CT_FAULT_SLEEP="8",
+        )
+        out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out + err
+    text = " ".join(out.split())
+    assert "dead-lettered" not in text and "missing from the merged run" not in err
+    assert int(text.split("redeliveries ")[1].split(",")[0]) >= 1  # jobs really were handed out twice
+    (run_dir,) = [p for p in machine["runs"].iterdir() if p.is_dir() and (p / "merged").exists()]
+    from inspect_ai.log import read_eval_log
+
+    (merged,) = (run_dir / "merged").glob("*.eval")
+    pairs = [(s.id, s.epoch) for s in read_eval_log(str(merged)).samples or []]
+    assert len(pairs) == 4 and len(set(pairs)) == 4
