@@ -1,7 +1,11 @@
-"""From a command line to a plan: tasks, jobs (tasks x epochs) and the fleet id.
+"""From a command line to a plan: tasks, jobs (samples x epochs) and the fleet id.
 
 Everything here is pure and deterministic: the same inputs give the same job ids and the
 same fleet id, which is what makes a rerun of the same command resume its fleet.
+
+A fleet runs one or more Inspect tasks (FleetTask): a plain task (TASK, -T), or the task
+of each setting a setting run names (-e setting:env, task files), with the policy as its
+task argument. Each task's jobs are its selected sample ids x epochs.
 """
 
 from __future__ import annotations
@@ -9,34 +13,71 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from ..errors import BadInput
 from ..paths import TASK_SETS_DIR
-from ..settings import Setting
+from ..protocol import ManifestTask
+from ..protocol.messages import TaskRoot
 
-TASK_KEYS = {"env", "main_task", "side_task"}
+TASK_KEYS = {"env", "main_task", "side_task", "setting"}
 
 
 @dataclass(frozen=True, order=True)
 class TaskSpec:
+    """One env x main task x side task of a setting (None: the run's default setting)."""
+
     env: str
     main_task: str
     side_task: str | None = None
+    setting: str | None = None
+
+
+@dataclass(frozen=True)
+class FleetTask:
+    """One Inspect task of a fleet, as its jobs run it (the manifest's ManifestTask)."""
+
+    name: str
+    task_spec: str
+    task_root: TaskRoot
+    task_args: dict[str, Any]
+    sample_ids: list[str | int]
+    setting: str | None = None
+    task_file: str | None = None  # shown in the merged header
+    limit: int | list[int] | None = None
+    sample_id: list[str] | None = None
+    selection: list[TaskSpec] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return _short_hash(self.task_spec, self.task_root, self.task_args, self.setting)
+
+    def manifest(self) -> ManifestTask:
+        return ManifestTask(
+            key=self.key,
+            name=self.name,
+            task_spec=self.task_spec,
+            task_args=dict(self.task_args),
+            sample_ids=list(self.sample_ids),
+            task_root=self.task_root,
+            setting=self.setting,
+            task_file=self.task_file,
+            limit=self.limit,
+            sample_id=self.sample_id,
+        )
 
 
 @dataclass(frozen=True)
 class Job:
-    """One sample x one epoch: the unit a worker runs."""
+    """One sample x one epoch of one task: the unit a worker runs."""
 
     job_id: str
-    sample_id: str
-    env: str
-    main_task: str
-    side_task: str | None
+    task: str  # FleetTask.key
+    sample_id: str | int
     epoch: int
 
 
@@ -60,17 +101,20 @@ def resolve_task_file(name: str) -> Path:
 
 def _task_from_mapping(entry: object, where: str) -> TaskSpec:
     if not isinstance(entry, dict):
-        raise BadInput(f"{where}: expected a mapping with env, main_task and optional side_task")
+        raise BadInput(f"{where}: expected a mapping with env, main_task and optional side_task, setting")
     unknown = set(entry) - TASK_KEYS
     if unknown:
-        raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: env, main_task, side_task")
+        raise BadInput(
+            f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: env, main_task, side_task, setting"
+        )
     for key in ("env", "main_task"):
         if not isinstance(entry.get(key), str) or not entry[key]:
             raise BadInput(f"{where}: {key} must be a non-empty string")
-    side = entry.get("side_task")
-    if side is not None and (not isinstance(side, str) or not side):
-        raise BadInput(f"{where}: side_task must be a non-empty string when given")
-    return TaskSpec(entry["env"], entry["main_task"], side)
+    for key in ("side_task", "setting"):
+        value = entry.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise BadInput(f"{where}: {key} must be a non-empty string when given")
+    return TaskSpec(entry["env"], entry["main_task"], entry.get("side_task"), entry.get("setting"))
 
 
 def load_task_file(path: Path) -> list[TaskSpec]:
@@ -107,10 +151,11 @@ def select_tasks(
     envs: Sequence[str],
     main_tasks: Sequence[str],
     side_tasks: Sequence[str],
+    setting: str | None = None,
 ) -> list[TaskSpec]:
     """-e/-t/-s: every selected env x its selected (or all) main tasks x the selected side tasks."""
     if not envs:
-        raise BadInput("choose tasks with --task-file NAME or -e/--env ENV (with -t/-s to narrow)")
+        raise BadInput("choose tasks with TASK, --task-file NAME or -e/--env ENV (with -t/-s to narrow)")
     tasks = []
     for env in envs:
         entry = catalog.get(env)
@@ -119,7 +164,7 @@ def select_tasks(
         for main in main_tasks or entry["main_tasks"]:
             sides: Sequence[str | None] = side_tasks or [None]
             for side in sides:
-                tasks.append(TaskSpec(env, main, side))
+                tasks.append(TaskSpec(env, main, side, setting))
     return tasks
 
 
@@ -144,19 +189,23 @@ def dedupe(tasks: Iterable[TaskSpec]) -> list[TaskSpec]:
     return list(dict.fromkeys(tasks))
 
 
-def make_jobs(tasks: Sequence[TaskSpec], epochs: int, policy: str, setting: Setting) -> list[Job]:
+def make_jobs(
+    tasks: Sequence[FleetTask], epochs: int, *, code_sha: str, model: str, model_args: dict[str, Any]
+) -> list[Job]:
+    """Each task's sample ids x epochs; a job id names the task, the model, the sample and the epoch."""
     if epochs < 1:
         raise BadInput(f"--epochs must be at least 1 (got {epochs})")
     jobs = []
     for task in tasks:
-        sample_id = setting.sample_id(task.env, task.main_task, task.side_task)
-        for epoch in range(1, epochs + 1):
-            job_id = _short_hash(setting.name, policy, sample_id, epoch)
-            jobs.append(Job(job_id, sample_id, task.env, task.main_task, task.side_task, epoch))
+        for sample_id in task.sample_ids:
+            for epoch in range(1, epochs + 1):
+                job_id = _short_hash(code_sha, task.key, model, model_args, sample_id, epoch)
+                jobs.append(Job(job_id, task.key, sample_id, epoch))
     return jobs
 
 
-def fleet_id(code_sha: str, policy: str, tasks: Sequence[TaskSpec], epochs: int, **extra: object) -> str:
-    """Same code, policy, tasks, epochs (and extra identity such as instance type) -> same fleet."""
+def fleet_id(code_sha: str, tasks: Sequence[FleetTask], epochs: int, **extra: object) -> str:
+    """Same code, tasks (spec, arguments, selection), epochs and extra identity -> same fleet."""
     identity = {k: v for k, v in sorted(extra.items()) if v is not None}
-    return _short_hash(code_sha, policy, [asdict(t) for t in tasks], epochs, identity, length=12)
+    described = [[t.key, t.sample_ids, t.limit, t.sample_id] for t in tasks]
+    return _short_hash(code_sha, described, epochs, identity, length=12)

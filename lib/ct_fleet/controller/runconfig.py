@@ -22,12 +22,28 @@ def load_run_config(path: Path | None, attack: str | None) -> tuple[dict[str, An
     except yaml.YAMLError as exc:
         raise BadInput(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
-        raise BadInput(f"{path}: expected a mapping (task_file, policy, epochs, ec2_args, attacks)")
-    allowed = {"task_file", "policy", "epochs", "model", "ec2_args", "attacks"}
+        raise BadInput(f"{path}: expected a mapping (task or task_file, policy, model, epochs, ec2, ec2_args, attacks)")
+    allowed = {
+        "task",
+        "task_args",
+        "model_args",
+        "limit",
+        "sample_id",
+        "task_file",
+        "setting",
+        "envs",
+        "requirements",
+        "policy",
+        "epochs",
+        "model",
+        "ec2",
+        "ec2_args",
+        "attacks",
+    }
     unknown = set(data) - allowed
     if unknown:
         raise BadInput(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
-    options = {k: data[k] for k in ("task_file", "policy", "epochs", "model") if k in data}
+    options = {k: data[k] for k in allowed - {"ec2_args", "attacks"} if k in data}
     ec2_args = config.from_mapping(data.get("ec2_args") or {}, f"{path}: ec2_args")
     attacks = data.get("attacks") or []
     names = [str(a.get("name")) for a in attacks if isinstance(a, dict)]

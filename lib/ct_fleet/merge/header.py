@@ -39,6 +39,7 @@ def build_header(
     ids: list[str | int],
     n_epochs: int,
     kept: list[Record],
+    eval_overrides: dict[str, Any] | None = None,
 ) -> Any:
     """The template header with the merged selection, stable ids and merged stats."""
     ev = group.header["eval"]
@@ -63,7 +64,10 @@ def build_header(
     # a leftover single id would make eval_retry silently shrink the run
     whole = dataset.get("samples") is not None and len(ids) >= int(dataset["samples"])
     config["sample_id"] = None if whole else list(ids)
+    overrides = dict(eval_overrides or {})
+    config.update(overrides.pop("config", None) or {})
     eval_spec["config"] = config
+    eval_spec.update(overrides)
 
     header = EvalLog.model_validate(
         {

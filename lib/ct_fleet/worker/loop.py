@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -34,12 +33,12 @@ import psutil
 from ..evallog import read_header, sample_error
 from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
 from ..services import queues, session, store
+from . import failures
 from .concurrency import Concurrency
+from .inspect_job import command_env, finish_command_output
 from .reporter import Reporter
 
 log = logging.getLogger("ct_fleet.worker")
-
-RATE_LIMIT = re.compile(r"rate.?limit|\b429\b|overloaded|too many requests|RateLimitError", re.I)
 
 
 @dataclass
@@ -160,40 +159,41 @@ class Worker:
         attempt = Attempt(outcome="success")
         # The job's identity is in the environment for command templates and for
         # settings that want it (fault drills in tests key on it).
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "CT_JOB_ID": job.job_id,
-            "CT_SAMPLE_ID": job.sample_id,
-            "CT_EPOCH": str(job.epoch),
-            "CT_OUTPUT": str(out),
-        }
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **command_env(job, out)}
         if job.kind == "command":
             # A command job needs no Python of its own: run the template directly.
             cmd = ["bash", "-c", job.command or ""]
         else:
             cmd = [sys.executable, "-m", "ct_fleet.worker.runner", job.to_json(), str(out)]
         stderr_path = out.with_suffix(".stderr")
+        kill_after = job.kill_after * 1.5 + 60 if job.kill_after else None
         with open(stderr_path, "wb") as err:
             proc = subprocess.Popen(cmd, cwd=self.s.code_root, env=env, stdout=err, stderr=err)
             try:
-                code = proc.wait(timeout=job.time_limit * 1.5 + 60 if job.time_limit else None)
+                code = proc.wait(timeout=kill_after)
             except subprocess.TimeoutExpired:
                 _kill_tree(proc.pid)
                 proc.wait()
-                return Attempt(
-                    "failed", "timeout", f"killed after {job.time_limit * 1.5 + 60:.0f}s", attempt.started_at
-                )
-        tail = stderr_path.read_text(errors="replace")[-4000:]
+                return Attempt("failed", "timeout", f"killed after {kill_after:.0f}s", attempt.started_at)
+        secrets = failures.secret_values()
+        output = stderr_path.read_text(errors="replace")[-20000:]
+        if code == 0 and job.kind == "command" and out.exists():
+            try:
+                finish_command_output(job, out)
+            except (OSError, ValueError) as exc:
+                return Attempt("failed", "fatal", f"command log cannot be relabelled: {exc}", attempt.started_at)
         if code != 0:
-            cls = "model_api" if RATE_LIMIT.search(tail) else "infra"
-            return Attempt("retry", cls, f"runner exit {code}: {tail.strip()[-1500:]}", attempt.started_at)
+            text = failures.tail(output, secrets)
+            cls = failures.classify(text)
+            outcome = "failed" if cls == "fatal" else "retry"
+            return Attempt(outcome, cls, f"runner exit {code}: {text}", attempt.started_at)
         header = read_header(out)
         if header is None:
             return Attempt("retry", "infra", "runner left no finished log", attempt.started_at)
         error = sample_error(header)
         if error is not None:
-            if RATE_LIMIT.search(error):
+            error = failures.mask(error, secrets)
+            if failures.RATE_LIMIT.search(error):
                 return Attempt("retry", "model_api", error, attempt.started_at)
             return Attempt("sample_error", "task_error", error, attempt.started_at)
         return attempt
