@@ -165,21 +165,3 @@ def test_merge_command_merges_a_directory(smoke_run, tmp_path: Path):
     empty.mkdir()
     none = ct_fleet(runs, "merge", str(empty))
     assert none.returncode == 2 and "no .eval files" in none.stderr
-
-
-@pytest.mark.e2e
-def test_command_jobs_drive_another_eval_cli(smoke_run, tmp_path: Path):
-    """A command job is a shell template that must leave one .eval at $CT_OUTPUT; job ids
-    depend on setting, policy, sample and epoch only, so earlier results stand in here for
-    another eval CLI's output."""
-    runs, proc = smoke_run
-    assert proc.returncode == 0, proc.stderr
-    results = next(p for p in runs.iterdir() if p.is_dir()) / "jobs"
-    command = f'test -n "$CT_SAMPLE_ID" && cp {results}/"$CT_JOB_ID".evaljob "$CT_OUTPUT"'
-    got = ct_fleet(
-        tmp_path, "eval", "--task-file", "smoke", "--epochs", "3", "--command", command, "--ec2-arg", "idle_timeout=3"
-    )
-    assert got.returncode == 0, got.stdout + got.stderr
-    (merged,) = next(p for p in tmp_path.iterdir() if p.is_dir()).joinpath("merged").glob("*.eval")
-    pairs = {(s.id, s.epoch) for s in read_eval_log(str(merged)).samples or []}
-    assert len(pairs) == 12

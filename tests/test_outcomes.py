@@ -103,3 +103,39 @@ def test_what_a_model_needs_from_the_environment():
     assert models.forward_names(["A_KEY"], ["HF_TOKEN"], {"HF_TOKEN": "t"}) == ["A_KEY", "HF_TOKEN"]
     with pytest.raises(BadInput, match="AWS credentials never go to workers"):
         models.forward_names([], ["AWS_SECRET_ACCESS_KEY"], {"AWS_SECRET_ACCESS_KEY": "x"})
+
+
+BOOT_LOG = """2026-12-01T09:12:10Z [bootstrap.sh] step bootstrap: start
+2026-12-01T09:12:10Z [docker-login] step docker-login: ok in 4s
+2026-12-01T09:12:10Z [settings-pull] step settings-pull: start
+2026-12-01T09:12:11Z [settings-pull.sh] installing setting requirements: x.whl
+setting toyarena: ready from examples (3 environments)
+setting lab: FAILED: setting 'lab' does not import: ModuleNotFoundError: No module named 'x'
+2026-12-01T09:12:12Z [settings-pull] step settings-pull: FAILED (exit 1) after 2s
+2026-12-01T09:12:12Z [bootstrap.sh] step bootstrap: FAILED (exit 1) after 2s
+"""
+
+
+def test_the_failed_step_of_a_bootstrap_log_and_why():
+    from ct_fleet.controller.bootlog import failed_step
+
+    failure = failed_step(BOOT_LOG)
+    assert failure is not None and failure.step == "settings-pull" and failure.deterministic
+    assert failure.describe() == (
+        "step settings-pull failed: setting lab: FAILED: setting 'lab' does not import: "
+        "ModuleNotFoundError: No module named 'x'"
+    )
+    fetch = BOOT_LOG.replace("settings-pull", "fetch-code").replace("setting lab: FAILED", "download error")
+    assert failed_step(fetch) is not None and not failed_step(fetch).deterministic  # replacing may help
+    assert failed_step(BOOT_LOG.split("setting lab")[0]) is None  # nothing failed (yet)
+
+
+def test_ec2_by_default_from_the_run_config_or_the_environment(monkeypatch: pytest.MonkeyPatch):
+    from ct_fleet.controller.run import FleetRequest, _use_ec2
+
+    monkeypatch.delenv("CT_FLEET_EC2", raising=False)
+    assert _use_ec2(FleetRequest(), {}) is False
+    assert _use_ec2(FleetRequest(), {"ec2": True}) is True
+    monkeypatch.setenv("CT_FLEET_EC2", "true")
+    assert _use_ec2(FleetRequest(), {}) is True
+    assert _use_ec2(FleetRequest(ec2=False), {"ec2": True}) is False  # --no-ec2 wins

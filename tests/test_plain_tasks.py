@@ -182,3 +182,23 @@ def test_merge_exits_non_zero_when_a_sample_is_missing(fleet_run, tmp_path: Path
     merged = ct_fleet(runs, "merge", str(copy))
     assert merged.returncode == 1, merged.stdout + merged.stderr
     assert "status error" in merged.stderr and "1 of 12 samples missing" in merged.stderr
+
+
+# A command job: another eval CLI (here `inspect eval` itself) given the job's task, sample
+# and model in the task's own terms; its one-epoch log becomes the job's epoch.
+COMMAND = (
+    'd=$(mktemp -d) && inspect eval "$CT_TASK" -T n=8 -T offset=2 --sample-id "$CT_SAMPLE_ID" '
+    '--model "$CT_MODEL" --log-dir "$d" --log-format eval --display none && mv "$d"/*.eval "$CT_OUTPUT"'
+)
+
+
+@pytest.mark.e2e
+def test_command_jobs_run_the_task_in_its_own_terms(own_task: Path, tmp_path: Path):
+    runs = tmp_path / "runs"
+    args = [f"{own_task}@arith", "-T", "n=8", "-T", "offset=2", "--limit", "3", "--epochs", "2"]
+    proc = ct_fleet(runs, "eval", *args, "--command", COMMAND, *FAST)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, log = _merged(runs)
+    assert log.status == "success" and log.eval.dataset.sample_ids == [1, 2, 3]
+    assert [(s.id, s.epoch) for s in log.samples or []] == [(i, e) for e in (1, 2) for i in (1, 2, 3)]
+    assert log.results and log.results.scores[0].metrics["accuracy"].value == pytest.approx(2 / 3)

@@ -23,6 +23,8 @@ main() {
   # CT_EXTRA_ROOT: where jobs find a task shipped in an extra-src tree (ct_fleet.worker.inspect_job).
   export PYTHONPATH="$pypath" CODE_ROOT="$LB_ROOT" CT_EXTRA_ROOT="$LB_EXTRA"
   export WORK_DIR="${WORK_DIR:-$LB_HOME/var/lib/linuxbench/jobs}"
+  # Command jobs call the venv's tools (inspect, python) by name, as on the launching machine.
+  export PATH="$LB_VENV/bin:$PATH"
   export INSTANCE_ID="${INSTANCE_ID:-$(lb_instance_id)}"
   # Marks this process's AWS calls as the worker's in a CT_FLEET_API_LOG (the IAM proof).
   export CT_FLEET_ROLE=worker

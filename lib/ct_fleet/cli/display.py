@@ -208,7 +208,7 @@ def run_status_table(st: Any) -> Table:
         str(d.get("work_in_flight", "-")),
         str(d.get("dlq", "-")),
         str(st.instances),
-        str(st.manifest.policy),
+        str(st.manifest.policy or st.manifest.model),
         str(st.manifest.epochs),
     )
     return table

@@ -10,7 +10,7 @@ in that throwaway process, not in the controller.
 Request: {"spec": ..., "task_args": {...}, "limit": N | [start, stop] | null,
 "sample_id": [patterns] | null}. Answer: {"tasks": [{"name", "sample_ids", "epochs",
 "registry_name"}]} with each task's selected ids in dataset order, with their types; or
-exit 1 with the error's last line on stderr.
+exit 1 with the error on one line, last on stderr.
 
 Private Inspect API used (pinned inspect-ai==0.3.285, like the merge): the task loader
 and `slice_dataset`, so the selection is exactly the one `inspect eval` makes.
@@ -53,8 +53,8 @@ def main() -> int:
     try:
         answer = probe(request)
     except BaseException as exc:  # the user's code: anything may come out of it
-        text = str(exc).strip().splitlines()
-        print(f"{type(exc).__name__}: {text[-1] if text else ''}".rstrip(": "), file=sys.stderr)
+        text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"{type(exc).__name__}: {text[:400]}".rstrip(": "), file=sys.stderr)
         return 1
     json.dump(answer, sys.stdout)
     return 0
