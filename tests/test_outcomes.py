@@ -116,18 +116,19 @@ setting lab: FAILED: setting 'lab' does not import: ModuleNotFoundError: No modu
 """
 
 
-def test_the_failed_step_of_a_bootstrap_log_and_why():
-    from ct_fleet.controller.bootlog import failed_step
+def test_a_settings_pull_failure_is_reported_with_the_setting_s_line():
+    """What the controller stops on: steplog's failed step, with settings-pull's own line."""
+    from ct_fleet.controller.loop import DETERMINISTIC_STEPS
+    from ct_fleet.protocol import steplog
 
-    failure = failed_step(BOOT_LOG)
-    assert failure is not None and failure.step == "settings-pull" and failure.deterministic
+    failure = steplog.first_failure(BOOT_LOG)
+    assert failure is not None and failure.step.name in DETERMINISTIC_STEPS
     assert failure.describe() == (
-        "step settings-pull failed: setting lab: FAILED: setting 'lab' does not import: "
+        "step settings-pull FAILED (exit 1) after 2s: setting lab: FAILED: setting 'lab' does not import: "
         "ModuleNotFoundError: No module named 'x'"
     )
-    fetch = BOOT_LOG.replace("settings-pull", "fetch-code").replace("setting lab: FAILED", "download error")
-    assert failed_step(fetch) is not None and not failed_step(fetch).deterministic  # replacing may help
-    assert failed_step(BOOT_LOG.split("setting lab")[0]) is None  # nothing failed (yet)
+    fetch = BOOT_LOG.replace("settings-pull", "fetch-code")
+    assert steplog.first_failure(fetch).step.name not in DETERMINISTIC_STEPS  # replacing may help there
 
 
 def test_ec2_by_default_from_the_run_config_or_the_environment(monkeypatch: pytest.MonkeyPatch):

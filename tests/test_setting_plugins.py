@@ -122,6 +122,7 @@ def test_a_setting_that_does_not_import_on_workers_stops_the_fleet_at_once(plugi
     runs = tmp_path / "runs"
     proc = ct_fleet(runs, site, "--extra-src", str(tree), "-e", "flaky:lab", "--policy", "honest", *FAST)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "step settings-pull failed: setting flaky: FAILED: setting 'flaky' does not import" in proc.stderr
+    assert "step settings-pull FAILED (exit 1)" in proc.stderr
+    assert "setting flaky: FAILED: setting 'flaky' does not import" in proc.stderr
     assert "only_on_the_laptop" in proc.stderr
     assert "replacement" not in proc.stderr  # stopped at the first report, no workers replaced

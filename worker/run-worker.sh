@@ -8,7 +8,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
 
 main() {
-  lb_require FLEET_ID BUCKET
+  ct_require FLEET_ID BUCKET
   set -a
   # shellcheck source=/dev/null
   [[ -f $LB_SECRETS_ENV ]] && source "$LB_SECRETS_ENV"
@@ -25,12 +25,15 @@ main() {
   export WORK_DIR="${WORK_DIR:-$LB_HOME/var/lib/linuxbench/jobs}"
   # Command jobs call the venv's tools (inspect, python) by name, as on the launching machine.
   export PATH="$LB_VENV/bin:$PATH"
-  export INSTANCE_ID="${INSTANCE_ID:-$(lb_instance_id)}"
+  INSTANCE_ID=$(ct_instance_id)
+  export INSTANCE_ID
   # Marks this process's AWS calls as the worker's in a CT_FLEET_API_LOG (the IAM proof).
   export CT_FLEET_ROLE=worker
   cd "$LB_ROOT"
   if [[ -n ${WORKER_USER:-} && $(id -un) != "$WORKER_USER" ]]; then
     mkdir -p "$WORK_DIR" && chown "$WORKER_USER" "$WORK_DIR"
+    # Its own registry login (docker-login.sh); sudo keeps HOME, so ~/.docker would be root's.
+    export DOCKER_CONFIG="$LB_WORKER_DOCKER_CONFIG"
     exec sudo --preserve-env -u "$WORKER_USER" "$LB_VENV/bin/python" -m ct_fleet.worker
   fi
   exec "$LB_VENV/bin/python" -m ct_fleet.worker

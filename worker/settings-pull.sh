@@ -15,7 +15,7 @@ fetch_wheels() {
   local dest=$1 key
   mkdir -p "$dest"
   for key in ${SETTING_WHEEL_KEYS:-}; do
-    lb_aws s3 cp --only-show-errors "s3://$BUCKET/$key" "$dest/${key##*/}"
+    ct_aws s3 cp --only-show-errors "s3://$BUCKET/$key" "$dest/${key##*/}"
   done
 }
 
@@ -34,13 +34,13 @@ install_requirements() {
     rm -rf "$wheels"
     return 0
   fi
-  lb_log "installing setting requirements: ${reqs[*]##*/}"
+  ct_log "installing setting requirements: ${reqs[*]##*/}"
   # The AMI's uv on EC2; on a local instance, the one bin/ct-fleet found (CT_FLEET_UV).
   local uv=${CT_FLEET_UV:-uv} args=(--python "$LB_VENV/bin/python")
   # Pinned to the lock wherever the requirements overlap it.
   [[ -f $LB_ROOT/requirements.lock ]] && args+=(--constraints "$LB_ROOT/requirements.lock")
   # A local instance shares the launcher's venv, which must stay as locked: install beside it.
-  [[ -n ${CT_FLEET_VENV:-} ]] && args+=(--target "$LB_SITE")
+  [[ ${LB_VENV_PROVIDED:-0} == 1 ]] && args+=(--target "$LB_SITE")
   "$uv" pip install "${args[@]}" "${reqs[@]}"
   rm -rf "$wheels"
 }

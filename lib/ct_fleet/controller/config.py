@@ -49,6 +49,12 @@ class Ec2Config:
     sample_time_limit: int = knob(
         3600, "seconds one sample may run before it is killed (class timeout); set, it is also Inspect's time_limit"
     )
+    job_memory_mb: int = knob(
+        0, "MB of RSS one job may use before it is killed (class memory); 0: half the worker's RAM"
+    )
+    warm_runner: bool = knob(
+        True, "run Inspect jobs in children forked from a warm process (false: a fresh interpreter per job)"
+    )
     worker_setup: str | None = knob(None, "<extra-src basename>/<path> of a script run as root before jobs")
     forward_env: str | None = knob(None, "NAME,... of more variables jobs get, as per-instance SSM secrets")
     setting_requirements: str | None = knob(

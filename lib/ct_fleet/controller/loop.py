@@ -18,17 +18,20 @@ from typing import Any
 from .. import merge
 from ..cloud import Cloud
 from ..evallog import is_finished, read_header
-from ..protocol import DoneMessage, Manifest, WorkMessage, decode_reports, log_key, result_key
-from ..services import instances, queues, store
+from ..protocol import DoneMessage, FleetEnv, Manifest, WorkMessage, decode_reports, log_key, result_key, steplog
+from ..protocol.user_data import render_user_data
+from ..services import instances, queues, stop, store
 from ..services import secrets as fleet_secrets
 from . import cost, fleet_merge, scaling
-from .bootlog import failed_step
 from .plan import Job
 from .spec import FleetInterrupted, FleetSpec, Progress, RunResult
 from .tracker import JobTracker
 from .usage import UsageTotals
 
 DONE_POLL_PAUSE = 1.0
+# Bootstrap steps whose failure repeats on every worker (an unimportable setting, a broken
+# worker_setup script): the first report stops the fleet instead of replacing workers.
+DETERMINISTIC_STEPS = frozenset({"settings-pull", "worker-setup"})
 STRAGGLER_GRACE = 30
 
 
@@ -102,10 +105,13 @@ class Controller:
         return self.manifest.work_message(self.manifest_jobs[job.job_id])
 
     # -- the run -----------------------------------------------------------------------
-    def run(self, code_tarball: Path, user_data_settings: dict[str, str]) -> RunResult:
+    def run(self, code_tarball: Path, fleet_env: FleetEnv) -> RunResult:
         start = time.monotonic()
+        # Rendered (and checked: EC2's size limit) before anything is created.
+        user_data = render_user_data(fleet_env)
         self.results_dir.mkdir(parents=True, exist_ok=True)
         previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
+        stop.clear(self.s3, self.cfg.bucket, self.spec.fleet_id)  # an earlier end no longer holds
         done = self._resume(previous)
         store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
         pending = [job for job_id, job in self.jobs.items() if job_id not in done]
@@ -114,9 +120,9 @@ class Controller:
         stopped_reason = None
         if pending:
             if not adopted:
-                self._launch(self._first_launch_count(len(pending)), user_data_settings)
+                self._launch(self._first_launch_count(len(pending)), user_data)
             try:
-                stopped_reason = self._track(start, user_data_settings)
+                stopped_reason = self._track(start, user_data)
             except KeyboardInterrupt:
                 leave = self.leave_running_on_interrupt()
                 if not leave:
@@ -185,7 +191,7 @@ class Controller:
             pending, max_workers=self.cfg.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
         )
 
-    def _launch(self, count: int, settings: dict[str, str]) -> list[str]:
+    def _launch(self, count: int, user_data: str) -> list[str]:
         ami, _ = instances.resolve_ami(self.ec2, self.ssm, self.cfg)
         group = instances.ensure_security_group(self.ec2, self.cfg.security_group)
         ids = instances.launch(
@@ -195,7 +201,7 @@ class Controller:
             config=self.cfg,
             fleet_id=self.spec.fleet_id,
             launched_by=self.launched_by,
-            user_data=instances.render_user_data(settings),
+            user_data=user_data,
             security_group_id=group,
         )
         # Secrets must exist before a worker asks for them (it waits a while if not).
@@ -212,7 +218,7 @@ class Controller:
         return cost.cost_so_far(self.launch_times, time.time(), self.spec.hourly_price, self.end_times)
 
     # -- tracking ----------------------------------------------------------------------
-    def _track(self, start: float, settings: dict[str, str]) -> str | None:
+    def _track(self, start: float, user_data: str) -> str | None:
         last_progress = time.monotonic()
         last_activity = time.monotonic()
         last_fleet_check = 0.0
@@ -239,7 +245,7 @@ class Controller:
             now = time.monotonic()
             if now - last_fleet_check >= (self.cfg.check_interval or 5):
                 last_fleet_check = now
-                live, stop = self._check_fleet(settings)
+                live, stop = self._check_fleet(user_data)
                 if stop:
                     return stop
             self._report(start, live)
@@ -256,7 +262,7 @@ class Controller:
         self._collect_downloads(wait=True)
         return None
 
-    def _check_fleet(self, settings: dict[str, str]) -> tuple[list[str], str | None]:
+    def _check_fleet(self, user_data: str) -> tuple[list[str], str | None]:
         """One look at EC2 and the queues: reap, cost, dead letters, replacements, scaling."""
         live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
         self.cloud.poll(live)
@@ -264,9 +270,9 @@ class Controller:
         for gone in ended:
             self.end_times[gone] = time.time()
         if ended and self.state.remaining:
-            stop = self._deterministic_boot_failure(ended)
-            if stop:
-                return live, stop
+            why = self._deterministic_boot_failure(ended)
+            if why:
+                return live, why
         spent = self.cost_so_far() + self.usage.cost
         if self.cfg.max_cost is not None and spent >= self.cfg.max_cost:
             return (
@@ -277,7 +283,7 @@ class Controller:
         self.depths = queues.depths(self.sqs, self.q, roles=("work", "dlq"))
         if self.depths.get("dlq") or self.depths.get("dlq_in_flight"):
             self._drain_dlq()
-        return live, self._manage_workers(live, settings)
+        return live, self._manage_workers(live, user_data)
 
     def _on_done(self, msg: DoneMessage) -> None:
         if msg.type == "heartbeat":
@@ -323,7 +329,7 @@ class Controller:
                 self.state.dead_lettered(WorkMessage.from_json(msg["Body"]).job_id)
             queues.delete_batch(self.sqs, self.q.dlq, [m["ReceiptHandle"] for m in messages])
 
-    def _manage_workers(self, live: list[str], settings: dict[str, str]) -> str | None:
+    def _manage_workers(self, live: list[str], user_data: str) -> str | None:
         """Replace workers that died with work left; add workers while the fleet is CPU-bound."""
         now = time.monotonic()
         waiting = self.depths.get("work", 0)
@@ -346,10 +352,10 @@ class Controller:
                 f"{len(live)} worker(s) up with {waiting} job(s) waiting: launching {decision.count} "
                 f"replacement(s) ({self.replacements}/{self.cfg.max_replacements})"
             )
-            self._launch(decision.count, settings)
+            self._launch(decision.count, user_data)
         elif decision.action == "scale_up":
             self.last_scale_up = now
-            self._launch(decision.count, settings)
+            self._launch(decision.count, user_data)
         return None
 
     def _boot_log(self, instance_id: str) -> tuple[str, str] | None:
@@ -364,17 +370,18 @@ class Controller:
         setting, a broken worker_setup) stops the fleet at once: replacing it cannot help."""
         for instance_id in ended:
             got = self._boot_log(instance_id)
-            failure = failed_step(got[1]) if got else None
-            if failure and failure.deterministic:
-                return f"{failure.describe()} on {instance_id} (log: s3://{self.cfg.bucket}/{got[0] if got else ''})"
+            failure = steplog.first_failure(got[1]) if got else None
+            if got and failure and failure.step.name in DETERMINISTIC_STEPS:
+                return f"{failure.describe()} on {instance_id} (log: s3://{self.cfg.bucket}/{got[0]})"
         return None
 
     def _bootstrap_failure(self) -> str:
+        """Why workers keep dying: the failed step of the newest bootstrap log that has one."""
         for instance_id in reversed(self.launched):
             got = self._boot_log(instance_id)
             if got is None:
                 continue
-            failure = failed_step(got[1])
+            failure = steplog.first_failure(got[1])
             if failure:
                 return f"workers keep dying: {failure.describe()} (log: s3://{self.cfg.bucket}/{got[0]})"
         return f"workers keep dying after {self.replacements} replacement(s); logs under s3://{self.cfg.bucket}/{self.spec.fleet_id}/logs/"
@@ -435,13 +442,20 @@ class Controller:
     def teardown(self, *, delete_queues: bool) -> None:
         live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
         if delete_queues and live:
-            # The work is done: workers see the empty queue, upload their logs and shut down
-            # by themselves within idle_timeout. Only stragglers are terminated.
-            deadline = time.monotonic() + (self.cfg.idle_timeout or 0) + STRAGGLER_GRACE
+            # The work is done: tell the workers (protocol/stop.py). They drop what they still
+            # run, upload their logs and shut down within seconds; stragglers (one still
+            # booting, say) are terminated after STRAGGLER_GRACE.
+            try:
+                stop.announce(self.s3, self.sqs, self.cfg.bucket, self.spec.fleet_id, self.q.work)
+            except Exception as ex:  # without the signal workers still leave after idle_timeout
+                self.warn(f"could not signal the end of the run to workers ({ex}); they leave when idle")
+            deadline = time.monotonic() + STRAGGLER_GRACE
             while live and time.monotonic() < deadline:
                 time.sleep(1)
-                live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
-                self.cloud.poll(live)
+                found = instances.live_instances(self.ec2, self.spec.fleet_id)
+                self.cloud.poll([inst["InstanceId"] for inst in found])
+                # An instance shutting down has uploaded its log and is leaving by itself.
+                live = [inst["InstanceId"] for inst in found if inst["State"]["Name"] != "shutting-down"]
         instances.terminate(self.ec2, live)
         self.cloud.poll([])
         fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id)

@@ -287,6 +287,9 @@ def fleet_env(
         EXTRA_SRC_KEYS=" ".join(extra_keys),
         WORKER_USER=cfg.worker_user or "",
         WORKER_SETUP=cfg.worker_setup or "",
+        # a fleet of command jobs has no use for a process with inspect_ai imported
+        WARM_RUNNER=cfg.warm_runner and not spec.command,
+        JOB_MEMORY_MB=cfg.job_memory_mb,
     )
 
 
@@ -343,7 +346,7 @@ def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
             leave_running_on_interrupt=hooks.leave_running_on_interrupt,
         )
         try:
-            return controller.run(tarball, fleet_env(spec, cloud, secrets, extra_keys, wheel_keys).to_env())
+            return controller.run(tarball, fleet_env(spec, cloud, secrets, extra_keys, wheel_keys))
         except BaseException as exc:
             leave_running = bool(getattr(exc, "leave_running", False))
             raise

@@ -1,7 +1,9 @@
 """What one Inspect job runs: the task as this worker sees it, for one sample and one epoch.
 
-Shared by every runner (the per-process `python -m ct_fleet.worker.runner` and a warm
-one): `run_inspect_job(job, out)` leaves one finished, relabelled .eval at `out`.
+Shared by both runners (the per-process `python -m ct_fleet.worker.runner` and the warm
+fork server): `build_task(job)` builds the job's task as `inspect eval` would from its
+spec and arguments, `run_inspect_job(job, out, task)` leaves one finished, relabelled
+.eval at `out`.
 
 A work message names its task relative to a root (protocol.messages.TaskRoot): the code
 root (the job's working directory), the directory holding the --extra-src trees
@@ -13,10 +15,12 @@ the log records the id as given, and the merged run must hold the task's own ids
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ..protocol import WorkMessage
 
@@ -64,17 +68,43 @@ def sandbox_type(ref: str | None) -> str | None:
     return kind
 
 
-def run_inspect_job(job: WorkMessage, out: Path) -> None:
-    """Run the job's sample for one epoch, relabel it as the job's epoch, move it to `out`."""
+def task_key(job: WorkMessage) -> str:
+    """Jobs with equal keys run the same built task (what a warm runner caches)."""
+    parts = [job.task_root, job.task_spec, job.task_args, job.setting, job.sandbox]
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def build_task(job: WorkMessage) -> Any:
+    """The job's Inspect task, built as `inspect eval` builds it from a spec and task args.
+
+    Uses inspect's task loader (`inspect_ai._eval.loader.load_tasks`, private; pinned at
+    0.3.285): a Task built by it and passed to eval() resolves to the same task file,
+    registry name and args as the spec itself (tests/test_warm_runner.py pins the parity).
+    """
+    from inspect_ai._eval.loader import load_tasks
+
+    import_setting(job)
+    sandbox_type(job.sandbox)
+    tasks = load_tasks([task_spec_here(job)], job.task_args)
+    if len(tasks) != 1:
+        raise RuntimeError(f"{job.task_spec} names {len(tasks)} tasks, expected one")
+    return tasks[0]
+
+
+def run_inspect_job(job: WorkMessage, out: Path, task: Any = None) -> None:
+    """Run the job's sample for one epoch, relabel it as the job's epoch, move it to `out`;
+    `task` is the job's built task (build_task), if a warm runner built it already."""
     from inspect_ai import eval as inspect_eval
 
     from ..evallog.relabel import relabel_epoch
 
-    import_setting(job)
+    if task is None:
+        import_setting(job)
     with tempfile.TemporaryDirectory(prefix="ct-job-") as log_dir:
         logs = inspect_eval(
-            task_spec_here(job),
-            task_args=job.task_args,
+            task_spec_here(job) if task is None else task,
+            # a built task carries its args already (eval() would warn about them)
+            task_args=job.task_args if task is None else {},
             model=job.model,
             model_args=job.model_args,
             sample_id=[job.sample_id],

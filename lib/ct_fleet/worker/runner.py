@@ -2,12 +2,15 @@
 
     python -m ct_fleet.worker.runner '<work message json>' OUT
 
-The worker starts this in a fresh subprocess per job, from the code root, so a crash,
-a leak or a hung sandbox takes down one job and not the worker. Inspect jobs run the
-job's task for the one sample with epochs=1 (ct_fleet.worker.inspect_job); the log is
-then relabelled as the job's epoch so the merged run holds every (sample, epoch).
-Command jobs run a shell template (for other eval CLIs) that must write the .eval to
-$CT_OUTPUT; its log is relabelled the same way.
+This is the per-process runner: a fresh interpreter per job, from the code root, so a
+crash, a leak or a hung sandbox takes down one job and not the worker. The warm runner
+(worker/forkserver.py) calls the same `run_inspect` in a child forked from a process
+that has inspect_ai imported and the task built already (`build_task`). What a job runs
+(its task resolved on this worker, task and model arguments, the sample id with its
+type, the sandbox) is ct_fleet.worker.inspect_job, shared by both: the sample runs with
+epochs=1 and the log is relabelled as the job's epoch so the merged run holds every
+(sample, epoch). Command jobs run a shell template (for other eval CLIs) that must write
+the .eval to $CT_OUTPUT; its log is relabelled the same way.
 Exit status: 0 when OUT holds a finished log (even if the sample failed), else non-zero.
 """
 
@@ -19,7 +22,11 @@ import sys
 from pathlib import Path
 
 from ..protocol import WorkMessage
-from .inspect_job import command_env, finish_command_output, run_inspect_job
+from .inspect_job import build_task, command_env, finish_command_output, run_inspect_job, task_key
+
+# The warm runner's names for what a job runs.
+run_inspect = run_inspect_job
+__all__ = ["build_task", "main", "run_command", "run_inspect", "task_key"]
 
 
 def run_command(job: WorkMessage, out: Path) -> None:
