@@ -25,7 +25,7 @@ from .keys import (
     secret_param,
     secrets_prefix,
 )
-from .manifest import MANIFEST_SCHEMA, Manifest, ManifestJob
+from .manifest import MANIFEST_SCHEMA, Manifest, ManifestJob, ManifestTask
 from .messages import SCHEMA, DoneMessage, Outcome, WorkMessage, decode_reports, encode_reports
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "FleetEnv",
     "Manifest",
     "ManifestJob",
+    "ManifestTask",
     "Outcome",
     "WorkMessage",
     "artifact_key",
