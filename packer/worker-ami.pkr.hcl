@@ -143,6 +143,12 @@ variable "docker_org_pat_param" {
   default = "/linuxbench/docker-org-pat"
 }
 
+variable "docker_registry" {
+  type        = string
+  default     = ""
+  description = "Registry the private images are pulled from (host[:port]); empty means Docker Hub."
+}
+
 locals {
   build_kind    = var.source_ami == "" ? "fresh" : "incremental"
   stamp         = formatdate("YYYYMMDD-hhmmss", timestamp())
@@ -240,13 +246,20 @@ source "amazon-ebs" "worker" {
 build {
   sources = ["source.amazon-ebs.worker"]
 
+  # The stage mirrors the repo (packer/scripts/ beside lib/bash/), so the scripts find
+  # their library at the same relative path on the builder as in a checkout.
   provisioner "shell" {
-    inline = ["rm -rf ${local.stage}", "mkdir -p ${local.stage}/requirements"]
+    inline = ["rm -rf ${local.stage}", "mkdir -p ${local.stage}/packer/scripts ${local.stage}/lib/bash ${local.stage}/requirements"]
   }
 
   provisioner "file" {
     source      = "${path.root}/scripts/"
-    destination = "${local.stage}/"
+    destination = "${local.stage}/packer/scripts/"
+  }
+
+  provisioner "file" {
+    source      = "${path.root}/../lib/bash/ct.sh"
+    destination = "${local.stage}/lib/bash/ct.sh"
   }
 
   provisioner "file" {
@@ -274,8 +287,10 @@ build {
       "PULL_PARALLELISM=${var.pull_parallelism}",
       "DOCKER_ORG_NAME_PARAM=${var.docker_org_name_param}",
       "DOCKER_ORG_PAT_PARAM=${var.docker_org_pat_param}",
+      "DOCKER_REGISTRY=${var.docker_registry}",
+      "AMI_STAGE=${local.stage}",
     ]
-    inline = ["bash ${local.stage}/provision.sh"]
+    inline = ["bash ${local.stage}/packer/scripts/provision.sh"]
   }
 
   post-processor "manifest" {

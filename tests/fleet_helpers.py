@@ -60,6 +60,20 @@ def processes_in(runs: Path, module: str = "") -> list[psutil.Process]:
     return found
 
 
+def running_jobs(runs: Path) -> list[psutil.Process]:
+    """Inspect jobs running under runs/: per-process runners, and children of warm runners' servers."""
+    servers = processes_in(runs, "ct_fleet.worker.forkserver")
+    server_pids = {p.pid for p in servers}
+    forked = []
+    for proc in servers:
+        try:
+            if proc.ppid() in server_pids:
+                forked.append(proc)
+        except psutil.Error:
+            continue
+    return processes_in(runs, "ct_fleet.worker.runner") + forked
+
+
 def wait_for(predicate, timeout: float = 120, every: float = 0.3):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

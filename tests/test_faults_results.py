@@ -25,11 +25,11 @@ def good_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs = tmp_path_factory.mktemp("source")
     code, out, err = finish(start(runs, "--task-file", "smoke", *FAST))
     assert code == 0, out + err
-    return fleet_dir(runs) / "results"
+    return fleet_dir(runs) / "jobs"
 
 
 def copy_command(results: Path, junk: Path | None = None, junk_for: str = "") -> str:
-    copy = f'cp {results}/"$CT_JOB_ID".eval "$CT_OUTPUT"'
+    copy = f'cp {results}/"$CT_JOB_ID".evaljob "$CT_OUTPUT"'
     if junk is None:
         return copy
     return f'if [ "$CT_SAMPLE_ID" = {junk_for} ]; then cp {junk} "$CT_OUTPUT"; else {copy}; fi'
@@ -63,11 +63,11 @@ def test_a_result_damaged_before_the_merge_is_fetched_again_or_rerun(good_result
     )
     marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-verify")), None), timeout=300)
     run_dir = marker.parent
-    victim = sorted((run_dir / "results").glob("*.eval"))[0]
+    victim = sorted((run_dir / "jobs").glob("*.evaljob"))[0]
     damage(victim)
     if also_in_s3:
         embedded_s3(run_dir).put_object(
-            Bucket="lb-fleet-results-migrated", Key=f"{run_dir.name}/{victim.name}", Body=b"not a log at all"
+            Bucket="lb-fleet-results-migrated", Key=f"{run_dir.name}/{victim.stem}.eval", Body=b"not a log at all"
         )
     marker.unlink()  # the run goes on: the check before the merge
     code, out, err = finish(proc)
@@ -93,7 +93,7 @@ def malformed_log(good: Path, dest: Path) -> Path:
 @pytest.mark.faults
 def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, tmp_path: Path):
     runs = tmp_path / "runs"
-    junk = malformed_log(sorted(good_results.glob("*.eval"))[0], tmp_path / "junk.eval")
+    junk = malformed_log(sorted(good_results.glob("*.evaljob"))[0], tmp_path / "junk.eval")
     command = copy_command(good_results, junk, junk_for="web:fix_login")
     proc = start(
         runs,

@@ -50,15 +50,14 @@ def test_a_job_that_prints_its_secrets_leaks_none(tmp_path: Path):
     assert_nothing_running(runs)
 
 
-def test_the_worker_knows_which_values_to_mask(tmp_path: Path):
-    from ct_fleet.worker.loop import WorkerSettings
+def test_the_worker_knows_which_values_to_mask():
+    from ct_fleet.worker import failures
 
     env = {
-        "FLEET_ID": "f",
-        "BUCKET": "b",
         "SECRET_NAMES": "GH_TOKEN ANTHROPIC_API_KEY OPENAI_API_KEY",
         "GH_TOKEN": "gh-secret-1",
         "ANTHROPIC_API_KEY": "sk-ant-secret",
-        "WORK_DIR": str(tmp_path),
     }
-    assert WorkerSettings.from_env(env).secret_values == ("gh-secret-1", "sk-ant-secret")
+    assert sorted(failures.secret_values(env)) == ["gh-secret-1", "sk-ant-secret"]
+    pem = "-----BEGIN KEY-----\nAAAAB3NzaC1yc2EAAAADAQAB\n-----END KEY-----"
+    assert "AAAAB3NzaC1yc2EAAAADAQAB" not in failures.mask("line AAAAB3NzaC1yc2EAAAADAQAB", [pem])

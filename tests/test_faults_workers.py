@@ -19,6 +19,7 @@ from fleet_helpers import (
     fleet_dir,
     merged_pairs,
     processes_in,
+    running_jobs,
     start,
     stat,
     wait_for,
@@ -48,7 +49,7 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
     kills = 0
     for _ in range(3):
         # Kill a worker (its job loop) while a job of it is running.
-        wait_for(lambda: processes_in(runs, "ct_fleet.worker.runner"))
+        wait_for(lambda: running_jobs(runs))
         victims = processes_in(runs, "ct_fleet.worker")
         if victims:
             victims[0].send_signal(signal.SIGKILL)
@@ -83,7 +84,7 @@ def test_poison_job_lands_in_the_dlq_report(tmp_path: Path):
     )
     code, out, err = finish(proc)
     assert code == 1, out + err
-    assert "dead-lettered jobs" in out and "web:fix_login" in out and "infra" in out
+    assert "jobs without a result" in out and "dead-lettered" in out and "web:fix_login" in out and "infra" in out
     job_id = re.search(r"bin/ct-fleet run-job (\w+) (\w+)", out)
     assert job_id and job_id.group(1) == fleet_dir(runs).name
     pairs = merged_pairs(runs)
@@ -142,7 +143,7 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
         *FAST,
         CT_FAULT_SLEEP="3",
     )
-    wait_for(lambda: processes_in(runs, "ct_fleet.worker.runner"))
+    wait_for(lambda: running_jobs(runs))
     (first,) = [p for p in (fleet_dir(runs) / "instances").iterdir() if p.is_dir()]
     (first / "spot-interruption-notice").touch()
     code, out, err = finish(proc, timeout=300)

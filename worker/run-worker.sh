@@ -8,7 +8,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
 
 main() {
-  lb_require FLEET_ID BUCKET
+  ct_require FLEET_ID BUCKET
   set -a
   # shellcheck source=/dev/null
   [[ -f $LB_SECRETS_ENV ]] && source "$LB_SECRETS_ENV"
@@ -16,16 +16,24 @@ main() {
   [[ -f $LB_SETUP_ENV ]] && source "$LB_SETUP_ENV"
   set +a
   local pypath="$LB_ROOT/lib:$LB_ROOT/examples/settings" tree
+  [[ -d $LB_SITE ]] && pypath="$pypath:$LB_SITE"
   for tree in "$LB_EXTRA"/*/; do
     [[ -d $tree ]] && pypath="$pypath:${tree%/}"
   done
-  export PYTHONPATH="$pypath" CODE_ROOT="$LB_ROOT" WORK_DIR="${WORK_DIR:-$LB_HOME/var/lib/linuxbench/jobs}"
-  export INSTANCE_ID="${INSTANCE_ID:-$(lb_instance_id)}"
+  # CT_EXTRA_ROOT: where jobs find a task shipped in an extra-src tree (ct_fleet.worker.inspect_job).
+  export PYTHONPATH="$pypath" CODE_ROOT="$LB_ROOT" CT_EXTRA_ROOT="$LB_EXTRA"
+  export WORK_DIR="${WORK_DIR:-$LB_HOME/var/lib/linuxbench/jobs}"
+  # Command jobs call the venv's tools (inspect, python) by name, as on the launching machine.
+  export PATH="$LB_VENV/bin:$PATH"
+  INSTANCE_ID=$(ct_instance_id)
+  export INSTANCE_ID
   # Marks this process's AWS calls as the worker's in a CT_FLEET_API_LOG (the IAM proof).
   export CT_FLEET_ROLE=worker
   cd "$LB_ROOT"
   if [[ -n ${WORKER_USER:-} && $(id -un) != "$WORKER_USER" ]]; then
     mkdir -p "$WORK_DIR" && chown "$WORKER_USER" "$WORK_DIR"
+    # Its own registry login (docker-login.sh); sudo keeps HOME, so ~/.docker would be root's.
+    export DOCKER_CONFIG="$LB_WORKER_DOCKER_CONFIG"
     exec sudo --preserve-env -u "$WORKER_USER" "$LB_VENV/bin/python" -m ct_fleet.worker
   fi
   exec "$LB_VENV/bin/python" -m ct_fleet.worker

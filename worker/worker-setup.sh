@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Step: unpack the --extra-src trees into $LB_EXTRA, prepare WORKER_USER (docker group,
-# owner of $LB_ROOT) and run the WORKER_SETUP script as root. The script may write
-# environment for jobs to /opt/linuxbench-worker-setup.env, which run-worker.sh sources.
+# owner of $LB_ROOT and of its Docker config $LB_WORKER_DOCKER_CONFIG) and run the
+# WORKER_SETUP script as root. The script may write environment for jobs to
+# /opt/linuxbench-worker-setup.env, which run-worker.sh sources.
 # Safe to rerun: trees are re-extracted over themselves.
 #   sudo /opt/linuxbench/worker/worker-setup.sh
 set -euo pipefail
@@ -14,10 +15,10 @@ unpack_extra_src() {
   mkdir -p "$LB_EXTRA"
   for key in ${EXTRA_SRC_KEYS:-}; do
     tmp=$(mktemp)
-    lb_aws s3 cp --only-show-errors "s3://$BUCKET/$key" "$tmp"
+    ct_aws s3 cp --only-show-errors "s3://$BUCKET/$key" "$tmp"
     tar -xzf "$tmp" -C "$LB_EXTRA"
     rm -f "$tmp"
-    lb_log "unpacked $key"
+    ct_log "unpacked $key"
   done
 }
 
@@ -26,7 +27,9 @@ prepare_user() {
   id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
   getent group docker >/dev/null && usermod -aG docker "$user"
   chown -R "$user" "$LB_ROOT"
-  lb_log "worker user $user ready"
+  # Its registry login (docker-login.sh ran before the user may have existed).
+  ct_own_worker_docker_config "$user"
+  ct_log "worker user $user ready"
 }
 
 main() {
@@ -36,8 +39,8 @@ main() {
   fi
   if [[ -n ${WORKER_SETUP:-} ]]; then
     local script="$LB_EXTRA/$WORKER_SETUP"
-    [[ -f $script ]] || lb_die "worker_setup script $WORKER_SETUP not found in the extra-src trees"
-    lb_log "running worker setup $WORKER_SETUP"
+    [[ -f $script ]] || ct_die "worker_setup script $WORKER_SETUP not found in the extra-src trees"
+    ct_log "running worker setup $WORKER_SETUP"
     (cd "$(dirname "$script")" && LINUXBENCH_WORKER_USER="${WORKER_USER:-}" bash "$script")
   fi
 }

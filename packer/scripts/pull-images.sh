@@ -3,15 +3,16 @@
 # this script). An image already on the machine whose registry digest is unchanged is
 # skipped, so an incremental build pulls only what changed. Images no longer listed are
 # removed, and so are the dangling layers of replaced versions. Private images: when the
-# instance can read DOCKER_ORG_NAME_PARAM / DOCKER_ORG_PAT_PARAM from SSM, it logs in for
-# the pulls and logs out again (no credential stays in the AMI).
+# instance can read DOCKER_ORG_NAME_PARAM / DOCKER_ORG_PAT_PARAM from SSM, it logs in to
+# DOCKER_REGISTRY (default Docker Hub) for the pulls and logs out again (no credential
+# stays in the AMI). Only the registry and user name are logged, never the PAT.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=packer/scripts/lib.sh
 source "$here/lib.sh"
 
-RECORD_DIR=/etc/ct-fleet-ami
+RECORD_DIR="${CT_AMI_RECORD_DIR:-/etc/ct-fleet-ami}"
 
 # read_images FILE: one image reference per line; '#' starts a comment.
 read_images() {
@@ -24,26 +25,39 @@ read_images() {
 
 ssm_value() {
   local name=$1
-  aws ssm get-parameter --name "$name" --with-decryption --query Parameter.Value --output text
+  aws ${AWS_ENDPOINT_URL:+--endpoint-url "$AWS_ENDPOINT_URL"} ssm get-parameter --name "$name" \
+    --with-decryption --query Parameter.Value --output text
+}
+
+# Where `docker login` writes: DOCKER_CONFIG, else ~/.docker.
+docker_config_file() {
+  echo "${DOCKER_CONFIG:-$HOME/.docker}/config.json"
 }
 
 docker_login() {
   local name_param=${DOCKER_ORG_NAME_PARAM:-} pat_param=${DOCKER_ORG_PAT_PARAM:-} name pat
   if [[ -z $name_param || -z $pat_param ]] || ! command -v aws >/dev/null 2>&1; then
-    log "no Docker registry auth configured: pulling anonymously"
+    ct_log "no Docker registry auth configured: pulling anonymously"
     return 0
   fi
   if ! name=$(ssm_value "$name_param" 2>/dev/null) || ! pat=$(ssm_value "$pat_param" 2>/dev/null); then
-    log "cannot read $name_param / $pat_param from SSM (no instance profile or no parameter): pulling anonymously"
+    ct_log "cannot read $name_param / $pat_param from SSM (no instance profile or no parameter): pulling anonymously"
     return 0
   fi
-  printf '%s' "$pat" | docker login ${DOCKER_REGISTRY:+"$DOCKER_REGISTRY"} --username "$name" --password-stdin >/dev/null
-  log "logged in to ${DOCKER_REGISTRY:-Docker Hub} as $name"
+  local registry=${DOCKER_REGISTRY:-Docker Hub} err
+  # The PAT goes on stdin only; docker's own output (a warning naming the config file,
+  # "Login Succeeded") is kept out of the log, and its error is reduced to one line.
+  if ! err=$(printf '%s' "$pat" | docker login ${DOCKER_REGISTRY:+"$DOCKER_REGISTRY"} --username "$name" --password-stdin 2>&1 >/dev/null); then
+    err=$(printf '%s\n' "${err//"$pat"/<PAT>}" | grep -v '^WARNING' | tail -n1)
+    ct_log "docker login to $registry as $name FAILED: $err"
+    return 1
+  fi
+  ct_log "logged in to $registry as $name"
 }
 
 docker_logout() {
   docker logout ${DOCKER_REGISTRY:+"$DOCKER_REGISTRY"} >/dev/null 2>&1 || true
-  rm -f /root/.docker/config.json
+  rm -f "$(docker_config_file)"
 }
 
 # remote_digest IMAGE: the registry's digest for the reference (index or manifest).
@@ -63,22 +77,22 @@ pull_one() {
   local image=$1 status_file=$2 remote start=$SECONDS
   if docker image inspect "$image" >/dev/null 2>&1; then
     if [[ $image == *@sha256:* ]]; then
-      log "unchanged (pinned by digest): $image"
+      ct_log "unchanged (pinned by digest): $image"
       echo skipped >"$status_file"
       return 0
     fi
     remote=$(remote_digest "$image" || true)
     if [[ -n $remote ]] && local_digests "$image" | grep -qxF "$remote"; then
-      log "unchanged: $image ($remote)"
+      ct_log "unchanged: $image ($remote)"
       echo skipped >"$status_file"
       return 0
     fi
   fi
-  if retry 3 15 docker pull --quiet "$image" >/dev/null; then
-    log "pulled: $image in $((SECONDS - start))s"
+  if ct_retry 3 15 docker pull --quiet "$image" >/dev/null; then
+    ct_log "pulled: $image in $((SECONDS - start))s"
     echo pulled >"$status_file"
   else
-    log "FAILED to pull: $image"
+    ct_log "FAILED to pull: $image"
     echo failed >"$status_file"
     return 1
   fi
@@ -101,9 +115,12 @@ pull_all() {
     wait -n || failed=$((failed + 1))
     running=$((running - 1))
   done
-  log "images: $(cat "$status"/* 2>/dev/null | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')total $#"
+  ct_log "images: $(cat "$status"/* 2>/dev/null | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')total $#"
   rm -rf "$status"
-  ((failed == 0)) || die "$failed image(s) failed to pull"
+  if ((failed > 0)); then
+    ct_log "ERROR: $failed image(s) failed to pull"
+    return 1
+  fi
 }
 
 # prune_unlisted IMAGE...: remove every image that is not one of the listed ones.
@@ -116,8 +133,8 @@ prune_unlisted() {
   done
   while IFS= read -r id; do
     if [[ -z ${keep[$id]:-} ]]; then
-      log "removing unlisted image $id"
-      docker image rm --force "$id" >/dev/null || log "could not remove $id"
+      ct_log "removing unlisted image $id"
+      docker image rm --force "$id" >/dev/null || ct_log "could not remove $id"
     fi
   done < <(docker image ls --quiet --no-trunc | sort -u)
   docker image prune --force >/dev/null
@@ -134,26 +151,26 @@ record_images() {
 pull_images() {
   local file=${IMAGES_FILE:-$here/images.txt}
   local -a images
-  [[ -f $file ]] || die "no image list at $file"
+  [[ -f $file ]] || ct_die "no image list at $file"
   mapfile -t images < <(read_images "$file")
   if ((${#images[@]} == 0)); then
-    log "no images listed in $file: the AMI will carry none"
+    ct_log "no images listed in $file: the AMI will carry none"
   fi
-  systemctl is-active --quiet docker || systemctl start docker
-  trap docker_logout EXIT
-  docker_login
+  docker info >/dev/null 2>&1 || systemctl start docker
+  ct_at_exit docker_logout
+  docker_login || return 1
   if ((${#images[@]} > 0)); then
-    pull_all "${images[@]}"
+    pull_all "${images[@]}" || return 1
   fi
   docker_logout
   prune_unlisted "${images[@]}"
   record_images "${images[@]}"
-  log "disk after pulls: $(df -h --output=used,avail / | tail -n1 | awk '{print $1 " used, " $2 " free"}')"
+  ct_log "disk after pulls: $(df -h --output=used,avail / | tail -n1 | awk '{print $1 " used, " $2 " free"}')"
 }
 
 main() {
-  require_root
-  run_step pull-images pull_images
+  ct_require_root
+  ct_step pull-images pull_images
 }
 
 # Sourcing (tests) defines the functions without running anything.

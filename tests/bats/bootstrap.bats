@@ -6,7 +6,7 @@
 
 load helpers
 
-STEPS=(fetch-code install-deps fetch-secrets docker-login settings-pull worker-setup run-worker)
+STEPS=(fetch-code install-deps fetch-secrets docker-login worker-setup settings-pull run-worker)
 GH_VALUE='ghp_BATS-BOOT-SECRET'
 
 setup_file() {
@@ -44,7 +44,7 @@ setup() {
   fleet_env "BUCKET=$TEST_BUCKET" "FLEET_ID=$FLEET" "CODE_SHA=$BOOT_SHA" "AWS_REGION=$TEST_REGION" \
     "SETTINGS=toyarena" "SECRET_NAMES=" "SECRET_PREFIX=$PREFIX"
   # A local instance: the launcher's venv (install-deps leaves it alone), shutdown stubbed.
-  export CT_FLEET_VENV="$TEST_VENV"
+  export LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1
   make_stub shutdown
 }
 
@@ -78,9 +78,11 @@ setup() {
 @test "bootstrap: a failing run-worker is logged as FAILED, uploaded, then shutdown" {
   preseed_code
   FAKE_WORKER_EXIT=3 run "$WORKER_DIR/bootstrap.sh"
+  # It powers off and still exits with the failed step's status.
+  [ "$status" -eq 3 ]
   local log uploaded
   log=$(cat "$LOG_FILE")
-  assert_in_order "$log" "step worker-setup: ok in " "FAKE-WORKER ran" \
+  assert_in_order "$log" "step settings-pull: ok in " "FAKE-WORKER ran" \
     "[run-worker] step run-worker: FAILED (exit 3)" "step bootstrap: FAILED (exit 3)" "bootstrap failed (exit 3)"
   uploaded=$(s3_get "$LOG_KEY")
   assert_in_order "$uploaded" "step run-worker: FAILED (exit 3)" "bootstrap failed (exit 3)"
@@ -95,8 +97,9 @@ setup() {
   run "$WORKER_DIR/bootstrap.sh"
   local log
   log=$(cat "$LOG_FILE")
-  assert_in_order "$log" "step settings-pull: ok in " "worker_setup script no-such-setup.sh not found" \
+  assert_in_order "$log" "step docker-login: ok in " "worker_setup script no-such-setup.sh not found" \
     "[worker-setup] step worker-setup: FAILED (exit 1)" "step bootstrap: FAILED (exit 1)" "bootstrap failed (exit 1)"
+  refute_contains "$log" "step settings-pull: start"
   refute_contains "$log" "step run-worker: start"
   refute_contains "$log" "FAKE-WORKER"
   assert_contains "$(s3_get "$LOG_KEY")" "step worker-setup: FAILED (exit 1)"

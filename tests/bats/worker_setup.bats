@@ -82,6 +82,8 @@ setup() {
   assert_equal "$(calls getent)" "group docker"
   assert_equal "$(calls usermod)" "-aG docker nobody"
   assert_equal "$(stat -c %U "$LB_ROOT_DIR/some-file")" nobody
+  # Its own Docker config dir (registry login), private to it.
+  assert_equal "$(stat -c '%U %a' "$LB_HOME/var/lib/linuxbench/worker-docker")" "nobody 700"
   assert_contains "$output" "worker user nobody ready"
   assert_contains "$(cat "$SETUP_TRACE")" "user=nobody"
 }
@@ -96,5 +98,5 @@ setup() {
   [ "$status" -eq 0 ]
   assert_equal "$(calls useradd)" "--create-home --shell /bin/bash ct-bats-worker"
   assert_not_called usermod
-  assert_equal "$(calls chown)" "-R ct-bats-worker $LB_ROOT_DIR"
+  assert_equal "$(calls chown)" "$(printf -- '-R ct-bats-worker %s\n' "$LB_ROOT_DIR" "$LB_HOME/var/lib/linuxbench/worker-docker")"
 }

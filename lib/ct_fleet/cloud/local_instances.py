@@ -7,6 +7,7 @@ import base64
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,20 @@ SPOT_NOTICE = "spot-interruption-notice"
 # instance's disk goes with it; a local instance's directory stays for debugging, so its
 # secrets are wiped when the instance is gone.
 SECRETS_FILE = Path("etc/linuxbench/secrets.env")
+
+
+def instance_env(home: Path, instance_id: str, venv: str = sys.prefix) -> dict[str, str]:
+    """What a local instance is told instead of what EC2 provides (the instance's inputs,
+    listed in worker/lib.sh): its own root directory, its id (there is no instance metadata
+    service), the venv it shares with this controller, and how it powers itself off."""
+    return {
+        "LB_HOME": str(home),
+        "INSTANCE_ID": instance_id,
+        "LB_VENV": venv,
+        "LB_VENV_PROVIDED": "1",
+        "LB_SHUTDOWN": str(SHIMS_DIR / "shutdown"),
+        "CT_SPOT_NOTICE_FILE": str(home / SPOT_NOTICE),
+    }
 
 
 class LocalInstanceRunner:
@@ -43,13 +58,8 @@ class LocalInstanceRunner:
             attr = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
             script = home / "user-data"
             script.write_bytes(base64.b64decode(attr.get("UserData", {}).get("Value", "")))
-            env = {
-                **self.env,
-                "LB_HOME": str(home),
-                "INSTANCE_ID": instance_id,
-                "PATH": f"{SHIMS_DIR}:{self.env['PATH']}",
-                "CT_SPOT_NOTICE_FILE": str(home / SPOT_NOTICE),
-            }
+            # The shim is also first on PATH: nothing a local instance runs can power off this machine.
+            env = {**self.env, **instance_env(home, instance_id), "PATH": f"{SHIMS_DIR}:{self.env['PATH']}"}
             with open(home / "console.log", "ab") as console:
                 # No terminal, as on EC2: an instance must not read (or be hung up with) the
                 # launcher's terminal, where the user answers the controller's prompts.
@@ -65,6 +75,10 @@ class LocalInstanceRunner:
             (home / "pid").write_text(str(proc.pid))
             self.procs[instance_id] = proc.pid
             self._children[proc.pid] = proc
+
+    def wait(self, instance_id: str, timeout: float) -> int:
+        """Wait for an instance's user-data (started here) to end; its exit status."""
+        return self._children[self.procs[instance_id]].wait(timeout)
 
     def reap(self, live: list[str]) -> None:
         """Kill the process trees of instances no longer live in EC2 (terminated)."""

@@ -41,10 +41,11 @@ def missing_jobs(
     stopped_reason: str | None = None,
 ) -> list[dict[str, Any]]:
     """One row per job whose (sample, epoch) is not in the merged run, with its reason."""
+    absent: set[tuple[str, int]]
     if merged:
         absent = {(str(sid), epoch) for task in merged for sid, epoch in task.missing}
     else:
-        absent = {(job.sample_id, job.epoch) for job in jobs}
+        absent = {(str(job.sample_id), job.epoch) for job in jobs}
     return [
         {
             "job_id": job.job_id,
@@ -54,5 +55,5 @@ def missing_jobs(
             "rerun": f"bin/ct-fleet run-job {fleet_id} {job.job_id}",
         }
         for job in jobs
-        if (job.sample_id, job.epoch) in absent
+        if (str(job.sample_id), job.epoch) in absent
     ]

@@ -1,5 +1,5 @@
-"""The controller's local copies of results (runs/<fleet>/results/<job>.eval) and proof
-that each still reads in full.
+"""The controller's local copies of results (runs/<fleet>/jobs/<job>.evaljob, see
+fleet_merge) and proof that each still reads in full.
 
 A result counts once it is verified (evallog.verify: header and sample read in full).
 Its digest is kept then, so the check before the merge reads every file once more but
@@ -13,16 +13,17 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..evallog import digest, problem
+from . import fleet_merge
 
 
 class LocalResults:
-    def __init__(self, results_dir: Path) -> None:
-        self.dir = results_dir
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
         self._digests: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def path(self, job_id: str) -> Path:
-        return self.dir / f"{job_id}.eval"
+        return fleet_merge.job_log(self.run_dir, job_id)
 
     def verify(self, job_id: str) -> str | None:
         """None (and the file's digest kept) when the local copy reads in full, else the problem."""

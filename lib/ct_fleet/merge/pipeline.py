@@ -9,12 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from .header import build_header, selection, set_status
-from .results import compute_results, metrics_table, score_rates
-from .scan import Group, Record, group_inputs
+from .results import compute_results, metrics_table
+from .scan import Group, group_inputs
+from .spool import Spool
 from .util import safe_stem, short_id
 from .write import write_log
 
 logger = logging.getLogger("ct_fleet.merge")
+
+# A fleet's per-job logs: one-sample .eval files under a suffix that `inspect view` and
+# eval_set do not list as runs (they would read them as runs of the same task).
+JOB_LOG_SUFFIX = ".evaljob"
+INPUT_SUFFIXES = (".eval", JOB_LOG_SUFFIX)
 
 
 @dataclass
@@ -31,6 +37,8 @@ class MergedTask:
     duplicates_dropped: int = 0
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     score_rates: dict[str, float] = field(default_factory=dict)
+    why: str = ""  # the merged header's error message when status is "error"
+    model_usage: dict[str, dict[str, Any]] = field(default_factory=dict)  # model -> ModelUsage fields
 
 
 def merge_eval_logs(
@@ -40,6 +48,7 @@ def merge_eval_logs(
     sample_ids: Sequence[str | int] | None = None,
     epochs: int | None = None,
     name: str | None = None,
+    eval_overrides: dict[str, Any] | None = None,
     on_skip: Callable[[Path, str], None] | None = None,
 ) -> list[MergedTask]:
     """Merge one-sample `.eval` logs into one `.eval` per task identity in `out_dir`.
@@ -47,35 +56,35 @@ def merge_eval_logs(
     `sample_ids` are the intended ids in dataset order (None: the ids seen in the
     inputs); `epochs` the intended epochs (None: the largest seen); `name` the output
     file stem (default: the task name; a `-<hash>` suffix is added when several
-    tasks would share a stem); `on_skip(path, why)` hears of each input that is not a
-    readable log (it is left out, never a reason to fail the merge).
+    tasks would share a stem); `eval_overrides` header `eval` fields to set (e.g. the
+    shipped code's `revision`, the user's `task_file`; `config` entries are merged in);
+    `on_skip(path, why)` hears of each input that is not a readable log (it is left out,
+    never a reason to fail the merge).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    groups = group_inputs(inputs, on_skip)
-    stems = output_stems(groups, name)
-    run_id = short_id("run", *sorted(g.key for g in groups))
-    results = []
+    spool = Spool()
     try:
-        for group in groups:
-            results.append(
-                merge_group(
-                    group,
-                    out_dir / f"{stems[group.key]}.eval",
-                    run_id=run_id,
-                    sample_ids=sample_ids,
-                    epochs=epochs,
-                )
+        groups = group_inputs(inputs, spool, on_skip)
+        stems = output_stems(groups, name)
+        run_id = short_id("run", *sorted(g.key for g in groups))
+        return [
+            merge_group(
+                group,
+                out_dir / f"{stems[group.key]}.eval",
+                run_id=run_id,
+                sample_ids=sample_ids,
+                epochs=epochs,
+                eval_overrides=eval_overrides,
             )
-            group.spool.close()
+            for group in groups
+        ]
     finally:
-        for group in groups:
-            group.spool.close()
-    return results
+        spool.close()
 
 
 def merge_dir(src: Path, out_dir: Path, **kw: Any) -> list[MergedTask]:
-    """Merge every `*.eval` under `src` (recursively), leaving out anything under `out_dir`."""
+    """Merge every `*.eval` and `*.evaljob` under `src` (recursively), leaving out anything under `out_dir`."""
     src, out_dir = Path(src), Path(out_dir)
     out_resolved = out_dir.resolve()
 
@@ -86,7 +95,7 @@ def merge_dir(src: Path, out_dir: Path, **kw: Any) -> list[MergedTask]:
             return True
         return False
 
-    inputs = [p for p in src.rglob("*.eval") if p.is_file() and outside_out(p)]
+    inputs = (p for p in src.rglob("*") if p.suffix in INPUT_SUFFIXES and p.is_file() and outside_out(p))
     return merge_eval_logs(inputs, out_dir, **kw)
 
 
@@ -105,45 +114,43 @@ def merge_group(
     run_id: str,
     sample_ids: Sequence[str | int] | None,
     epochs: int | None,
+    eval_overrides: dict[str, Any] | None = None,
 ) -> MergedTask:
     ids, n_epochs = selection(group, sample_ids, epochs)
-
-    # kept records in output order (epoch-major, dataset order, as Inspect runs them)
-    kept: list[Record] = []
-    missing: list[tuple[str | int, int]] = []
-    for epoch in range(1, n_epochs + 1):
-        for sid in ids:
-            record = group.records.get((str(sid), epoch))
-            if record is None:
-                missing.append((sid, epoch))
-            else:
-                kept.append(record)
-    if len(group.records) > len(kept):
+    spool = group.spool
+    spool.set_intended(ids)
+    kept, failed = spool.count_kept(group.index, n_epochs)
+    outside = spool.count_records(group.index) - kept
+    if outside:
         logger.warning(
             "%s: %d sample(s) outside the intended %d ids x %d epochs left out",
             group.header["eval"].get("task"),
-            len(group.records) - len(kept),
+            outside,
             len(ids),
             n_epochs,
         )
-    errors = [(r.sample_id, r.epoch, r.error or "") for r in kept if r.error is not None]
+    missing = list(spool.missing(group.index, n_epochs))
+    errors = list(spool.errors(group.index, n_epochs))
+    assert len(errors) == failed
 
-    header = build_header(group, out_path, run_id, ids, n_epochs, kept)
+    header = build_header(group, out_path, run_id, ids, n_epochs, eval_overrides)
     total = len(ids) * n_epochs
-    results, reductions = compute_results(header, kept, total, len(kept) - len(errors))
-    header.results = results
+    computed = compute_results(header, group, n_epochs, total, kept - failed)
+    header.results = computed.results
     set_status(header, total, missing, errors)
-    write_log(out_path, header, reductions, group, kept)
+    write_log(out_path, header, computed.reductions, group, n_epochs)
 
     return MergedTask(
         path=out_path,
         task=header.eval.task,
         status=header.status,
         samples_expected=total,
-        samples_present=len(kept),
+        samples_present=kept,
         missing=missing,
         errors=errors,
         duplicates_dropped=group.duplicates_dropped,
-        metrics=metrics_table(results),
-        score_rates=score_rates(kept),
+        metrics=metrics_table(computed.results),
+        score_rates=computed.score_rates,
+        why=header.error.message if header.error else "",
+        model_usage={name: usage.model_dump(exclude_none=True) for name, usage in header.stats.model_usage.items()},
     )
