@@ -262,9 +262,9 @@ CASES = [
     Case("task jsonl too large", ["--task-file", "{dir}/t.jsonl"], "byte limit", files={"t.jsonl": b"\n" * (17 << 20)}),
     Case("task file and -e", ["-e", "web"], "either --task-file or -e"),
     # -- settings, tasks, policies, models, commands
-    Case("setting is any module", ["--task-file", "", "-e", "this:web"], "not a setting"),
-    Case("setting dotted module", ["--task-file", "", "-e", "os.path:web"], "not a setting name"),
-    Case("setting unknown", ["--task-file", "", "-e", "nosuchsetting:web"], "unknown setting"),
+    Case("setting is any module", ["--task-file", "", "-e", "this:web"], "setting 'this' found in no source"),
+    Case("setting dotted module", ["--task-file", "", "-e", "os.path:web"], "a setting is named like a Python module"),
+    Case("setting unknown", ["--task-file", "", "-e", "nosuchsetting:web"], "found in no source"),
     Case("env unknown", ["--task-file", "", "-e", "mars"], "unknown env 'mars'"),
     Case("main task unknown", ["--task-file", "", "-e", "web", "-t", "nope"], "unknown main task 'nope'"),
     Case("policy unknown", ["--policy", "sneaky"], "unknown policy 'sneaky'"),

@@ -107,7 +107,8 @@ def test_extra_src_never_ships_credentials_and_says_so(tmp_path: Path):
     )
     note = tree.note()
     assert note and "credential files are never shipped" in note and ".env" in note
-    tarball = code.pack_extra_src(src, tmp_path / "e.tar.gz")
+    tarball = tmp_path / "e.tar.gz"
+    code.pack_extra_src(src, tarball)
     with tarfile.open(tarball) as tar:
         assert tar.getnames() == ["experiments/mypkg/policies.py"]
     import gzip

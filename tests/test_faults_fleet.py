@@ -56,7 +56,7 @@ def test_a_deleted_queue_or_manifest_stops_the_run_with_its_reason(tmp_path: Pat
     marker.unlink()
     code, out, err = finish(proc, timeout=180)  # not toward the hours of the hard timeouts
     assert code == 1, out + err
-    assert f"stopped: {reason}: the fleet cannot progress; fleet terminated" in err
+    assert f"{reason}: the fleet cannot progress; fleet terminated" in err
     assert "Traceback" not in out + err
     assert_nothing_running(runs)
 
