@@ -219,6 +219,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     setup_digest = preflight.worker_setup_digest(cfg.worker_setup, extra)
     dotenv = credentials.read_dotenv(request.dotenv)
     values = credentials.secret_values(dotenv)
+    preflight.check_model(model)
     secret_names = models.forward_names(
         models.check_model(model, model_args, values), _split_list(cfg.forward_env), values
     )
