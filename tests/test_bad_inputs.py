@@ -22,6 +22,8 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# The first test's setup runs every case (a few at a time): give it room on a busy machine.
+pytestmark = pytest.mark.timeout(1800)
 
 Setup = Callable[[Path], list[str]]
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import merge
-from ..merge import JOB_LOG_SUFFIX
+from ..evallog.layout import JOB_LOG_SUFFIX
 from ..protocol import Manifest, ManifestTask
+
+if TYPE_CHECKING:
+    from .. import merge
 
 JOBS_DIR = "jobs"
 MERGED_DIR = "merged"
@@ -62,6 +64,8 @@ def merge_fleet(
 ) -> list[merge.MergedTask]:
     """One merged log per task that has any result (a task with none is all missing);
     on_skip(path, why) hears of each result the merge could not read and left out."""
+    from .. import merge  # imports inspect_ai (seconds): only when there is something to merge
+
     out_dir = out_dir or run_dir / MERGED_DIR
     names = stems(manifest)
     merged = []

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..evallog.layout import JOB_LOG_SUFFIX
 from .header import build_header, selection, set_status
 from .results import compute_results, metrics_table
 from .scan import Group, group_inputs
@@ -19,7 +20,6 @@ logger = logging.getLogger("ct_fleet.merge")
 
 # A fleet's per-job logs: one-sample .eval files under a suffix that `inspect view` and
 # eval_set do not list as runs (they would read them as runs of the same task).
-JOB_LOG_SUFFIX = ".evaljob"
 INPUT_SUFFIXES = (".eval", JOB_LOG_SUFFIX)
 
 
