@@ -92,7 +92,7 @@ def main() -> int:
         console.print(f"[red]ct-fleet eval exited {rc}; see {tmp}[/]")
         return 1
     run_dir = next(p for p in runs.iterdir() if p.is_dir())
-    results = len(list((run_dir / "results").glob("*.eval")))
+    results = len(list((run_dir / "jobs").glob("*.evaljob")))
 
     counts = c.api_counts(api_log)
     ctl = {call: n for (role, call), n in counts.items() if role == "controller"}

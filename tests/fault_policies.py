@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -103,5 +104,19 @@ def leak() -> Solver:
         for _ in range(int(os.environ.get("CT_FAULT_LEAK_MB", "8000")) // 50):
             held.append(bytearray(50 * 2**20))  # zero-filled: resident at once
             time.sleep(0.05)
+
+    return _with(before)
+
+
+@solver
+def crash_leaking_secrets() -> Solver:
+    """A careless job: prints the secrets it can see, then dies (its stderr reaches the report)."""
+
+    def before(state: TaskState) -> None:
+        if _targeted(state):
+            for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GH_TOKEN"):
+                if os.environ.get(name):
+                    print(f"debug: {name}={os.environ[name]}", file=sys.stderr, flush=True)
+            os._exit(3)
 
     return _with(before)

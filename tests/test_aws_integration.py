@@ -11,7 +11,7 @@ import pytest
 
 from ct_fleet.controller.config import Ec2Config
 from ct_fleet.errors import BadInput
-from ct_fleet.protocol import FleetEnv, Manifest, ManifestJob, secrets_prefix
+from ct_fleet.protocol import FleetEnv, Manifest, ManifestJob, ManifestTask, secrets_prefix
 from ct_fleet.protocol.user_data import USER_DATA_LIMIT, render_user_data
 from ct_fleet.services import instances as fleet
 from ct_fleet.services import queues, secrets, store
@@ -82,15 +82,12 @@ def test_manifest_and_artifact_round_trip(aws_client, tmp_path: Path):
     assert store.get_manifest(s3, bucket, "f1") is None
     manifest = Manifest(
         "f1",
-        "toyarena",
-        "t.py@t",
-        {"policy": "honest"},
-        "honest",
         "mockllm/model",
         1,
         "sha",
-        60,
-        [ManifestJob("j1", "s1", 1), ManifestJob("j2", "s2", 1)],
+        [ManifestTask("k1", "t", "t.py@t", {"policy": "honest"}, ["s1", 2])],
+        [ManifestJob("j1", "k1", "s1", 1), ManifestJob("j2", "k1", 2, 1)],
+        policy="honest",
     )
     store.put_manifest(s3, bucket, manifest)
     assert store.get_manifest(s3, bucket, "f1") == manifest
@@ -209,7 +206,7 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
 
     from ct_fleet.cloud import AwsCloud
     from ct_fleet.controller.loop import Controller
-    from ct_fleet.controller.plan import Job
+    from ct_fleet.controller.plan import FleetTask, Job
     from ct_fleet.controller.spec import FleetSpec
 
     ec2, ssm = aws_client("ec2"), aws_client("ssm")
@@ -220,8 +217,9 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
     cfg = Ec2Config(
         max_workers=25, concurrency_per_worker=10, ami_param=param, instance_profile=profile, security_group=f"sg-{fid}"
     ).with_defaults(AwsCloud.defaults)
-    jobs = [Job(f"j{i}", f"web:fix_login#{i}", "web", "fix_login", None, 1) for i in range(300)]
-    spec = FleetSpec(fid, "toyarena", "x", "honest", "mockllm/model", 1, [], jobs, "sha", cfg)
+    task = FleetTask("toyarena", "x", "code", {"policy": "honest"}, [f"web:fix_login#{i}" for i in range(300)])
+    jobs = [Job(f"j{i}", task.key, f"web:fix_login#{i}", 1) for i in range(300)]
+    spec = FleetSpec(fid, [task], jobs, "mockllm/model", 1, "sha", cfg, policy="honest")
     ctl = Controller(
         AwsCloud(region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"]),
         spec,

@@ -67,9 +67,15 @@ def test_extra_src_leaves_out_caches_envs_builds_and_lockfiles(tmp_path: Path):
         path = src / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("x")
-    with tarfile.open(code.pack_extra_src(src, tmp_path / "e.tar.gz")) as tar:
+    digest = code.pack_extra_src(src, tmp_path / "e.tar.gz")
+    with tarfile.open(tmp_path / "e.tar.gz") as tar:
         names = sorted(n for n in tar.getnames())
     assert names == ["experiments/mypkg/__init__.py", "experiments/mypkg/data.json", "experiments/mypkg/policies.py"]
+    # The digest follows the content only: packing again (new mtimes) gives it again, an edit changes it.
+    (src / "mypkg" / "policies.py").touch()
+    assert code.pack_extra_src(src, tmp_path / "again.tar.gz") == digest
+    (src / "mypkg" / "policies.py").write_text("y")
+    assert code.pack_extra_src(src, tmp_path / "edited.tar.gz") != digest
 
 
 def test_extra_src_never_ships_credentials_and_says_so(tmp_path: Path):
@@ -101,7 +107,8 @@ def test_extra_src_never_ships_credentials_and_says_so(tmp_path: Path):
     )
     note = tree.note()
     assert note and "credential files are never shipped" in note and ".env" in note
-    tarball = code.pack_extra_src(src, tmp_path / "e.tar.gz")
+    tarball = tmp_path / "e.tar.gz"
+    code.pack_extra_src(src, tarball)
     with tarfile.open(tarball) as tar:
         assert tar.getnames() == ["experiments/mypkg/policies.py"]
     import gzip

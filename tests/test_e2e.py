@@ -55,7 +55,7 @@ def test_smoke_run_merges_every_sample_epoch_once(smoke_run):
     runs, proc = smoke_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
-    assert len(list((run_dir / "results").glob("*.eval"))) == 12
+    assert len(list((run_dir / "jobs").glob("*.evaljob"))) == 12
     (merged,) = (run_dir / "merged").glob("*.eval")
     log = read_eval_log(str(merged))
     assert log.status == "success"
@@ -118,7 +118,7 @@ BAD_INPUTS = [
     (["-e", "nowhere"], "unknown env 'nowhere'"),
     (["-e", "web", "-t", "fly"], "unknown main task 'fly'"),
     (["--task-file", "smoke", "--epochs", "0"], "--epochs must be at least 1"),
-    (["--task-file", "smoke", "--policy", "nosuchmod_xyz:pol"], "not importable here"),
+    (["--task-file", "smoke", "--policy", "nosuchmod_xyz:pol"], "neither tracked in this repo nor in an --extra-src"),
     (["--task-file", "smoke", "--policy", "sneaky"], "unknown policy 'sneaky'"),
     (["--task-file", "smoke", "--ec2-arg", "max_worker=2"], "unknown --ec2-arg 'max_worker'"),
     (["--task-file", "smoke", "--ec2-arg", "max_workers=two"], "expected a whole number"),
@@ -156,7 +156,7 @@ def test_new_fleet_runs_everything_again_under_a_new_id(tmp_path: Path):
 def test_merge_command_merges_a_directory(smoke_run, tmp_path: Path):
     runs, proc = smoke_run
     assert proc.returncode == 0, proc.stderr
-    results = next(p for p in runs.iterdir() if p.is_dir()) / "results"
+    results = next(p for p in runs.iterdir() if p.is_dir()) / "jobs"
     merged = ct_fleet(runs, "merge", str(results), "-o", str(tmp_path / "out"))
     assert merged.returncode == 0, merged.stderr
     (out,) = (tmp_path / "out").glob("*.eval")
@@ -165,21 +165,3 @@ def test_merge_command_merges_a_directory(smoke_run, tmp_path: Path):
     empty.mkdir()
     none = ct_fleet(runs, "merge", str(empty))
     assert none.returncode == 2 and "no .eval files" in none.stderr
-
-
-@pytest.mark.e2e
-def test_command_jobs_drive_another_eval_cli(smoke_run, tmp_path: Path):
-    """A command job is a shell template that must leave one .eval at $CT_OUTPUT; job ids
-    depend on setting, policy, sample and epoch only, so earlier results stand in here for
-    another eval CLI's output."""
-    runs, proc = smoke_run
-    assert proc.returncode == 0, proc.stderr
-    results = next(p for p in runs.iterdir() if p.is_dir()) / "results"
-    command = f'test -n "$CT_SAMPLE_ID" && cp {results}/"$CT_JOB_ID".eval "$CT_OUTPUT"'
-    got = ct_fleet(
-        tmp_path, "eval", "--task-file", "smoke", "--epochs", "3", "--command", command, "--ec2-arg", "idle_timeout=3"
-    )
-    assert got.returncode == 0, got.stdout + got.stderr
-    (merged,) = next(p for p in tmp_path.iterdir() if p.is_dir()).joinpath("merged").glob("*.eval")
-    pairs = {(s.id, s.epoch) for s in read_eval_log(str(merged)).samples or []}
-    assert len(pairs) == 12

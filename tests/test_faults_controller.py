@@ -26,7 +26,7 @@ def test_killed_controller_is_adopted_by_a_rerun(tmp_path: Path):
     runs = tmp_path / "runs"
     args = ["--task-file", "smoke", "--epochs", "3", "--policy", "tests.fault_policies:slow", *FAST]
     first = start(runs, *args, CT_FAULT_SLEEP="1.5")
-    wait_for(lambda: len(list(runs.glob("*/results/*.eval"))) >= 3, timeout=200)
+    wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 3, timeout=200)
     first.send_signal(signal.SIGKILL)  # bin/ct-fleet execs python: this is the controller
     first.communicate()
     assert processes_in(runs, "ct_fleet.worker"), "workers should outlive the controller"
@@ -46,7 +46,7 @@ def test_rerun_enqueues_only_missing_or_unreadable_results(tmp_path: Path):
     args = ["--task-file", "smoke", "--epochs", "2", *FAST]
     code, out, err = finish(start(runs, *args))
     assert code == 0, out + err
-    results = sorted((fleet_dir(runs) / "results").glob("*.eval"))
+    results = sorted((fleet_dir(runs) / "jobs").glob("*.evaljob"))
     assert len(results) == 8
     for path in results[:3]:
         path.unlink()
@@ -116,10 +116,10 @@ def test_ctrl_c_without_a_terminal_stops_the_fleet_and_keeps_results(tmp_path: P
         *FAST,
         CT_FAULT_SLEEP="2",
     )
-    wait_for(lambda: len(list(runs.glob("*/results/*.eval"))) >= 1, timeout=200)
+    wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 1, timeout=200)
     proc.send_signal(signal.SIGINT)
     code, out, err = finish(proc)
     assert code == 130, out + err
     assert "stopped; finished results are kept in" in err
-    assert list(fleet_dir(runs).glob("results/*.eval"))
+    assert list(fleet_dir(runs).glob("jobs/*.evaljob"))
     assert_nothing_running(runs)

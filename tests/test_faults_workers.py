@@ -84,7 +84,7 @@ def test_poison_job_lands_in_the_dlq_report(tmp_path: Path):
     )
     code, out, err = finish(proc)
     assert code == 1, out + err
-    assert "dead-lettered jobs" in out and "web:fix_login" in out and "infra" in out
+    assert "jobs without a result" in out and "dead-lettered" in out and "web:fix_login" in out and "infra" in out
     job_id = re.search(r"bin/ct-fleet run-job (\w+) (\w+)", out)
     assert job_id and job_id.group(1) == fleet_dir(runs).name
     pairs = merged_pairs(runs)

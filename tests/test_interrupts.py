@@ -72,7 +72,7 @@ def test_interrupt_at_any_phase_leaves_no_secret_and_no_worker(account, phase: s
         # What a careless teardown leaves: the workers and their secrets exist right now.
         assert fleet_instances(account, fleet_id) and fleet_secrets_left(account, fleet_id)
     if phase in ("end-wait", "merge"):
-        assert list(account["runs"].glob(f"{fleet_id}/results/*.eval"))
+        assert list(account["runs"].glob(f"{fleet_id}/jobs/*.evaljob"))
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, out + err

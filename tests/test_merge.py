@@ -397,6 +397,89 @@ def test_unusable_inputs_are_skipped(logs: Logs, tmp_path: Path, caplog: pytest.
     assert "truncated.eval" in caplog.text and "unfinished.eval" in caplog.text
 
 
+def _rewrite(src: Path, dst: Path, replace: dict[str, bytes | None]) -> Path:
+    """A copy of src with some entries replaced (None: left out)."""
+    with zipfile.ZipFile(src) as zin, evalzip.open_writer(str(dst)) as zout:
+        for name in zin.namelist():
+            if name in replace:
+                if replace[name] is not None:
+                    zout.writestr(name, replace[name])
+            else:
+                zout.writestr(name, zin.read(name))
+    return dst
+
+
+def _corrupt_sample_bytes(src: Path, dst: Path) -> Path:
+    """A copy whose sample entry's compressed bytes are damaged (its CRC no longer matches)."""
+    shutil.copyfile(src, dst)
+    with zipfile.ZipFile(dst) as zf:
+        info = next(i for i in zf.infolist() if i.filename.startswith("samples/"))
+    data = bytearray(dst.read_bytes())
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    middle = start + info.compress_size // 2
+    data[middle : middle + 8] = bytes(8)
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def malformed_logs(good: Path, where: Path) -> dict[str, Path]:
+    """Logs whose header may say success but whose body is not a log Inspect can read."""
+    where.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(good) as zf:
+        header = json.loads(zf.read("header.json"))
+        sample = next(n for n in zf.namelist() if n.startswith("samples/"))
+    return {
+        "junk summaries": _rewrite(good, where / "a.eval", {"summaries.json": b"this is not json"}),
+        "summaries of strings": _rewrite(good, where / "b.eval", {"summaries.json": b'["x", "y"]'}),
+        "header a list": _rewrite(good, where / "c.eval", {"header.json": b"[1, 2]"}),
+        "header without eval": _rewrite(
+            good, where / "d.eval", {"header.json": json.dumps({"status": "success"}).encode()}
+        ),
+        "sample junk json": _rewrite(good, where / "e.eval", {sample: b"{not json"}),
+        "sample bytes damaged": _corrupt_sample_bytes(good, where / "f.eval"),
+        "no sample at all": _rewrite(good, where / "g.eval", {sample: None}),
+        "not a zip": _write(where / "h.eval", b"PK\x03\x04 but nothing else"),
+        "header says success, no body": _write_zip(where / "i.eval", {"header.json": json.dumps(header).encode()}),
+    }
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _write_zip(path: Path, entries: dict[str, bytes]) -> Path:
+    with evalzip.open_writer(str(path)) as zf:
+        for name, data in entries.items():
+            zf.writestr(name, data)
+    return path
+
+
+def test_malformed_finished_logs_are_left_out_and_named(logs: Logs, tmp_path: Path) -> None:
+    from ct_fleet.evallog import problem
+
+    good = [stage(logs.jobs[(sid, 1)], tmp_path / "in", 1) for sid in IDS]
+    bad = malformed_logs(good[0], tmp_path / "bad")
+    for kind, path in bad.items():
+        assert problem(path) is not None, kind  # a result like this never counts
+    assert all(problem(p) is None for p in good)
+    skipped: list[tuple[Path, str]] = []
+    [task] = merge_eval_logs(
+        [*good[1:], *bad.values()],
+        tmp_path / "out",
+        sample_ids=IDS,
+        epochs=1,
+        on_skip=lambda p, why: skipped.append((p, why)),
+    )
+    # The bad copies of sample IDS[0] are left out (the summary-less one keeps nothing either).
+    assert task.samples_present == len(IDS) - 1 and task.missing == [(IDS[0], 1)]
+    named = {p.name for p, _ in skipped}
+    assert named >= {"a.eval", "b.eval", "c.eval", "d.eval", "f.eval", "h.eval"}, skipped
+    assert all(why for _, why in skipped)
+    merged = read_eval_log(str(task.path))  # and the output reads in full
+    assert len(merged.samples or []) == len(IDS) - 1
+
+
 def test_merge_dir_excludes_its_output(logs: Logs, tmp_path: Path) -> None:
     src = tmp_path / "run"
     stage_all(logs, src / "results")

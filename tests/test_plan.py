@@ -86,29 +86,42 @@ def test_select_tasks_expands_env_main_side(setting):
         plan.select_tasks(catalog, [], [], [])
 
 
-def test_jobs_are_tasks_times_epochs_with_stable_unique_ids(setting):
-    tasks = plan.load_task_file(plan.resolve_task_file("smoke"))
-    jobs = plan.make_jobs(tasks, 3, "honest", setting)
-    assert len(jobs) == len(tasks) * 3
-    assert len({j.job_id for j in jobs}) == len(jobs)
-    assert [j.job_id for j in plan.make_jobs(tasks, 3, "honest", setting)] == [j.job_id for j in jobs]
-    assert {j.epoch for j in jobs} == {1, 2, 3}
-    other_policy = plan.make_jobs(tasks, 3, "attack", setting)
-    assert not {j.job_id for j in jobs} & {j.job_id for j in other_policy}
+def _task(ids: list[str | int], policy: str = "honest", **kw) -> plan.FleetTask:
+    return plan.FleetTask("t", "task.py@t", "code", {"policy": policy}, ids, **kw)
+
+
+def test_jobs_are_samples_times_epochs_with_stable_unique_ids():
+    task = _task(["web:fix_login", 7, "7"])
+    jobs = plan.make_jobs([task], 3, code_sha="abc", model="mockllm/model", model_args={})
+    assert len(jobs) == 3 * 3
+    assert len({j.job_id for j in jobs}) == len(jobs)  # 7 and "7" are different samples' jobs
+    again = plan.make_jobs([_task(["web:fix_login", 7, "7"])], 3, code_sha="abc", model="mockllm/model", model_args={})
+    assert [j.job_id for j in again] == [j.job_id for j in jobs]
+    assert {j.epoch for j in jobs} == {1, 2, 3} and {j.task for j in jobs} == {task.key}
+    assert [j.sample_id for j in jobs[:3]] == ["web:fix_login"] * 3 and jobs[3].sample_id == 7
+    for variant in (
+        plan.make_jobs([_task(["web:fix_login"], "attack")], 1, code_sha="abc", model="mockllm/model", model_args={}),
+        plan.make_jobs([task], 1, code_sha="abc", model="openai/gpt-4o", model_args={}),
+        plan.make_jobs([task], 1, code_sha="abc", model="mockllm/model", model_args={"temperature": 0}),
+    ):
+        assert variant[0].job_id != jobs[0].job_id
     with pytest.raises(BadInput, match="--epochs must be at least 1"):
-        plan.make_jobs(tasks, 0, "honest", setting)
+        plan.make_jobs([task], 0, code_sha="abc", model="mockllm/model", model_args={})
 
 
 def test_fleet_id_is_a_function_of_its_inputs():
-    tasks = [plan.TaskSpec("web", "fix_login")]
-    base = plan.fleet_id("abc", "honest", tasks, 3)
-    assert base == plan.fleet_id("abc", "honest", list(tasks), 3)
+    tasks = [_task(["web:fix_login"])]
+    base = plan.fleet_id("abc", tasks, 3)
+    assert base == plan.fleet_id("abc", [_task(["web:fix_login"])], 3)
     variants = {
-        plan.fleet_id("abd", "honest", tasks, 3),
-        plan.fleet_id("abc", "attack", tasks, 3),
-        plan.fleet_id("abc", "honest", tasks, 4),
-        plan.fleet_id("abc", "honest", [*tasks, plan.TaskSpec("ops", "enable_tls")], 3),
-        plan.fleet_id("abc", "honest", tasks, 3, instance_type="c5.metal"),
-        plan.fleet_id("abc", "honest", tasks, 3, worker_setup="x/setup.sh:1234"),
+        plan.fleet_id("abd", tasks, 3),
+        plan.fleet_id("abc", [_task(["web:fix_login"], "attack")], 3),
+        plan.fleet_id("abc", tasks, 4),
+        plan.fleet_id("abc", [_task(["web:fix_login", "ops:enable_tls"])], 3),
+        plan.fleet_id("abc", [_task(["web:fix_login"], limit=1)], 3),
+        plan.fleet_id("abc", tasks, 3, instance_type="c5.metal"),
+        plan.fleet_id("abc", tasks, 3, worker_setup="x/setup.sh:1234"),
+        plan.fleet_id("abc", tasks, 3, model="openai/gpt-4o"),
+        plan.fleet_id("abc", tasks, 3, extra_src=["exp:0123"]),
     }
-    assert base not in variants and len(variants) == 6
+    assert base not in variants and len(variants) == 9

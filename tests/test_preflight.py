@@ -4,58 +4,78 @@ run configs and the cost estimate."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
 
-from ct_fleet.controller import cost, preflight
+from ct_fleet.controller import code, cost, preflight, setting_plan
 from ct_fleet.controller.runconfig import load_run_config as _run_config
+from ct_fleet.controller.shipped import ShippedCode
 from ct_fleet.errors import BadInput
 from ct_fleet.settings import load_setting
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def test_env_forms():
-    assert preflight.split_env_args(["web", "ops"]) == ("toyarena", ["web", "ops"])
-    assert preflight.split_env_args(["toyarena:web", "toyarena:ops"]) == ("toyarena", ["web", "ops"])
-    assert preflight.split_env_args([]) == ("toyarena", [])
+    split = setting_plan.split_env_args
+    assert split(["web", "ops"]) == [("toyarena", "web"), ("toyarena", "ops")]
+    assert split(["toyarena:web", "toyarena:ops"]) == [("toyarena", "web"), ("toyarena", "ops")]
+    assert split([]) == []
+    # Several settings in one run, deduplicated.
+    assert split(["toyarena:web", "basharena:bash", "toyarena:web"]) == [("toyarena", "web"), ("basharena", "bash")]
     with pytest.raises(BadInput, match="either prefix every -e"):
-        preflight.split_env_args(["toyarena:web", "ops"])
-    with pytest.raises(BadInput, match="one setting per run"):
-        preflight.split_env_args(["toyarena:web", "basharena:bash"])
+        split(["toyarena:web", "ops"])
 
 
 def test_extra_src_rules(tmp_path: Path):
     a, b = tmp_path / "one" / "exp", tmp_path / "two" / "exp"
     a.mkdir(parents=True)
     b.mkdir(parents=True)
-    assert [t.root for t in preflight.check_extra_src([a], ec2=True)] == [a.resolve()]
-    with pytest.raises(BadInput, match="applies only with --ec2"):
-        preflight.check_extra_src([a], ec2=False)
+    assert [t.root for t in preflight.check_extra_src([a])] == [a.resolve()]  # local fleets ship them too
     with pytest.raises(BadInput, match="share the basename 'exp'"):
-        preflight.check_extra_src([a, b], ec2=True)
+        preflight.check_extra_src([a, b])
     with pytest.raises(BadInput, match="not a directory"):
-        preflight.check_extra_src([tmp_path / "missing"], ec2=True)
+        preflight.check_extra_src([tmp_path / "missing"])
 
 
-def test_refs_resolve_from_shipped_trees_on_ec2(tmp_path: Path):
+@pytest.fixture(scope="module")
+def repo_sha() -> str:
+    return code.code_version(REPO).sha
+
+
+def test_refs_resolve_from_what_ships(tmp_path: Path, repo_sha: str):
     setting = load_setting()
     extra = tmp_path / "experiments"
     (extra / "mypkg").mkdir(parents=True)
     (extra / "mypkg" / "__init__.py").write_text("")
     (extra / "mypkg" / "policies.py").write_text("def mine(): ...\n")
-    preflight.check_policy("honest", setting, [], ec2=True)
-    preflight.check_policy("toyarena.policies:honest", setting, [], ec2=True)  # in the repo
-    preflight.check_policy("mypkg.policies:mine", setting, [extra], ec2=True)
-    with pytest.raises(BadInput, match="neither in this repo nor in an --extra-src root.*--extra-src DIR"):
-        preflight.check_policy("mypkg.policies:mine", setting, [], ec2=True)
+    bare = ShippedCode.build(REPO, repo_sha, [])
+    with_tree = ShippedCode.build(REPO, repo_sha, [extra])
+    setting_plan.check_policy("honest", setting, bare)
+    setting_plan.check_policy("toyarena.policies:honest", setting, bare)  # in the repo
+    setting_plan.check_policy("mypkg.policies:mine", setting, with_tree)
+    with pytest.raises(BadInput, match="neither tracked in this repo nor in an --extra-src root.*--extra-src DIR"):
+        setting_plan.check_policy("mypkg.policies:mine", setting, bare)
     with pytest.raises(BadInput, match="--sandbox 'vmbox:vm'.*--extra-src"):
-        preflight.check_ref("--sandbox", "vmbox:vm", [extra], ec2=True)
-    # Locally a ref resolves from what this machine can import.
-    preflight.check_policy("os.path:join", setting, [], ec2=False)
-    with pytest.raises(BadInput, match="not importable here"):
-        preflight.check_policy("no_such_module_xyz:p", setting, [], ec2=False)
+        setting_plan.check_ref("--sandbox", "vmbox:vm", with_tree)
+    # Importable here is not enough: the module must ship.
+    with pytest.raises(BadInput, match="neither tracked"):
+        setting_plan.check_policy("os.path:join", setting, bare)
     with pytest.raises(BadInput, match="unknown policy 'sneaky'"):
-        preflight.check_policy("sneaky", setting, [], ec2=False)
+        setting_plan.check_policy("sneaky", setting, bare)
+
+
+def test_an_untracked_module_in_the_repo_does_not_ship(repo_sha: str):
+    untracked = REPO / "tests" / f"untracked_policy_{uuid.uuid4().hex[:8]}.py"
+    untracked.write_text("def pol(): ...\n")
+    try:
+        shipped = ShippedCode.build(REPO, repo_sha, [])
+        with pytest.raises(BadInput, match="neither tracked"):
+            setting_plan.check_policy(f"tests.{untracked.stem}:pol", load_setting(), shipped)
+    finally:
+        untracked.unlink()
 
 
 def test_worker_setup_digest_follows_content(tmp_path: Path):

@@ -289,7 +289,7 @@ def test_workers_that_keep_dying_are_reported_by_their_failed_step(
     assert failure is not None and (failure.step.name, failure.step.status) == ("fetch-code", 1)
 
     cfg = Ec2Config(bucket=fleet["bucket"]).with_defaults(AwsCloud.defaults)
-    spec = FleetSpec(fleet_id, "toyarena", "x", "honest", "mockllm/model", 1, [], [], "f" * 40, cfg)
+    spec = FleetSpec(fleet_id, [], [], "mockllm/model", 1, "f" * 40, cfg, policy="honest")
     cloud = AwsCloud(region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"])
     ctl = Controller(cloud, spec, tmp_path / "run", launched_by="alice", warn=lambda text: None)
     ctl.launched = ["i-never-booted", home.name]

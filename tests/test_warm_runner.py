@@ -62,6 +62,9 @@ def job(
         "time_limit": 120,
         **kw,
     }
+    # The worker kills a job at its kill_after (the fleet's sample_time_limit), Inspect
+    # ends it at time_limit: here both, as a fleet whose user set sample_time_limit sends.
+    fields.setdefault("kill_after", fields["time_limit"])
     return WorkMessage(**fields)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ct_fleet.protocol import START_CONCURRENCY
 from ct_fleet.worker.concurrency import Concurrency
-from ct_fleet.worker.loop import RATE_LIMIT
+from ct_fleet.worker.failures import RATE_LIMIT
 
 
 def test_starts_at_ten_or_the_cap():

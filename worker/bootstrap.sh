@@ -9,7 +9,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=worker/lib.sh
 source "$here/lib.sh"
 
-STEPS=(fetch-code install-deps fetch-secrets docker-login settings-pull worker-setup run-worker)
+# worker-setup unpacks the extra-src trees, which settings-pull may import settings from.
+STEPS=(fetch-code install-deps fetch-secrets docker-login worker-setup settings-pull run-worker)
 
 finish() {
   if ((CT_EXIT_STATUS != 0)); then

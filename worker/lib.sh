@@ -28,6 +28,7 @@ LB_ROOT="${LB_ROOT:-$LB_HOME/opt/linuxbench}"
 LB_ETC="${LB_ETC:-$LB_HOME/etc/linuxbench}"
 LB_LOG="${LB_LOG:-$LB_HOME/var/log/linuxbench-bootstrap.log}"
 LB_EXTRA="${LB_EXTRA:-$LB_HOME/opt/linuxbench-extra}"
+LB_SITE="${LB_SITE:-$LB_HOME/opt/linuxbench-site}" # settings' requirements, when the venv is shared
 LB_SETUP_ENV="${LB_SETUP_ENV:-$LB_HOME/opt/linuxbench-worker-setup.env}"
 LB_VENV="${LB_VENV:-$LB_ROOT/.venv}"
 LB_FLEET_ENV="$LB_ETC/fleet.env"

@@ -16,10 +16,15 @@ main() {
   [[ -f $LB_SETUP_ENV ]] && source "$LB_SETUP_ENV"
   set +a
   local pypath="$LB_ROOT/lib:$LB_ROOT/examples/settings" tree
+  [[ -d $LB_SITE ]] && pypath="$pypath:$LB_SITE"
   for tree in "$LB_EXTRA"/*/; do
     [[ -d $tree ]] && pypath="$pypath:${tree%/}"
   done
-  export PYTHONPATH="$pypath" CODE_ROOT="$LB_ROOT" WORK_DIR="${WORK_DIR:-$LB_HOME/var/lib/linuxbench/jobs}"
+  # CT_EXTRA_ROOT: where jobs find a task shipped in an extra-src tree (ct_fleet.worker.inspect_job).
+  export PYTHONPATH="$pypath" CODE_ROOT="$LB_ROOT" CT_EXTRA_ROOT="$LB_EXTRA"
+  export WORK_DIR="${WORK_DIR:-$LB_HOME/var/lib/linuxbench/jobs}"
+  # Command jobs call the venv's tools (inspect, python) by name, as on the launching machine.
+  export PATH="$LB_VENV/bin:$PATH"
   INSTANCE_ID=$(ct_instance_id)
   export INSTANCE_ID
   # Marks this process's AWS calls as the worker's in a CT_FLEET_API_LOG (the IAM proof).

@@ -1,68 +1,172 @@
-"""Find a setting (a package of environments, tasks, policies and one Inspect task).
+"""Find a setting (a package of environments, tasks, policies and one Inspect task) by name.
 
-Settings live in examples/settings/<name>/ and are imported by name with that directory
-on sys.path, on the controller and on workers alike.
+A setting is found ONLY in one of three sources, in this order:
+1. the code's examples/settings/<name>/ (shipped with the code archive);
+2. a module <name> on an --extra-src root (shipped as its own tree);
+3. an installed distribution declaring it in the entry-point group `ct_fleet.settings`
+   (`name = "package.module"` or `"package.module:object"`), on workers installed from
+   the fleet's setting_requirements.
+An arbitrary importable module is never taken for a setting: `-e os:path` is refused.
+
+The same lookup runs on the controller (against the code and trees that will ship) and
+on workers (settings-pull, and before each job of the setting). A setting module
+exports SETTING_NAME, TASK_SPEC, catalog(), sample_id(env, main_task, side_task),
+POLICIES and optionally pull() (see examples/settings/README.md).
+
+    python -m ct_fleet.settings pull NAME...     (worker/settings-pull.sh)
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
 from types import ModuleType
 
 from .errors import BadInput
 from .paths import SETTINGS_DIR
 
 DEFAULT_SETTING = "toyarena"
+ENTRY_POINT_GROUP = "ct_fleet.settings"
+EXTRA_ROOT_ENV = "CT_EXTRA_ROOT"  # the directory holding the --extra-src trees on a worker
+
+
+@dataclass(frozen=True)
+class SettingSources:
+    """Where settings may come from (module doc); None/empty leaves a source out."""
+
+    examples: Path | None = SETTINGS_DIR
+    extra_roots: tuple[Path, ...] = ()
+    entry_points: bool = True
+
+    @classmethod
+    def here(cls, environ: dict[str, str] | None = None) -> SettingSources:
+        """This process's sources: the checkout's examples and, on a worker, its --extra-src trees."""
+        env = os.environ if environ is None else environ
+        extra = env.get(EXTRA_ROOT_ENV)
+        roots = tuple(sorted(p for p in Path(extra).iterdir() if p.is_dir())) if extra and Path(extra).is_dir() else ()
+        return cls(SETTINGS_DIR, roots)
 
 
 @dataclass(frozen=True)
 class Setting:
     name: str
     module: ModuleType
+    source: str = "examples"  # examples, extra-src <basename>, or the distribution's name
+    distribution: str | None = None  # for entry-point settings: what workers must install
+    requirements: tuple[str, ...] = field(default=())
 
     @property
     def task_spec(self) -> str:
         return str(self.module.TASK_SPEC)
 
+    @property
+    def package_dir(self) -> Path:
+        return Path(self.module.__file__ or ".").resolve().parent
+
     def catalog(self) -> dict[str, dict[str, list[str]]]:
         catalog: dict[str, dict[str, list[str]]] = self.module.catalog()
         return catalog
 
-    def sample_id(self, env: str, main_task: str, side_task: str | None) -> str:
-        return str(self.module.sample_id(env, main_task, side_task))
+    def sample_id(self, env: str, main_task: str, side_task: str | None) -> str | int:
+        sid = self.module.sample_id(env, main_task, side_task)
+        return sid if isinstance(sid, int) else str(sid)
 
     def has_policy(self, name: str) -> bool:
-        return name in self.module.POLICIES
+        return name in getattr(self.module, "POLICIES", {})
 
 
-def load_setting(name: str = DEFAULT_SETTING) -> Setting:
-    if str(SETTINGS_DIR) not in sys.path:
-        sys.path.insert(0, str(SETTINGS_DIR))
+def _import_from(root: Path, name: str) -> ModuleType:
+    """Import `name` with `root` first on sys.path; it must come from `root`."""
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    module = importlib.import_module(name)
+    where = Path(module.__file__ or "").resolve()
+    if not where.is_relative_to(root.resolve()):
+        raise BadInput(f"setting {name!r}: a module of that name is already loaded from {where.parent}")
+    return module
+
+
+def _has_module(root: Path, name: str) -> bool:
+    return (root / name / "__init__.py").is_file() or (root / f"{name}.py").is_file()
+
+
+def _entry_point(name: str) -> metadata.EntryPoint | None:
+    found = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    return found[0] if found else None
+
+
+def known_settings(sources: SettingSources) -> list[str]:
+    names = set()
+    if sources.examples and sources.examples.is_dir():
+        names |= {p.name for p in sources.examples.iterdir() if (p / "__init__.py").is_file()}
+    if sources.entry_points:
+        names |= {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    return sorted(names)
+
+
+def find_setting(name: str, sources: SettingSources | None = None) -> Setting:
+    """The setting `name` from its source; BadInput naming the sources when none has it."""
+    sources = sources or SettingSources.here()
+    if not name.isidentifier():
+        raise BadInput(f"setting {name!r}: a setting is named like a Python module")
     try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        known = sorted(p.name for p in SETTINGS_DIR.iterdir() if (p / "__init__.py").exists())
-        raise BadInput(f"unknown setting {name!r}: choose one of {', '.join(known)}") from exc
-    return Setting(name=name, module=module)
+        if sources.examples and _has_module(sources.examples, name):
+            return Setting(name, _import_from(sources.examples, name))
+        for root in sources.extra_roots:
+            if _has_module(root, name):
+                return Setting(name, _import_from(root, name), source=f"extra-src {root.name}")
+        ep = _entry_point(name) if sources.entry_points else None
+        if ep is not None:
+            loaded = ep.load()
+            module = loaded if isinstance(loaded, ModuleType) else sys.modules[loaded.__module__]
+            dist = ep.dist.name if ep.dist else None
+            return Setting(name, module, source=dist or "entry point", distribution=dist)
+    except BadInput:
+        raise
+    except Exception as exc:
+        raise BadInput(f"setting {name!r} does not import: {type(exc).__name__}: {_first_line(exc)}") from None
+    known = ", ".join(known_settings(sources)) or "none"
+    raise BadInput(
+        f"setting {name!r} found in no source: not in examples/settings, not on an --extra-src root, "
+        f"and no installed distribution declares it as a `{ENTRY_POINT_GROUP}` entry point (known: {known})"
+    )
 
 
-def pull(name: str) -> None:
-    """What a worker runs at boot for each setting: the setting's own pull(), if it has one.
+def load_setting(name: str = DEFAULT_SETTING, sources: SettingSources | None = None) -> Setting:
+    return find_setting(name, sources)
 
-    In-repo settings ship inside the code artifact, so importing them is the whole check.
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def pull(names: Sequence[str]) -> int:
+    """What a worker runs at boot: make each setting importable and run its own pull().
+
+    Prints one line per setting; an unimportable setting prints "setting NAME: FAILED ..."
+    (the line the controller reports) and the step fails.
     """
-    setting = load_setting(name)
-    hook = getattr(setting.module, "pull", None)
-    if callable(hook):
-        hook()
-    print(f"setting {name}: ready ({len(setting.catalog())} environments)")
+    for name in names:
+        try:
+            setting = find_setting(name)
+            hook = getattr(setting.module, "pull", None)
+            if callable(hook):
+                hook()
+        except Exception as exc:  # BadInput included: the message is the report
+            message = str(exc) if isinstance(exc, BadInput) else f"{type(exc).__name__}: {_first_line(exc)}"
+            print(f"setting {name}: FAILED: {message}", file=sys.stderr, flush=True)
+            return 1
+        print(f"setting {name}: ready from {setting.source} ({len(setting.catalog())} environments)", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    import sys
-
-    if len(sys.argv) != 3 or sys.argv[1] != "pull":
-        sys.exit("usage: python -m ct_fleet.settings pull NAME")
-    pull(sys.argv[2])
+    if len(sys.argv) < 3 or sys.argv[1] != "pull":
+        sys.exit("usage: python -m ct_fleet.settings pull NAME...")
+    sys.exit(pull(sys.argv[2:]))

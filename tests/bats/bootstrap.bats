@@ -6,7 +6,7 @@
 
 load helpers
 
-STEPS=(fetch-code install-deps fetch-secrets docker-login settings-pull worker-setup run-worker)
+STEPS=(fetch-code install-deps fetch-secrets docker-login worker-setup settings-pull run-worker)
 GH_VALUE='ghp_BATS-BOOT-SECRET'
 
 setup_file() {
@@ -86,7 +86,7 @@ setup() {
   [ "$status" -eq 3 ]
   local log uploaded
   log=$(cat "$LOG_FILE")
-  assert_in_order "$log" "step worker-setup: ok in " "FAKE-WORKER ran" \
+  assert_in_order "$log" "step settings-pull: ok in " "FAKE-WORKER ran" \
     "[run-worker] step run-worker: FAILED (exit 3)" "step bootstrap: FAILED (exit 3)" "bootstrap failed (exit 3)"
   uploaded=$(s3_get "$LOG_KEY")
   assert_in_order "$uploaded" "step run-worker: FAILED (exit 3)" "bootstrap failed (exit 3)"
@@ -101,8 +101,9 @@ setup() {
   run "$WORKER_DIR/bootstrap.sh"
   local log
   log=$(cat "$LOG_FILE")
-  assert_in_order "$log" "step settings-pull: ok in " "worker_setup script no-such-setup.sh not found" \
+  assert_in_order "$log" "step docker-login: ok in " "worker_setup script no-such-setup.sh not found" \
     "[worker-setup] step worker-setup: FAILED (exit 1)" "step bootstrap: FAILED (exit 1)" "bootstrap failed (exit 1)"
+  refute_contains "$log" "step settings-pull: start"
   refute_contains "$log" "step run-worker: start"
   refute_contains "$log" "FAKE-WORKER"
   assert_contains "$(s3_get "$LOG_KEY")" "step worker-setup: FAILED (exit 1)"

@@ -170,17 +170,54 @@ EOF
   fleet_env "SETTINGS=toyarena batsetting"
   LB_VENV="$TEST_VENV" run "$WORKER_DIR/settings-pull.sh"
   [ "$status" -eq 0 ]
-  assert_in_order "$output" "setting toyarena: ready" "setting batsetting: ready (2 environments)"
+  assert_in_order "$output" "setting toyarena: ready from examples" \
+    "setting batsetting: ready from examples (2 environments)"
   assert_equal "$(cat "$PULL_TRACE")" "pulled batsetting in $LB_ROOT_DIR"
 }
 
-@test "settings-pull: an unknown setting fails the step before the next one" {
+@test "settings-pull: a setting on an extra-src tree is found there (after worker-setup unpacked it)" {
+  settings_code
+  mkdir -p "$LB_HOME/opt/linuxbench-extra/mytree/treesetting"
+  printf 'def catalog():\n    return {"lab": {}}\n' >"$LB_HOME/opt/linuxbench-extra/mytree/treesetting/__init__.py"
+  fleet_env "SETTINGS=treesetting"
+  LB_VENV="$TEST_VENV" run "$WORKER_DIR/settings-pull.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "setting treesetting: ready from extra-src mytree (1 environments)"
+}
+
+@test "settings-pull: an unknown setting fails the step by name, before the next one" {
   settings_code
   fleet_env "SETTINGS=nosuch batsetting"
   LB_VENV="$TEST_VENV" run "$WORKER_DIR/settings-pull.sh"
   [ "$status" -ne 0 ]
-  assert_contains "$output" "unknown setting 'nosuch'"
+  assert_contains "$output" "setting nosuch: FAILED: setting 'nosuch' found in no source"
   [ ! -e "$PULL_TRACE" ]
+}
+
+@test "settings-pull: a setting that does not import fails with its own error" {
+  settings_code
+  mkdir -p "$LB_ROOT_DIR/examples/settings/brokensetting"
+  echo 'import not_installed_anywhere' >"$LB_ROOT_DIR/examples/settings/brokensetting/__init__.py"
+  fleet_env "SETTINGS=brokensetting"
+  LB_VENV="$TEST_VENV" run "$WORKER_DIR/settings-pull.sh"
+  [ "$status" -ne 0 ]
+  assert_contains "$output" "setting brokensetting: FAILED: setting 'brokensetting' does not import: ModuleNotFoundError"
+}
+
+@test "settings-pull: requirements install beside a shared venv, and their settings import" {
+  settings_code
+  local wheel
+  wheel=$("$TEST_VENV/bin/python" "$REPO_ROOT/tests/wheelmaker.py" "$BATS_TEST_TMPDIR/wheels" batplug)
+  fleet_env "SETTINGS=batplug" "SETTING_REQUIREMENTS=$wheel"
+  # shellcheck source=bin/ensure-venv
+  CT_FLEET_UV=$(source "$REPO_ROOT/bin/ensure-venv" && find_uv) LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1 \
+    run "$WORKER_DIR/settings-pull.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "setting batplug: ready from ct-fleet-batplug (1 environments)"
+  [ -d "$LB_HOME/opt/linuxbench-site/batplug" ]
+  # The shared venv is untouched.
+  run "$TEST_VENV/bin/python" -c 'import batplug'
+  [ "$status" -ne 0 ]
 }
 
 @test "settings-pull: no SETTINGS does nothing" {

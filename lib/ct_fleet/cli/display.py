@@ -23,9 +23,22 @@ def _duration(seconds: float | None) -> str:
     )
 
 
+def tokens_text(tokens: int) -> str:
+    if tokens >= 1_000_000:
+        return f"{tokens / 1e6:.2f}M"
+    return f"{tokens / 1e3:.1f}k" if tokens >= 10_000 else str(tokens)
+
+
+def money(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"${value:.4f}" if 0 < value < 0.01 else f"${value:.2f}"
+
+
 def progress_table(p: Progress) -> Table:
     table = Table(title="fleet progress", show_header=True, header_style="bold")
-    for column in ("done", "failed", "dead", "queued", "running", "workers", "elapsed", "ETA", "cost"):
+    columns = ("done", "failed", "dead", "queued", "running", "workers", "elapsed", "ETA", "tokens", "model $", "EC2 $")
+    for column in columns:
         table.add_column(column, justify="right")
     table.add_row(
         f"{p.done}/{p.total}",
@@ -36,7 +49,9 @@ def progress_table(p: Progress) -> Table:
         str(p.workers),
         _duration(p.elapsed),
         _duration(p.eta),
-        "-" if p.cost is None else f"${p.cost:.2f}",
+        tokens_text(p.tokens),
+        money(p.model_cost),
+        money(p.cost),
     )
     return table
 
@@ -70,40 +85,57 @@ class LiveProgress:
                 f"progress: {p.done}/{p.total} done, {p.failed} failed, {p.dead} dead, "
                 f"{p.queued} queued, {p.running} running, "
                 f"{p.workers} workers, {_duration(p.elapsed)} elapsed"
-                + ("" if p.cost is None else f", ${p.cost:.2f} so far")
+                + (f", {tokens_text(p.tokens)} tokens ({money(p.model_cost)})" if p.tokens else "")
+                + ("" if p.cost is None else f", EC2 {money(p.cost)} so far")
             )
+
+
+def _headline(metrics: dict[str, dict[str, float]]) -> str:
+    """Each scorer's first metric: what a reader checks first."""
+    parts = []
+    for scorer, values in metrics.items():
+        if values:
+            name, value = next(iter(values.items()))
+            parts.append(f"{scorer} {name} {value:.3g}")
+    return "; ".join(parts) or "-"
+
+
+def _usage(model_usage: dict[str, dict[str, Any]]) -> int:
+    return sum(int(u.get("total_tokens") or 0) for u in model_usage.values())
 
 
 def summary_table(merged: Sequence[Any]) -> Table:
     table = Table(title="results", header_style="bold")
-    for column in ("task", "samples", "successes", "errors", "missing", "main task", "side task"):
-        table.add_column(column, justify="left" if column == "task" else "right")
+    for column in ("task", "status", "samples", "successes", "errors", "missing", "metrics", "tokens"):
+        table.add_column(column, justify="left" if column in ("task", "status", "metrics") else "right")
     for m in merged:
         successes = m.samples_present - len(m.errors)
-        rates = m.score_rates
         table.add_row(
             m.task,
+            m.status,
             f"{m.samples_present}/{m.samples_expected}",
             str(successes),
             str(len(m.errors)),
             str(len(m.missing)),
-            _rate(rates.get("main_task_success")),
-            _rate(rates.get("side_task_success")),
+            _headline(m.metrics),
+            tokens_text(_usage(m.model_usage)),
         )
     table.caption = "merged: " + ", ".join(str(m.path) for m in merged)
     return table
 
 
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
-
-
 def dead_table(rows: Sequence[dict[str, Any]]) -> Table:
-    table = Table(title="dead-lettered jobs", header_style="bold red")
-    for column in ("sample", "epoch", "class", "last error"):
+    table = Table(title="jobs without a result", header_style="bold red")
+    for column in ("sample", "epoch", "ended", "class", "error"):
         table.add_column(column)
     for row in rows:
-        table.add_row(row["sample_id"], str(row["epoch"]), row["error_class"], row["error"][:120])
+        table.add_row(
+            str(row["sample_id"]),
+            str(row["epoch"]),
+            "dead-lettered" if row.get("dead") else "failed",
+            row["error_class"],
+            row["error"][:160],
+        )
     table.caption = "rerun one here with the command printed below it"
     return table
 
@@ -176,7 +208,7 @@ def run_status_table(st: Any) -> Table:
         str(d.get("work_in_flight", "-")),
         str(d.get("dlq", "-")),
         str(st.instances),
-        str(st.manifest.policy),
+        str(st.manifest.policy or st.manifest.model),
         str(st.manifest.epochs),
     )
     return table

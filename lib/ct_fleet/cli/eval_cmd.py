@@ -6,13 +6,14 @@ import sys
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from ..controller import config
 from ..controller.run import FleetRequest, PlannedFleet, RunHooks, execute, exit_status, plan_fleet
 from ..controller.spec import FleetInterrupted, RunResult
 from ..errors import BadInput
 from .console import console, err
-from .display import LiveProgress, dead_table, estimate_table, summary_table
+from .display import LiveProgress, dead_table, estimate_table, money, summary_table
 
 
 def _knob_help() -> str:
@@ -22,13 +23,18 @@ def _knob_help() -> str:
 
 
 @click.command(name="eval", epilog=_knob_help())
+@click.argument("task", required=False)
+@click.option("-T", "task_args", multiple=True, metavar="KEY=VALUE", help="task argument of TASK (repeatable)")
+@click.option("-M", "model_args", multiple=True, metavar="KEY=VALUE", help="model argument (repeatable)")
+@click.option("--sample-id", "sample_ids", multiple=True, metavar="ID[,ID...]", help="samples of TASK to run")
+@click.option("--limit", metavar="N|START-STOP", help="the first N samples of TASK (or a range)")
 @click.option("--task-file", help="named task set (examples/task_sets/NAME.yml|.jsonl) or a path")
 @click.option("-e", "--env", "envs", multiple=True, help="environment (repeatable); setting:env picks the setting")
 @click.option("-t", "--main-task", "mains", multiple=True, help="main task within the selected envs (repeatable)")
 @click.option("-s", "--side-task", "sides", multiple=True, help="side task within the selected envs (repeatable)")
 @click.option("--policy", help="honest (default), attack, or module:function")
-@click.option("--epochs", type=int, help="epochs per sample (default 1); one job per sample x epoch")
-@click.option("--model", help="Inspect model the policy may call (default mockllm/model)")
+@click.option("--epochs", type=int, help="epochs per sample (default: the task's, else 1); one job per sample x epoch")
+@click.option("--model", help="Inspect model, provider/model (default mockllm/model)")
 @click.option("--command", "command", help="run each job as this shell command; it must write one .eval to $CT_OUTPUT")
 @click.option("--sandbox", help="external sandbox as module:type, imported on each worker")
 @click.option(
@@ -36,18 +42,27 @@ def _knob_help() -> str:
     "extra_src",
     multiple=True,
     type=click.Path(path_type=Path),
-    help="with --ec2: also ship DIR as an import root on workers (repeatable)",
+    help="also ship DIR to workers as an import root of its own (repeatable)",
 )
 @click.option(
     "--config",
     "config_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="YAML run config: task_file, policy, epochs, ec2_args, attacks",
+    help="YAML run config: task or task_file/setting, policy, model, epochs, ec2, ec2_args, attacks",
 )
 @click.option("--attack", help="which attack of --config to run (its ec2_args win)")
-@click.option("--ec2", is_flag=True, help="run on EC2 instead of the embedded local cloud")
+@click.option(
+    "--ec2/--no-ec2",
+    default=None,
+    help="run on EC2 instead of the embedded local cloud (default: the run config's ec2:, else CT_FLEET_EC2)",
+)
 @click.option("--ec2-arg", "ec2_args", multiple=True, metavar="KEY=VALUE", help="fleet knob (repeatable; listed below)")
 def eval_command(
+    task: str | None,
+    task_args: tuple[str, ...],
+    model_args: tuple[str, ...],
+    sample_ids: tuple[str, ...],
+    limit: str | None,
     task_file: str | None,
     envs: tuple[str, ...],
     mains: tuple[str, ...],
@@ -60,23 +75,34 @@ def eval_command(
     extra_src: tuple[Path, ...],
     config_path: Path | None,
     attack: str | None,
-    ec2: bool,
+    ec2: bool | None,
     ec2_args: tuple[str, ...],
 ) -> None:
-    """Run tasks x epochs as one fleet and merge the results into one Inspect run.
+    """Run tasks x epochs as one fleet and merge the results into one Inspect run per task.
+
+    TASK is what `inspect eval` takes (file.py, file.py@name, a registered name); a file
+    outside this repo ships to workers with its directory. Without TASK, a setting's
+    tasks run under a policy (--task-file, or -e [setting:]env with -t/-s).
 
     \b
     Examples:
+      ct-fleet eval ~/evals/qa.py@qa -T level=2 --model openai/gpt-4o-mini --limit 50 --epochs 3
       ct-fleet eval --task-file smoke --policy honest --epochs 3
       ct-fleet eval -e web -t fix_login --policy attack -s leak_secret
       ct-fleet eval --ec2 --task-file medium --epochs 10 --ec2-arg max_workers=20
       ct-fleet eval --ec2 --extra-src ~/experiments --policy mypkg.policies:my_policy -e web
+      ct-fleet eval -e toyarena:web -e mysetting:lab --policy honest
 
     A rerun of the same command resumes: only jobs without a finished result run again.
-    Results land in runs/<fleet_id>/ (per-job logs in results/, the merged run in merged/).
+    Results land in runs/<fleet_id>/ (one merged run per task in merged/, per-job logs in jobs/).
     """
     planned = plan_fleet(
         FleetRequest(
+            task=task,
+            task_args=task_args,
+            model_args=model_args,
+            sample_ids=sample_ids,
+            limit=limit,
             task_file=task_file,
             envs=envs,
             main_tasks=mains,
@@ -99,7 +125,7 @@ def eval_command(
         return
     hooks = RunHooks(
         info=lambda text: console.print(text, highlight=False, soft_wrap=True),
-        warn=lambda text: err.print(f"[yellow]warning:[/] {text}", highlight=False),
+        warn=lambda text: err.print(f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True),
         leave_running_on_interrupt=_ask_leave_running,
     )
     fleet_id, run_dir = planned.spec.fleet_id, planned.run_dir
@@ -113,7 +139,7 @@ def eval_command(
             err.print(f"fleet {fleet_id} left running: {again} to resume it", highlight=False)
         else:
             err.print(
-                f"fleet {fleet_id} stopped; finished results are kept in {run_dir}/results ({again} to resume)",
+                f"fleet {fleet_id} stopped; finished results are kept in {run_dir}/jobs ({again} to resume)",
                 highlight=False,
             )
         sys.exit(130)
@@ -168,9 +194,14 @@ def _report(result: RunResult) -> None:
         + (f" ({result.adopted_workers} adopted)" if result.adopted_workers else "")
         + f", {result.elapsed:.1f}s; enqueued {result.enqueued}, attempts {state.attempts}, "
         f"redeliveries {state.redeliveries}, duplicates dropped {state.duplicates}"
-        + (f", cost ${result.cost:.2f}" if result.cost else ""),
+        + (f", EC2 cost ${result.cost:.2f}" if result.cost else ""),
         highlight=False,
     )
+    if result.tokens:
+        unpriced = f" (no price for {', '.join(result.unpriced_models)})" if result.unpriced_models else ""
+        console.print(
+            f"model usage: {result.tokens} tokens, model cost {money(result.model_cost)}{unpriced}", highlight=False
+        )
     if result.merged:
         console.print(summary_table(result.merged))
     if result.dead_report:
@@ -179,5 +210,19 @@ def _report(result: RunResult) -> None:
             console.print(
                 f"  {row['rerun']}    # {row['sample_id']} epoch {row['epoch']}", highlight=False, soft_wrap=True
             )
-    if result.stopped_reason:
-        err.print(f"[bold red]stopped:[/] {result.stopped_reason}", highlight=False)
+    for job_id in result.late_successes:
+        console.print(f"job {job_id} succeeded after it was dead-lettered: its result counts", highlight=False)
+    if result.missing:
+        err.print(f"{len(result.missing)} job(s) missing from the merged run:", highlight=False)
+        for row in result.missing:
+            err.print(
+                f"  {row['sample_id']} epoch {row['epoch']}: {row['reason']}    # {row['rerun']}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
+    problems = result.problems()
+    if problems:
+        err.print("[bold red]not a complete, successful run:[/]", highlight=False)
+        for problem in problems:
+            err.print(f"  {problem}", highlight=False, soft_wrap=True, markup=False)

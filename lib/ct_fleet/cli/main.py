@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 import click
+from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
 from rich.markup import escape
 
 from ..errors import BadInput
@@ -45,6 +46,15 @@ class CtFleetGroup(click.Group):
         except KeyboardInterrupt:
             err.print("interrupted", highlight=False)
             sys.exit(130)
+        except (EndpointConnectionError, ConnectTimeoutError) as exc:
+            # Not a bug: the network, or an endpoint that is not there (AWS_ENDPOINT_URL).
+            err.print(
+                f"error: cannot reach AWS ({_one_line(exc)}): check the network, the region or AWS_ENDPOINT_URL",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
+            sys.exit(1)
         except Exception as exc:
             path = write_crash_report(exc)
             err.print(

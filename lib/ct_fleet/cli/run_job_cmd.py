@@ -5,15 +5,34 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tarfile
+from pathlib import Path
 
 import click
 
-from ..controller.run import RUNS_DIR
+from ..controller import credentials, models
+from ..controller.run import DOTENV, RUNS_DIR
 from ..errors import BadInput
 from ..evallog import read_header, sample_error
 from ..paths import REPO_ROOT, SETTINGS_DIR
 from ..protocol import Manifest
+from ..worker.inspect_job import command_env
 from .console import console, err
+
+ERROR_LINES = 12
+
+
+def _unpack_extra(run_dir: Path, keys: list[str], dest: Path) -> None:
+    """The fleet's --extra-src trees, from the tarballs the controller kept in the run dir."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for key in keys:
+        name = key.rsplit("/", 1)[-1]  # artifacts/extra-<basename>-<digest>.tar.gz
+        basename = name.removeprefix("extra-").rsplit("-", 1)[0]
+        tarball = run_dir / f"extra-{basename}.tar.gz"
+        if not tarball.exists():
+            raise BadInput(f"{tarball} is missing: rerun the fleet from this checkout to rebuild it")
+        with tarfile.open(tarball) as tar:
+            tar.extractall(dest, filter="data")
 
 
 @click.command(name="run-job")
@@ -26,7 +45,8 @@ def run_job_command(fleet_id: str, job_id: str) -> None:
     Reads runs/FLEET_ID/manifest.json and writes runs/FLEET_ID/rerun/JOB_ID.eval.
     The dead-letter report of a run prints this command for every job that failed.
     """
-    path = RUNS_DIR / fleet_id / "manifest.json"
+    run_dir = RUNS_DIR / fleet_id
+    path = run_dir / "manifest.json"
     if not path.exists():
         raise BadInput(f"no manifest at {path}: run the fleet from this checkout first")
     try:
@@ -37,15 +57,34 @@ def run_job_command(fleet_id: str, job_id: str) -> None:
     if job is None:
         raise BadInput(f"fleet {fleet_id} has no job {job_id}")
     message = manifest.work_message(job)
-    out = RUNS_DIR / fleet_id / "rerun" / f"{job_id}.eval"
+    rerun = run_dir / "rerun"
+    out = rerun / f"{job_id}.eval"
     out.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "lib"), str(SETTINGS_DIR), str(REPO_ROOT)])}
-    console.print(f"running {job.sample_id} epoch {job.epoch} of fleet {fleet_id} here", highlight=False)
+    out.unlink(missing_ok=True)
+    extra = rerun / "extra"
+    _unpack_extra(run_dir, manifest.extra_src, extra)
+    trees = sorted(str(p) for p in extra.iterdir() if p.is_dir())
+    # The secrets a worker would get through SSM, from the shell or .env here.
+    dotenv = credentials.read_dotenv(DOTENV)
+    values = credentials.secret_values(dotenv)
+    names = models.needs(manifest.model, manifest.model_args).names(values)
+    forward = [n.strip() for n in str(manifest.config.get("forward_env") or "").split(",") if n.strip()]
+    env = {
+        **os.environ,
+        **credentials.worker_secrets(dotenv, names=[*names, *forward]),
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "lib"), str(SETTINGS_DIR), *trees]),
+        "CT_EXTRA_ROOT": str(extra),
+    }
+    env.update(command_env(message, out))  # the job's identity, as a worker's job sees it
+    console.print(f"running {job.sample_id!r} epoch {job.epoch} of fleet {fleet_id} here", highlight=False)
     cmd = [sys.executable, "-m", "ct_fleet.worker.runner", message.to_json(), str(out)]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stderr=subprocess.PIPE, text=True)
     header = read_header(out) if out.exists() else None
     if proc.returncode != 0 or header is None:
-        err.print(f"[bold red]job failed[/] (runner exit {proc.returncode})")
+        lines = [line for line in proc.stderr.splitlines() if line.strip()][-ERROR_LINES:]
+        err.print(f"[bold red]job failed[/] (runner exit {proc.returncode}):", highlight=False)
+        for line in lines:
+            err.print(f"  {line}", highlight=False, markup=False)
         sys.exit(1)
     error = sample_error(header)
     console.print(f"{'sample error: ' + error if error else 'success'}; log: {out}", highlight=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -62,10 +63,14 @@ class Cloud:
     def console_link(self, fleet_id: str) -> str | None:
         return None
 
-    def attach_runner(self, instances_dir: Path) -> None:
-        """Run launched instances locally when the EC2 endpoint is on this machine."""
+    def attach_runner(self, instances_dir: Path, withhold: Iterable[str] = ()) -> None:
+        """Run launched instances locally when the EC2 endpoint is on this machine.
+
+        They inherit this environment minus the names in `withhold` (the fleet's secrets,
+        which reach them through SSM as on EC2)."""
         if self.endpoint_url and urlparse(self.endpoint_url).hostname in ("127.0.0.1", "localhost"):
-            env = dict(os.environ)
+            hidden = set(withhold)
+            env = {k: v for k, v in os.environ.items() if k not in hidden}
             env["AWS_REGION"] = self.region
             # The AWS CLI the scripts call is this venv's (the venv itself: instance_env).
             env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 SHIMS_DIR = Path(__file__).resolve().parent / "shims"
 SPOT_NOTICE = "spot-interruption-notice"
 # What fetch-secrets.sh writes on an instance's disk (worker/lib.sh: LB_SECRETS_ENV). An EC2
@@ -92,6 +94,8 @@ class LocalInstanceRunner:
         pid = self.procs.pop(instance_id, None)
         if pid is None:
             return
+        if _leader_is_another_program(pid, instance_id):
+            return  # the instance is long gone and its pid reused: not ours to kill
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -109,6 +113,19 @@ class LocalInstanceRunner:
 def _wipe_secrets(home: Path) -> None:
     for path in (home / SECRETS_FILE, (home / SECRETS_FILE).with_suffix(".env.tmp")):
         path.unlink(missing_ok=True)
+
+
+def _leader_is_another_program(pid: int, instance_id: str) -> bool:
+    """True when pid now runs something other than this instance (its user-data execs other
+    scripts, but keeps INSTANCE_ID in its environment). While any process of the instance's
+    group lives, the kernel does not hand its id out again."""
+    try:
+        environ = psutil.Process(pid).environ()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # not even readable: someone else's
+    return environ.get("INSTANCE_ID") != instance_id
 
 
 def _alive(pid: int) -> bool:

@@ -116,8 +116,21 @@ class MotoServer:
         self.stop()
         raise RuntimeError(f"moto server did not answer on {self.endpoint_url} within {timeout}s")
 
+    def _is_ours(self) -> bool:
+        """Is self.pid still this server? Pids are reused: never signal a stranger."""
+        import psutil
+
+        try:
+            cmdline = psutil.Process(self.pid).cmdline()
+        except psutil.Error:
+            return False
+        return "ct_fleet.cloud.moto_server" in cmdline and str(self.port) in cmdline
+
     def stop(self) -> None:
         if self.pid is None:
+            return
+        if not self._is_ours():
+            self.pid = None
             return
         try:
             os.kill(self.pid, 15)

@@ -7,6 +7,7 @@ tarball is `git archive` of that commit or tree, so workers see exactly what git
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import shutil
@@ -19,6 +20,7 @@ from typing import Any
 
 from ..errors import BadInput
 from ..protocol import extra_src_key
+from ..protocol.keys import wheel_key
 from . import extra_src
 
 
@@ -67,19 +69,60 @@ def archive(repo: Path, sha: str, dest: Path) -> Path:
     return dest
 
 
-def pack_extra_src(src: Path, dest: Path) -> Path:
-    """Tar DIR as <basename>/..., shipping what extra_src.scan_tree lists (no caches, no credentials)."""
+def _reproducible(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """Same content, same bytes: the tarball's digest is the tree's content digest."""
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mode = 0o755 if info.mode & 0o111 else 0o644
+    return info
+
+
+def pack_extra_src(src: Path, dest: Path) -> str:
+    """Tar DIR as <basename>/..., shipping what extra_src.scan_tree lists (no caches, no
+    credentials); returns the digest of the tarball, which depends on the tree's content only."""
     tree = extra_src.scan_tree(src)
-    with tarfile.open(dest, "w:gz") as tar:
-        for rel in tree.files:
-            tar.add(tree.root / rel, arcname=str(Path(tree.name) / rel), recursive=False)
-    return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for rel in sorted(tree.files, key=str):
+                tar.add(tree.root / rel, arcname=str(Path(tree.name) / rel), recursive=False, filter=_reproducible)
+    return hashlib.sha256(dest.read_bytes()).hexdigest()[:16]
 
 
-def upload_extra_src(s3: Any, bucket: str, src: Path, tarball: Path) -> str:
-    """Pack and upload one --extra-src tree under artifacts/extra-<basename>-<digest>.tar.gz."""
-    pack_extra_src(src, tarball)
-    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()[:16]
-    key = extra_src_key(src.name, digest)
+def upload_extra_src(s3: Any, bucket: str, name: str, tarball: Path, digest: str) -> str:
+    """Upload one packed --extra-src tree under artifacts/extra-<basename>-<digest>.tar.gz."""
+    key = extra_src_key(name, digest)
     s3.upload_file(str(tarball), bucket, key)
     return key
+
+
+def upload_wheel(s3: Any, bucket: str, wheel: Path) -> str:
+    """Ship a local wheel named in setting_requirements: artifacts/wheels/<digest>/<file>."""
+    key = wheel_key(hashlib.sha256(wheel.read_bytes()).hexdigest()[:16], wheel.name)
+    s3.upload_file(str(wheel), bucket, key)
+    return key
+
+
+def revision(repo: Path, version: CodeVersion) -> dict[str, Any]:
+    """The shipped code's git revision, as Inspect records one (EvalRevision) in a log header.
+
+    Workers run a git archive, which has no .git, so the merge writes this instead. A dirty
+    worktree ships a tree SHA; the revision then names HEAD and says dirty, like Inspect.
+    """
+    head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, capture_output=True, text=True)
+    origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=repo, capture_output=True, text=True)
+    commit = head.stdout.strip() if head.returncode == 0 else version.sha
+    return {
+        "type": "git",
+        "origin": _without_credentials(origin.stdout.strip()),
+        "commit": commit,
+        "dirty": version.dirty,
+    }
+
+
+def _without_credentials(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest.split("/", 1)[0]:
+        return f"{scheme}://{rest.split('@', 1)[1]}"
+    return url

@@ -44,11 +44,13 @@ class Ec2Config:
     auto_confirm: bool = knob(False, "skip the cost confirmation prompt")
     new_fleet: bool = knob(False, "start a fresh fleet instead of resuming one with the same id")
     resume: str | None = knob(None, "id of a fleet to resume, e.g. one started with new_fleet=true (same inputs)")
-    max_cost: float | None = knob(None, "stop launching and tear down when the cost so far reaches this (USD)")
+    max_cost: float | None = knob(None, "tear down when the cost so far, EC2 plus model tokens, reaches this (USD)")
     hourly_price: float | None = knob(
         None, "USD per instance-hour for estimates (default: the dated table in lib/ct_fleet/controller/prices.json)"
     )
-    sample_time_limit: int = knob(3600, "seconds one sample may run before it is killed (class timeout)")
+    sample_time_limit: int = knob(
+        3600, "seconds one sample may run before it is killed (class timeout); set, it is also Inspect's time_limit"
+    )
     job_memory_mb: int = knob(
         0, "MB of RSS one job may use before it is killed (class memory); 0: half the worker's RAM"
     )
@@ -56,6 +58,10 @@ class Ec2Config:
         True, "run Inspect jobs in children forked from a warm process (false: a fresh interpreter per job)"
     )
     worker_setup: str | None = knob(None, "<extra-src basename>/<path> of a script run as root before jobs")
+    forward_env: str | None = knob(None, "NAME,... of more variables jobs get, as per-instance SSM secrets")
+    setting_requirements: str | None = knob(
+        None, "pip requirements (or .whl paths), comma-separated, workers install before settings-pull"
+    )
     worker_user: str | None = knob(None, "account that runs jobs on workers (added to docker, owns /opt/linuxbench)")
     visibility_timeout: int = knob(120, "seconds a received job stays hidden; workers extend it while the job runs")
     max_receive_count: int = knob(3, "attempts before a job goes to the dead-letter queue")

@@ -19,6 +19,8 @@ from dotenv.parser import parse_stream
 from ..errors import BadInput
 from .safe_yaml import read_text
 
+# Always forwarded when set (the operator docs' list); a fleet adds what its model needs
+# (controller/models.py) and --ec2-arg forward_env names.
 SECRET_NAMES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GH_TOKEN", "DOCKER_ORG_NAME", "DOCKER_ORG_PAT")
 KEY_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
@@ -94,11 +96,19 @@ def name_from_arn(arn: str) -> str:
     return arn.rsplit("/", 1)[-1]
 
 
-def worker_secrets(dotenv: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Secrets for workers: from the shell, else .env. Only names in SECRET_NAMES ever leave."""
+def secret_values(dotenv: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Where secrets are read from: the shell first, else .env."""
+    env = os.environ if environ is None else environ
+    return {**dotenv, **{k: v for k, v in env.items() if v}}
+
+
+def worker_secrets(
+    dotenv: dict[str, str], environ: dict[str, str] | None = None, names: tuple[str, ...] | list[str] = ()
+) -> dict[str, str]:
+    """Secrets for workers: from the shell, else .env. Only SECRET_NAMES and `names` ever leave."""
     env = os.environ if environ is None else environ
     out = {}
-    for name in SECRET_NAMES:
+    for name in dict.fromkeys([*SECRET_NAMES, *names]):
         value = env.get(name) or dotenv.get(name)
         if value:
             out[name] = value

@@ -113,6 +113,13 @@ def scan_tree(root: Path) -> ExtraTree:
                 raise BadInput(f"--extra-src {root}: cannot read {rel} ({exc.strerror})") from None
             if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
                 continue  # sockets, fifos and devices do not travel
+            if stat.S_ISLNK(info.st_mode):
+                target = os.readlink(path)
+                if os.path.isabs(target) or not (path.parent / target).resolve().is_relative_to(root):
+                    raise BadInput(
+                        f"--extra-src {root}: {rel} links to {target}, outside the tree (it would not "
+                        "exist on a worker); copy the file into the tree instead"
+                    )
             tree.files.append(rel)
             tree.size += info.st_size
             if len(tree.files) > MAX_FILES:

@@ -1,9 +1,10 @@
 """Named phases of a run, observable from outside: where interrupt tests stop a controller.
 
 With CT_FLEET_PAUSE_AT=<phase> the controller writes runs/<fleet>/paused-at-<phase> when
-it reaches that phase and waits there until a signal arrives (or CT_FLEET_PAUSE_MAX
-seconds pass). A test waits for the file, then sends SIGINT or SIGTERM: the interrupt
-lands exactly in that phase, with no sleeps to tune.
+it reaches that phase and waits there until a signal arrives, the file is deleted (the
+run goes on), or CT_FLEET_PAUSE_MAX seconds pass. A test waits for the file, then sends
+SIGINT or SIGTERM, or does its damage and deletes the file: it acts exactly in that
+phase, with no sleeps to tune.
 """
 
 from __future__ import annotations
@@ -14,19 +15,25 @@ from pathlib import Path
 
 ENQUEUE = "enqueue"  # queues and manifest exist, work messages sent, nothing launched
 TRACKING = "tracking"  # workers launched with their secrets, reports being read
+VERIFY = "verify"  # every job done; about to check the local results again before the merge
 END_WAIT = "end-wait"  # every job done, waiting for the workers to exit
 MERGE = "merge"  # workers gone, merging the results
-PHASES = (ENQUEUE, TRACKING, END_WAIT, MERGE)
+PHASES = (ENQUEUE, TRACKING, VERIFY, END_WAIT, MERGE)
+
+
+_paused: set[str] = set()
 
 
 def reached(phase: str, run_dir: Path) -> None:
-    if os.environ.get("CT_FLEET_PAUSE_AT") != phase:
+    """Pause here if asked to (once per phase and process; a phase may be reached again)."""
+    if os.environ.get("CT_FLEET_PAUSE_AT") != phase or phase in _paused:
         return
+    _paused.add(phase)
     marker = run_dir / f"paused-at-{phase}"
     marker.write_text(str(os.getpid()))
     deadline = time.monotonic() + float(os.environ.get("CT_FLEET_PAUSE_MAX", "300"))
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and marker.exists():
             time.sleep(0.1)
     finally:
         marker.unlink(missing_ok=True)

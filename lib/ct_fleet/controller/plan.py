@@ -1,7 +1,11 @@
-"""From a command line to a plan: tasks, jobs (tasks x epochs) and the fleet id.
+"""From a command line to a plan: tasks, jobs (samples x epochs) and the fleet id.
 
 Everything here is pure and deterministic: the same inputs give the same job ids and the
 same fleet id, which is what makes a rerun of the same command resume its fleet.
+
+A fleet runs one or more Inspect tasks (FleetTask): a plain task (TASK, -T), or the task
+of each setting a setting run names (-e setting:env, task files), with the policy as its
+task argument. Each task's jobs are its selected sample ids x epochs.
 """
 
 from __future__ import annotations
@@ -9,12 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import BadInput
 from ..paths import TASK_SETS_DIR
-from ..settings import Setting
+from ..protocol import ManifestTask
+from ..protocol.messages import TaskRoot
 from . import safe_yaml, schemas
 
 MAX_TASK_FILE_BYTES = 16 << 20
@@ -27,20 +33,55 @@ LARGE_RUN_JOBS = 2_000
 
 @dataclass(frozen=True, order=True)
 class TaskSpec:
+    """One env x main task x side task of a setting (None: the run's default setting)."""
+
     env: str
     main_task: str
     side_task: str | None = None
+    setting: str | None = None
+
+
+@dataclass(frozen=True)
+class FleetTask:
+    """One Inspect task of a fleet, as its jobs run it (the manifest's ManifestTask)."""
+
+    name: str
+    task_spec: str
+    task_root: TaskRoot
+    task_args: dict[str, Any]
+    sample_ids: list[str | int]
+    setting: str | None = None
+    task_file: str | None = None  # shown in the merged header
+    limit: int | list[int] | None = None
+    sample_id: list[str] | None = None
+    selection: list[TaskSpec] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return _short_hash(self.task_spec, self.task_root, self.task_args, self.setting)
+
+    def manifest(self) -> ManifestTask:
+        return ManifestTask(
+            key=self.key,
+            name=self.name,
+            task_spec=self.task_spec,
+            task_args=dict(self.task_args),
+            sample_ids=list(self.sample_ids),
+            task_root=self.task_root,
+            setting=self.setting,
+            task_file=self.task_file,
+            limit=self.limit,
+            sample_id=self.sample_id,
+        )
 
 
 @dataclass(frozen=True)
 class Job:
-    """One sample x one epoch: the unit a worker runs."""
+    """One sample x one epoch of one task: the unit a worker runs."""
 
     job_id: str
-    sample_id: str
-    env: str
-    main_task: str
-    side_task: str | None
+    task: str  # FleetTask.key
+    sample_id: str | int
     epoch: int
 
 
@@ -68,9 +109,9 @@ def resolve_task_file(name: str) -> Path:
 
 def _task_from_mapping(entry: object, where: str) -> TaskSpec:
     if not isinstance(entry, dict):
-        raise BadInput(f"{where}: expected a mapping with env, main_task and optional side_task")
+        raise BadInput(f"{where}: expected a mapping with env, main_task and optional side_task, setting")
     task: schemas.TaskEntry = schemas.validate(schemas.TaskEntry, entry, where)
-    return TaskSpec(task.env, task.main_task, task.side_task)
+    return TaskSpec(task.env, task.main_task, task.side_task, task.setting)
 
 
 def load_task_file(path: Path) -> list[TaskSpec]:
@@ -105,10 +146,11 @@ def select_tasks(
     envs: Sequence[str],
     main_tasks: Sequence[str],
     side_tasks: Sequence[str],
+    setting: str | None = None,
 ) -> list[TaskSpec]:
     """-e/-t/-s: every selected env x its selected (or all) main tasks x the selected side tasks."""
     if not envs:
-        raise BadInput("choose tasks with --task-file NAME or -e/--env ENV (with -t/-s to narrow)")
+        raise BadInput("choose tasks with TASK, --task-file NAME or -e/--env ENV (with -t/-s to narrow)")
     tasks = []
     for env in envs:
         entry = catalog.get(env)
@@ -117,7 +159,7 @@ def select_tasks(
         for main in main_tasks or entry["main_tasks"]:
             sides: Sequence[str | None] = side_tasks or [None]
             for side in sides:
-                tasks.append(TaskSpec(env, main, side))
+                tasks.append(TaskSpec(env, main, side, setting))
     return tasks
 
 
@@ -142,24 +184,29 @@ def dedupe(tasks: Iterable[TaskSpec]) -> list[TaskSpec]:
     return list(dict.fromkeys(tasks))
 
 
-def make_jobs(tasks: Sequence[TaskSpec], epochs: int, policy: str, setting: Setting) -> list[Job]:
+def make_jobs(
+    tasks: Sequence[FleetTask], epochs: int, *, code_sha: str, model: str, model_args: dict[str, Any]
+) -> list[Job]:
+    """Each task's sample ids x epochs; a job id names the task, the model, the sample and the epoch."""
     if epochs < 1:
         raise BadInput(f"--epochs must be at least 1 (got {epochs})")
-    if len(tasks) * epochs > MAX_JOBS:
+    samples = sum(len(task.sample_ids) for task in tasks)
+    if samples * epochs > MAX_JOBS:
         raise BadInput(
-            f"{len(tasks):,} tasks x {epochs:,} epochs = {len(tasks) * epochs:,} jobs is over the limit of "
+            f"{samples:,} samples x {epochs:,} epochs = {samples * epochs:,} jobs is over the limit of "
             f"{MAX_JOBS:,}: lower --epochs or split the task set"
         )
     jobs = []
     for task in tasks:
-        sample_id = setting.sample_id(task.env, task.main_task, task.side_task)
-        for epoch in range(1, epochs + 1):
-            job_id = _short_hash(setting.name, policy, sample_id, epoch)
-            jobs.append(Job(job_id, sample_id, task.env, task.main_task, task.side_task, epoch))
+        for sample_id in task.sample_ids:
+            for epoch in range(1, epochs + 1):
+                job_id = _short_hash(code_sha, task.key, model, model_args, sample_id, epoch)
+                jobs.append(Job(job_id, task.key, sample_id, epoch))
     return jobs
 
 
-def fleet_id(code_sha: str, policy: str, tasks: Sequence[TaskSpec], epochs: int, **extra: object) -> str:
-    """Same code, policy, tasks, epochs (and extra identity such as instance type) -> same fleet."""
+def fleet_id(code_sha: str, tasks: Sequence[FleetTask], epochs: int, **extra: object) -> str:
+    """Same code, tasks (spec, arguments, selection), epochs and extra identity -> same fleet."""
     identity = {k: v for k, v in sorted(extra.items()) if v is not None}
-    return _short_hash(code_sha, policy, [asdict(t) for t in tasks], epochs, identity, length=12)
+    described = [[t.key, t.sample_ids, t.limit, t.sample_id] for t in tasks]
+    return _short_hash(code_sha, described, epochs, identity, length=12)

@@ -1,63 +1,26 @@
 """Checks that must pass before anything is uploaded or launched, each a one-line BadInput.
 
-Workers receive only the git archive of this repo plus the --extra-src trees, so a
-module:function policy or a module:type sandbox must resolve from those files, not from
-whatever happens to be importable on the launching machine.
+Workers receive only the git archive of this repo plus the --extra-src trees, on EC2 and
+on the local fleet alike (which rehearses EC2), so every policy, sandbox, setting and
+task reference is resolved against what ships (controller/shipped.py, setting_plan.py,
+tasks.py), not against whatever happens to be importable on the launching machine.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import BadInput
-from ..paths import REPO_ROOT, SETTINGS_DIR
 from ..protocol.keys import DOCKER_PARAM_PREFIX
-from ..settings import DEFAULT_SETTING, Setting
 from . import ec2_rules
 from .ec2_rules import shown
 from .extra_src import ExtraTree, scan_tree
 
-SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
-REF_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-REF_NAME = re.compile(r"[A-Za-z_]\w*")
 MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.:@+/-]+")
 MAX_COMMAND = 10_000
-
-# Import roots on a worker besides the extra-src trees (see worker/run-worker.sh).
-SHIPPED_ROOTS = (REPO_ROOT / "lib", SETTINGS_DIR, REPO_ROOT)
-
-
-def split_env_args(envs: Sequence[str]) -> tuple[str, list[str]]:
-    """-e setting:env selects the setting (only the controller parses the prefix)."""
-    prefixed = [e for e in envs if ":" in e]
-    if prefixed and len(prefixed) != len(envs):
-        raise BadInput("either prefix every -e with its setting (setting:env) or none of them")
-    if not prefixed:
-        return DEFAULT_SETTING, list(envs)
-    settings = list(dict.fromkeys(e.split(":", 1)[0] for e in prefixed))
-    if len(settings) > 1:
-        raise BadInput(f"one setting per run: got {', '.join(settings)}; run each setting separately")
-    if not SETTING_NAME.fullmatch(settings[0]):
-        raise BadInput(f"-e {prefixed[0]!r}: {settings[0]!r} is not a setting name (letters, digits, _ and -)")
-    return settings[0], [e.split(":", 1)[1] for e in prefixed]
-
-
-def check_setting(setting: Setting) -> dict[str, dict[str, list[str]]]:
-    """The setting's catalog; BadInput when what was loaded under that name is not a setting."""
-    try:
-        catalog = setting.catalog()
-        setting.task_spec  # noqa: B018  (a setting names its Inspect task)
-    except (AttributeError, TypeError):
-        raise BadInput(
-            f"{setting.name!r} is not a setting (it has no catalog and task): check the name before the : in -e"
-        ) from None
-    if not isinstance(catalog, dict):
-        raise BadInput(f"setting {setting.name!r}: its catalog() returned {type(catalog).__name__}, not a mapping")
-    return catalog
 
 
 def check_model(model: str) -> None:
@@ -72,11 +35,8 @@ def check_command(command: str | None) -> None:
         raise BadInput(f"--command: give a shell command of 1 to {MAX_COMMAND:,} characters that writes $CT_OUTPUT")
 
 
-def check_extra_src(dirs: Sequence[Path], *, ec2: bool) -> list[ExtraTree]:
-    if not dirs:
-        return []
-    if not ec2:
-        raise BadInput("--extra-src applies only with --ec2: local runs import from the working directory")
+def check_extra_src(dirs: Sequence[Path]) -> list[ExtraTree]:
+    """The --extra-src trees, scanned: they ship on EC2 and on the local fleet alike."""
     trees = []
     seen: dict[str, Path] = {}
     for path in dirs:
@@ -88,35 +48,6 @@ def check_extra_src(dirs: Sequence[Path], *, ec2: bool) -> list[ExtraTree]:
         seen[tree.name] = tree.root
         trees.append(tree)
     return trees
-
-
-def _module_file_exists(module: str, roots: Sequence[Path]) -> bool:
-    rel = Path(*module.split("."))
-    return any((root / rel).with_suffix(".py").is_file() or (root / rel / "__init__.py").is_file() for root in roots)
-
-
-def check_ref(kind: str, ref: str, extra_src: Sequence[Path], *, ec2: bool) -> None:
-    """A module:name reference must be importable where it will run."""
-    module, sep, name = ref.partition(":")
-    if not sep or not REF_MODULE.fullmatch(module) or not REF_NAME.fullmatch(name):
-        raise BadInput(f"{kind} {ref!r}: write module:{'function' if kind == '--policy' else 'type'} (Python names)")
-    if ec2:
-        if not _module_file_exists(module, [*SHIPPED_ROOTS, *extra_src]):
-            raise BadInput(
-                f"{kind} {ref!r}: module {module} is neither in this repo nor in an --extra-src root; "
-                "ship its directory with --extra-src DIR"
-            )
-        return
-    if importlib.util.find_spec(module.split(".")[0]) is None:
-        raise BadInput(f"{kind} {ref!r}: module {module} is not importable here")
-
-
-def check_policy(policy: str, setting: Setting, extra_src: Sequence[Path], *, ec2: bool) -> None:
-    if setting.has_policy(policy):
-        return
-    if ":" not in policy:
-        raise BadInput(f"unknown policy {policy!r}: use honest, attack or module:function")
-    check_ref("--policy", policy, extra_src, ec2=ec2)
 
 
 def worker_setup_digest(worker_setup: str | None, extra_src: Sequence[Path]) -> str | None:

@@ -10,7 +10,22 @@ from . import config, safe_yaml, schemas
 
 MAX_BYTES = 1 << 20
 
-OPTIONS = ("task_file", "policy", "epochs", "model")
+OPTIONS = (
+    "task",
+    "task_args",
+    "model_args",
+    "limit",
+    "sample_id",
+    "task_file",
+    "setting",
+    "envs",
+    "requirements",
+    "ec2",
+    "policy",
+    "epochs",
+    "model",
+)
+ATTACK_OPTIONS = ("task_file", "policy", "epochs", "model")
 
 
 def load_run_config(path: Path | None, attack: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -31,7 +46,7 @@ def load_run_config(path: Path | None, attack: str | None) -> tuple[dict[str, An
         chosen = attacks[0] if attack is None else next((a for a in attacks if a.name == attack), None)
         if chosen is None:
             raise BadInput(f"no attack {attack!r} in {path}: choose one of {', '.join(names)}")
-        options.update({k: getattr(chosen, k) for k in OPTIONS if getattr(chosen, k) is not None})
+        options.update({k: getattr(chosen, k) for k in ATTACK_OPTIONS if getattr(chosen, k) is not None})
         ec2_args.update(config.from_mapping(chosen.ec2_args or {}, f"{path}: attack {chosen.name}: ec2_args"))
     elif attack:
         raise BadInput(f"{path} has no attacks")

@@ -34,8 +34,22 @@ class Attack(_Strict):
     ec2_args: dict[str, Any] | None = None
 
 
+# A -T / -M value as YAML gives it: a scalar or a list of scalars.
+Scalar = str | int | float | bool | None
+ArgValue = Scalar | list[Scalar]
+
+
 class RunConfig(_Strict):
+    task: Name | None = None
+    task_args: dict[Name, ArgValue] | None = None
+    model_args: dict[Name, ArgValue] | None = None
+    limit: Annotated[int, Field(ge=1)] | Name | None = None
+    sample_id: Name | int | list[Name | int] | None = None
     task_file: Name | None = None
+    setting: Name | None = None
+    envs: list[Name] | None = None
+    requirements: Name | list[Name] | None = None
+    ec2: bool | None = None
     policy: Name | None = None
     model: Name | None = None
     epochs: Epochs | None = None
@@ -56,6 +70,7 @@ class TaskEntry(_Strict):
     env: Name
     main_task: Name
     side_task: Name | None = None
+    setting: Name | None = None
 
 
 def _where(loc: tuple[int | str, ...]) -> str:

@@ -1,6 +1,7 @@
 """Reading and editing Inspect `.eval` logs at the byte level, shared by both sides.
 
 - header: cheap checks without importing inspect_ai (is a log finished, did its sample fail)
+- verify: does a result read in full (header and samples), checked before it counts
 - zipio: zip entries copied raw (compressed bytes) or written zstd-compressed like Inspect
 - relabel: make a one-epoch log epoch k of a run
 
@@ -9,5 +10,6 @@ costs the import of inspect_ai itself.
 """
 
 from .header import is_finished, read_header, sample_error
+from .verify import digest, is_readable, problem
 
-__all__ = ["is_finished", "read_header", "sample_error"]
+__all__ = ["digest", "is_finished", "is_readable", "problem", "read_header", "sample_error"]

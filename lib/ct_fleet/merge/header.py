@@ -36,9 +36,11 @@ def build_header(
     run_id: str,
     ids: list[str | int],
     n_epochs: int,
+    eval_overrides: dict[str, Any] | None = None,
 ) -> Any:
     """The template header with the merged selection, stable ids and merged stats (of the
-    inputs a kept sample comes from; of every input when none does)."""
+    inputs a kept sample comes from; of every input when none does); `eval_overrides`
+    set header `eval` fields (`config` entries are merged in)."""
     ev = group.header["eval"]
     invalidated = False
 
@@ -68,7 +70,10 @@ def build_header(
     # a leftover single id would make eval_retry silently shrink the run
     whole = dataset.get("samples") is not None and len(ids) >= int(dataset["samples"])
     config["sample_id"] = None if whole else list(ids)
+    overrides = dict(eval_overrides or {})
+    config.update(overrides.pop("config", None) or {})
     eval_spec["config"] = config
+    eval_spec.update(overrides)
 
     header = EvalLog.model_validate(
         {

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..evallog.layout import JOB_LOG_SUFFIX
 from .header import build_header, selection, set_status
 from .results import compute_results, metrics_table
 from .scan import Group, group_inputs
@@ -16,6 +17,10 @@ from .util import safe_stem, short_id
 from .write import write_log
 
 logger = logging.getLogger("ct_fleet.merge")
+
+# A fleet's per-job logs: one-sample .eval files under a suffix that `inspect view` and
+# eval_set do not list as runs (they would read them as runs of the same task).
+INPUT_SUFFIXES = (".eval", JOB_LOG_SUFFIX)
 
 
 @dataclass
@@ -32,6 +37,8 @@ class MergedTask:
     duplicates_dropped: int = 0
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     score_rates: dict[str, float] = field(default_factory=dict)
+    why: str = ""  # the merged header's error message when status is "error"
+    model_usage: dict[str, dict[str, Any]] = field(default_factory=dict)  # model -> ModelUsage fields
 
 
 def merge_eval_logs(
@@ -41,24 +48,34 @@ def merge_eval_logs(
     sample_ids: Sequence[str | int] | None = None,
     epochs: int | None = None,
     name: str | None = None,
+    eval_overrides: dict[str, Any] | None = None,
+    on_skip: Callable[[Path, str], None] | None = None,
 ) -> list[MergedTask]:
     """Merge one-sample `.eval` logs into one `.eval` per task identity in `out_dir`.
 
     `sample_ids` are the intended ids in dataset order (None: the ids seen in the
     inputs); `epochs` the intended epochs (None: the largest seen); `name` the output
     file stem (default: the task name; a `-<hash>` suffix is added when several
-    tasks would share a stem).
+    tasks would share a stem); `eval_overrides` header `eval` fields to set (e.g. the
+    shipped code's `revision`, the user's `task_file`; `config` entries are merged in);
+    `on_skip(path, why)` hears of each input that is not a readable log (it is left out,
+    never a reason to fail the merge).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spool = Spool()
     try:
-        groups = group_inputs(inputs, spool)
+        groups = group_inputs(inputs, spool, on_skip)
         stems = output_stems(groups, name)
         run_id = short_id("run", *sorted(g.key for g in groups))
         return [
             merge_group(
-                group, out_dir / f"{stems[group.key]}.eval", run_id=run_id, sample_ids=sample_ids, epochs=epochs
+                group,
+                out_dir / f"{stems[group.key]}.eval",
+                run_id=run_id,
+                sample_ids=sample_ids,
+                epochs=epochs,
+                eval_overrides=eval_overrides,
             )
             for group in groups
         ]
@@ -67,7 +84,7 @@ def merge_eval_logs(
 
 
 def merge_dir(src: Path, out_dir: Path, **kw: Any) -> list[MergedTask]:
-    """Merge every `*.eval` under `src` (recursively), leaving out anything under `out_dir`."""
+    """Merge every `*.eval` and `*.evaljob` under `src` (recursively), leaving out anything under `out_dir`."""
     src, out_dir = Path(src), Path(out_dir)
     out_resolved = out_dir.resolve()
 
@@ -78,7 +95,7 @@ def merge_dir(src: Path, out_dir: Path, **kw: Any) -> list[MergedTask]:
             return True
         return False
 
-    inputs = (p for p in src.rglob("*.eval") if p.is_file() and outside_out(p))
+    inputs = (p for p in src.rglob("*") if p.suffix in INPUT_SUFFIXES and p.is_file() and outside_out(p))
     return merge_eval_logs(inputs, out_dir, **kw)
 
 
@@ -97,6 +114,7 @@ def merge_group(
     run_id: str,
     sample_ids: Sequence[str | int] | None,
     epochs: int | None,
+    eval_overrides: dict[str, Any] | None = None,
 ) -> MergedTask:
     ids, n_epochs = selection(group, sample_ids, epochs)
     spool = group.spool
@@ -115,7 +133,7 @@ def merge_group(
     errors = list(spool.errors(group.index, n_epochs))
     assert len(errors) == failed
 
-    header = build_header(group, out_path, run_id, ids, n_epochs)
+    header = build_header(group, out_path, run_id, ids, n_epochs, eval_overrides)
     total = len(ids) * n_epochs
     computed = compute_results(header, group, n_epochs, total, kept - failed)
     header.results = computed.results
@@ -133,4 +151,6 @@ def merge_group(
         duplicates_dropped=group.duplicates_dropped,
         metrics=metrics_table(computed.results),
         score_rates=computed.score_rates,
+        why=header.error.message if header.error else "",
+        model_usage={name: usage.model_dump(exclude_none=True) for name, usage in header.stats.model_usage.items()},
     )

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +39,30 @@ class Group:
         return self.samples_seen - self.spool.count_records(self.index)
 
 
-def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], RawMember]]] | None:
-    """Read one input's header and summaries; None (with a warning) if it is unusable."""
+class Unreadable(Exception):
+    """An input the merge cannot use; the message says why (one line)."""
+
+
+# Junk where a log should be raises anything while it is read (zstd has its own error
+# types); while reading an input, every exception means "skip it", never "fail the merge".
+_MALFORMED = (Exception,)
+
+
+def read_input(path: Path) -> tuple[dict[str, Any], str, list[tuple[dict[str, Any], RawMember]]]:
+    """(header, identity key, [(summary row, sample entry)]) of one input; Unreadable if it is not a log.
+
+    Every kept sample entry is inflated and parsed once here (its CRC checked), so that
+    pass 2, which copies compressed bytes without looking, never copies a corrupt entry.
+    """
     try:
         with zipfile.ZipFile(path) as zf:
             infos = zipio.live_infos(zf)
             if HEADER_JSON not in infos:
-                logger.warning("skipping %s: no header.json (eval unfinished or crashed)", path)
-                return None
+                raise Unreadable("no header.json (eval unfinished or crashed)")
             header = json.loads(zf.read(infos[HEADER_JSON]))
+            if not isinstance(header, dict) or not isinstance(header.get("eval"), dict):
+                raise Unreadable("header.json is not an eval log header")
+            key = identity_key(header)
             if SUMMARIES_JSON in infos:
                 rows = json.loads(zf.read(infos[SUMMARIES_JSON]))
             else:
@@ -55,6 +71,8 @@ def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], Ra
                     key=lambda n: int(n[len(JOURNAL_SUMMARIES) : -len(".json")]),
                 )
                 rows = [row for n in journal for row in json.loads(zf.read(infos[n]))]
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise Unreadable("its sample summaries are not a list of summaries")
             latest: dict[tuple[str, int], dict[str, Any]] = {}
             for row in rows:  # last row per (id, epoch) wins, as in Inspect's readers
                 latest[(str(row["id"]), int(row["epoch"]))] = row
@@ -65,27 +83,70 @@ def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], Ra
                 if info is None:
                     logger.warning("%s: summary for %s but no sample entry; ignored", path, name)
                     continue
+                try:
+                    sample = json.loads(zf.read(info))
+                except Exception as exc:
+                    raise Unreadable(f"sample entry {name} is corrupt ({type(exc).__name__}: {exc})") from None
+                if not isinstance(sample, dict):
+                    raise Unreadable(f"sample entry {name} is not a sample")
                 samples.append((row, RawMember.from_info(info)))
-            return header, samples
-    except (OSError, zipfile.BadZipFile, KeyError, ValueError, TypeError, EOFError) as ex:
-        logger.warning("skipping %s: unreadable .eval (%s: %s)", path, type(ex).__name__, ex)
+            return header, key, samples
+    except Unreadable:
+        raise
+    except _MALFORMED as ex:
+        raise Unreadable(f"unreadable .eval ({type(ex).__name__}: {str(ex)[:200]})") from None
+
+
+def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], RawMember]]] | None:
+    """Read one input's header and summaries; None (with a warning) if it is unusable."""
+    try:
+        header, _, samples = read_input(path)
+    except Unreadable as exc:
+        logger.warning("skipping %s: %s", path, exc)
         return None
+    return header, samples
 
 
-def group_inputs(inputs: Iterable[Path], spool: Spool) -> list[Group]:
-    """Pass 1: every input's header and summaries into the spool, grouped by task identity."""
+def _checked(
+    header: dict[str, Any], samples: list[tuple[dict[str, Any], RawMember]]
+) -> tuple[dict[str, Any], str, list[tuple[dict[str, Any], RawMember, str | None, datetime, int]]]:
+    """(stats, created, rows with error, completion time and epoch): Unreadable when any is junk."""
+    try:
+        stats = header.get("stats") or {}
+        created = header["eval"].get("created", "")
+        if not isinstance(stats, dict) or not isinstance(created, str):
+            raise Unreadable("its stats or creation time are malformed")
+        timestamp(created)
+        rows = [
+            (row, member, error_text(row.get("error")), timestamp(row.get("completed_at")), int(row["epoch"]))
+            for row, member in samples
+        ]
+    except Unreadable:
+        raise
+    except _MALFORMED as ex:
+        raise Unreadable(f"malformed sample summary ({type(ex).__name__}: {str(ex)[:200]})") from None
+    return stats, created, rows
+
+
+def group_inputs(
+    inputs: Iterable[Path], spool: Spool, on_skip: Callable[[Path, str], None] | None = None
+) -> list[Group]:
+    """Pass 1: every input's header and summaries into the spool, grouped by task identity.
+
+    An input that is not a readable log is left out (and named through on_skip)."""
     groups: dict[str, Group] = {}
     for path in spool.sorted_inputs(inputs):
-        scanned = scan_file(path)
-        if scanned is None:
+        try:
+            header, key, samples = read_input(path)
+            stats, created, rows = _checked(header, samples)
+        except Unreadable as exc:
+            logger.warning("skipping %s: %s", path, exc)
+            if on_skip:
+                on_skip(path, str(exc))
             continue
-        header, samples = scanned
-        key = identity_key(header)
         group = groups.get(key)
         if group is None:
             group = groups[key] = Group(key=key, index=len(groups), header=header, spool=spool)
-        stats = header.get("stats") or {}
-        created = header["eval"].get("created", "")
         if created and (not group.created or timestamp(created) < timestamp(group.created)):
             group.created = created
         file_index = spool.add_file(
@@ -101,15 +162,15 @@ def group_inputs(inputs: Iterable[Path], spool: Spool) -> list[Group]:
             },
         )
         group.files += 1
-        for row, member in samples:
+        for row, member, error, completed_at, epoch in rows:
             group.samples_seen += 1
             spool.add_record(
                 group.index,
                 row["id"],
-                int(row["epoch"]),
+                epoch,
                 file_index,
-                error_text(row.get("error")),
-                timestamp(row.get("completed_at")),
+                error,
+                completed_at,
                 dumps(row),
                 member,
             )

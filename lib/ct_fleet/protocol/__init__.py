@@ -7,6 +7,7 @@
 - user_data: the EC2 user-data that carries fleet.env and the boot kit to a worker
 - steplog: the bash step lines (lib/bash/ct.sh) of worker and AMI logs, and their parser
 - stop: the end-of-run signal (a stop message on the work queue, a marker in S3)
+- masking: secret values out of text that is reported or shown
 """
 
 from .fleet_env import START_CONCURRENCY, FleetEnv
@@ -25,7 +26,8 @@ from .keys import (
     secret_param,
     secrets_prefix,
 )
-from .manifest import MANIFEST_SCHEMA, Manifest, ManifestJob
+from .manifest import MANIFEST_SCHEMA, Manifest, ManifestJob, ManifestTask
+from .masking import mask
 from .messages import SCHEMA, DoneMessage, Outcome, WorkMessage, decode_reports, encode_reports
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "FleetEnv",
     "Manifest",
     "ManifestJob",
+    "ManifestTask",
     "Outcome",
     "WorkMessage",
     "artifact_key",
@@ -48,6 +51,7 @@ __all__ = [
     "log_key",
     "logs_prefix",
     "manifest_key",
+    "mask",
     "queue_names",
     "result_job_id",
     "result_key",

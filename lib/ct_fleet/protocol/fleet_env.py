@@ -42,6 +42,8 @@ class FleetEnv:
     HEARTBEAT_INTERVAL: int = DEFAULT_HEARTBEAT_INTERVAL
     RETRY_BACKOFF: int = DEFAULT_RETRY_BACKOFF
     SETTINGS: str = ""
+    SETTING_REQUIREMENTS: str = ""  # pip requirements, space-separated (none holds a space)
+    SETTING_WHEEL_KEYS: str = ""  # S3 keys of wheels shipped with the fleet
     SECRET_NAMES: str = ""
     SECRET_PREFIX: str = ""
     SPOT: bool = False

@@ -2,7 +2,7 @@
 
 S3:   {fleet_id}/manifest.json, {fleet_id}/{job_id}.eval, {fleet_id}/fleet-done.json,
       {fleet_id}/logs/{instance_id}-bootstrap.log, artifacts/{sha}.tar.gz,
-      artifacts/extra-{basename}-{digest}.tar.gz
+      artifacts/extra-{basename}-{digest}.tar.gz, artifacts/wheels/{digest}/{name}.whl
 SQS:  lb-fleet-{fleet_id}-work / -done / -dlq (work redrives to dlq after max receives)
 SSM:  /linuxbench/fleet-secrets/{fleet_id}/{instance_id}/{NAME} (per-instance SecureStrings),
       /linuxbench/docker-org-* (registry auth the worker role may read)
@@ -68,6 +68,10 @@ def artifact_key(sha: str) -> str:
 
 def extra_src_key(basename: str, digest: str) -> str:
     return f"artifacts/extra-{basename}-{digest}.tar.gz"
+
+
+def wheel_key(digest: str, filename: str) -> str:
+    return f"artifacts/wheels/{digest}/{filename}"
 
 
 def secrets_prefix(fleet_id: str) -> str:

@@ -3,6 +3,11 @@
 It is the durable definition of a fleet: a rerun reads it to resume, `run-job` rebuilds a
 job's work message from it, `status` reads it from any machine. Every work message is
 built here, from the manifest, so the queue and the record never disagree.
+
+Schema 3: a fleet runs one or more Inspect tasks (`tasks`: one per plain task, or one per
+setting of a setting run), each with its own spec, arguments and selected sample ids (in
+dataset order, with their types); `jobs` are those ids x epochs. The model and its
+arguments are fleet-wide. No secret is ever written here: secrets travel in SSM.
 """
 
 from __future__ import annotations
@@ -12,31 +17,53 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .keys import result_key
-from .messages import WorkMessage
+from .messages import TaskRoot, WorkMessage
 
-MANIFEST_SCHEMA = 2
+MANIFEST_SCHEMA = 3
+
+
+@dataclass(frozen=True)
+class ManifestTask:
+    """One Inspect task of the fleet: what each of its jobs runs, and how to present the merge."""
+
+    key: str  # short hash of the task's identity; jobs name their task by it
+    name: str  # the task's name (the merged log's file stem)
+    task_spec: str
+    task_args: dict[str, Any]
+    sample_ids: list[str | int]
+    task_root: TaskRoot = "code"
+    setting: str | None = None
+    # What the merged header shows, as a direct `inspect eval` would record it.
+    task_file: str | None = None
+    limit: int | list[int] | None = None
+    sample_id: list[str] | None = None  # the user's --sample-id patterns
 
 
 @dataclass(frozen=True)
 class ManifestJob:
     job_id: str
-    sample_id: str
+    task: str  # ManifestTask.key
+    sample_id: str | int
     epoch: int
 
 
 @dataclass
 class Manifest:
     fleet_id: str
-    setting: str
-    task_spec: str
-    task_args: dict[str, Any]
-    policy: str
     model: str
     epochs: int
     code_sha: str
-    time_limit: int
+    tasks: list[ManifestTask]
     jobs: list[ManifestJob]
-    tasks: list[dict[str, Any]] = field(default_factory=list)
+    model_args: dict[str, Any] = field(default_factory=dict)
+    time_limit: int | None = None  # Inspect's sample time limit, when the user set one
+    kill_after: int | None = None
+    policy: str | None = None  # setting runs: the policy every setting task runs
+    settings: list[str] = field(default_factory=list)
+    setting_requirements: list[str] = field(default_factory=list)
+    selection: list[dict[str, Any]] = field(default_factory=list)  # setting runs: env/main/side tasks
+    revision: dict[str, Any] | None = None  # git revision of the shipped code, for the merged header
+    extra_src: list[str] = field(default_factory=list)  # artifact keys of the --extra-src trees
     config: dict[str, Any] = field(default_factory=dict)
     command: str | None = None
     sandbox: str | None = None
@@ -48,22 +75,29 @@ class Manifest:
     def job(self, job_id: str) -> ManifestJob | None:
         return next((j for j in self.jobs if j.job_id == job_id), None)
 
+    def task(self, key: str) -> ManifestTask:
+        return next(t for t in self.tasks if t.key == key)
+
     def work_message(self, job: ManifestJob) -> WorkMessage:
+        task = self.task(job.task)
         return WorkMessage(
             fleet_id=self.fleet_id,
             job_id=job.job_id,
             sample_id=job.sample_id,
             epoch=job.epoch,
-            task_spec=self.task_spec,
-            task_args=dict(self.task_args),
+            task_spec=task.task_spec,
+            task_args=dict(task.task_args),
             model=self.model,
             code_sha=self.code_sha,
             result_key=result_key(self.fleet_id, job.job_id),
             time_limit=self.time_limit,
             kind="command" if self.command else "inspect",
             command=self.command,
-            setting=self.setting,
+            setting=task.setting,
             sandbox=self.sandbox,
+            task_root=task.task_root,
+            model_args=dict(self.model_args),
+            kill_after=self.kill_after,
         )
 
     def to_json(self) -> str:
@@ -78,6 +112,7 @@ class Manifest:
         values = {k: v for k, v in data.items() if k in names}
         try:
             values["jobs"] = [ManifestJob(**j) for j in data["jobs"]]
+            values["tasks"] = [ManifestTask(**t) for t in data["tasks"]]
             return cls(**values)
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed fleet manifest: {exc}") from None

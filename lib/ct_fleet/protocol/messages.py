@@ -1,4 +1,4 @@
-"""Queue messages between the controller and workers (schema version 1).
+"""Queue messages between the controller and workers (schema version 2).
 
 A work message is one self-contained job. A done message reports one attempt at a job
 (final or not) or a worker heartbeat; workers send their reports in batches, several in
@@ -13,14 +13,17 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-SCHEMA = 1
+SCHEMA = 2
 
 # Outcomes of one attempt. "success" and "sample_error" are final and leave a result in S3,
 # "failed" is final without one (a timeout), "skipped_duplicate" means the result was
 # already there, and "retry" means the work message stays for another attempt.
 Outcome = Literal["success", "sample_error", "failed", "retry", "skipped_duplicate"]
 
-# Error classes of failed attempts and dead-lettered jobs: infra, model_api, task_error, timeout.
+# Error classes of failed attempts and dead-lettered jobs: infra, model_api, task_error, timeout,
+# and fatal: a failure retrying cannot fix (authentication, unknown model, bad request, an
+# import error), reported at once as a final "failed" outcome instead of being retried.
+FATAL = "fatal"
 
 
 def _from_dict(cls: type, data: dict[str, Any]) -> Any:
@@ -28,22 +31,34 @@ def _from_dict(cls: type, data: dict[str, Any]) -> Any:
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
+# Where a work message's task_spec is read from on the worker: "code" (relative to the
+# code root, like examples/settings/toyarena/task.py@toyarena), "extra" (relative to the
+# directory holding the --extra-src trees: <basename>/<path>.py@name), "setting" (relative
+# to the package directory of the job's setting), or "registry" (an Inspect task name
+# registered by an installed package or by importing the job's setting).
+TaskRoot = Literal["code", "extra", "setting", "registry"]
+
+
 @dataclass(frozen=True)
 class WorkMessage:
     fleet_id: str
     job_id: str
-    sample_id: str
+    sample_id: str | int  # the task's own id, with its type (JSON keeps ints as ints)
     epoch: int
     task_spec: str
     task_args: dict[str, Any]
     model: str
     code_sha: str
     result_key: str
-    time_limit: int
+    # Inspect's per-sample time limit, only when the user set one (None: the task's own).
+    time_limit: int | None
     kind: Literal["inspect", "command"] = "inspect"
     command: str | None = None
-    setting: str = "toyarena"
+    setting: str | None = None  # imported before the task is loaded (it may register it)
     sandbox: str | None = None  # module:type of an external sandbox, imported on the worker
+    task_root: TaskRoot = "code"
+    model_args: dict[str, Any] = field(default_factory=dict)
+    kill_after: int | None = None  # seconds before the worker kills the job (class timeout)
     v: int = SCHEMA
 
     def to_json(self) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ..errors import BadInput
-from ..evallog import is_finished
+from ..evallog import is_readable
 from ..protocol import Manifest, artifact_key, manifest_key, result_job_id
 
 
@@ -96,7 +96,7 @@ def list_result_job_ids(s3: Any, bucket: str, fleet_id: str) -> set[str]:
 
 
 def download_result(s3: Any, bucket: str, key: str, dest: Path) -> bool:
-    """Fetch a result to dest; True only if it is a readable, finished log (else dest is left absent)."""
+    """Fetch a result to dest; True only if it is a log that reads in full (else dest is left as it was)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".part")
     os.close(fd)
@@ -111,7 +111,7 @@ def download_result(s3: Any, bucket: str, key: str, dest: Path) -> bool:
             if _missing(exc):
                 return False
             raise
-        if not is_finished(Path(tmp)):
+        if not is_readable(Path(tmp)):
             return False
         os.replace(tmp, dest)
         return True

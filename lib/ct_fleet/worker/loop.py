@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -33,11 +32,13 @@ from typing import Any
 
 import psutil
 
-from ..evallog import read_header, sample_error
+from ..evallog import problem, read_header, sample_error
 from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
 from ..protocol.stop import MARKER_POLL, is_stop
 from ..services import queues, session, stop, store
+from . import failures
 from .concurrency import Concurrency
+from .inspect_job import command_env, finish_command_output
 from .reporter import Reporter
 from .supervise import JobProcess, PopenJob, supervise
 from .warm import WarmRunner
@@ -47,8 +48,6 @@ log = logging.getLogger("ct_fleet.worker")
 # Seconds past 1.5 x its time limit before a job is killed: Inspect's own limit ends a
 # sample cleanly first; this stops a job whose sandbox or event loop hangs.
 KILL_GRACE = 60.0
-
-RATE_LIMIT = re.compile(r"rate.?limit|\b429\b|overloaded|too many requests|RateLimitError", re.I)
 
 
 @dataclass
@@ -153,7 +152,7 @@ class Worker:
             started_at=attempt.started_at,
             finished_at=time.time(),
             error_class=attempt.error_class,
-            error=(attempt.error or "")[-2000:] or None,
+            error=failures.mask(attempt.error or "", failures.secret_values())[-2000:] or None,
             sent_at=time.time(),
         )
 
@@ -184,13 +183,7 @@ class Worker:
         attempt = Attempt(outcome="success")
         # The job's identity is in the environment for command templates and for
         # settings that want it (fault drills in tests key on it).
-        job_env = {
-            "PYTHONUNBUFFERED": "1",
-            "CT_JOB_ID": job.job_id,
-            "CT_SAMPLE_ID": job.sample_id,
-            "CT_EPOCH": str(job.epoch),
-            "CT_OUTPUT": str(out),
-        }
+        job_env = {"PYTHONUNBUFFERED": "1", **command_env(job, out)}
         stderr_path = out.with_suffix(".stderr")
         proc: JobProcess
         if job.kind != "command" and self.warm is not None:
@@ -206,24 +199,53 @@ class Worker:
                     cmd, cwd=self.s.code_root, env={**os.environ, **job_env}, stdout=err, stderr=err
                 )
             proc = PopenJob(popen)
-        limit = job.time_limit * 1.5 + self.s.kill_grace if job.time_limit else None
+        # The kill timeout is the fleet's sample_time_limit (kill_after), set or not; Inspect
+        # is told a time limit only when the user set one (time_limit).
+        limit = job.kill_after * 1.5 + self.s.kill_grace if job.kill_after else None
         ended = supervise(proc, time_limit=limit, memory_limit_mb=self.s.job_memory_mb or None, cancel=self.fleet_done)
         if ended.killed:
             return Attempt("failed", ended.killed, ended.detail, attempt.started_at)
         code = ended.code
-        tail = stderr_path.read_text(errors="replace")[-4000:]
+        secrets = failures.secret_values()
+        output = self._masked_stderr(stderr_path, secrets)[-20000:]
+        if code == 0 and job.kind == "command" and out.exists():
+            try:
+                finish_command_output(job, out)
+            except (OSError, ValueError) as exc:
+                return Attempt("failed", "fatal", f"command log cannot be relabelled: {exc}", attempt.started_at)
         if code != 0:
-            cls = "model_api" if RATE_LIMIT.search(tail) else "infra"
-            return Attempt("retry", cls, f"runner exit {code}: {tail.strip()[-1500:]}", attempt.started_at)
+            text = failures.tail(output, secrets)
+            cls = failures.classify(text)
+            outcome = "failed" if cls == "fatal" else "retry"
+            return Attempt(outcome, cls, f"runner exit {code}: {text}", attempt.started_at)
         header = read_header(out)
         if header is None:
             return Attempt("retry", "infra", "runner left no finished log", attempt.started_at)
         error = sample_error(header)
+        unreadable = problem(out)
+        if unreadable is not None:
+            # Not a result the controller could count: retried, and dead-lettered if it persists.
+            detail = f"; the eval's error: {error}" if error else ""
+            return Attempt(
+                "retry",
+                "infra",
+                f"runner left a log that does not read in full: {unreadable}{detail}",
+                attempt.started_at,
+            )
         if error is not None:
-            if RATE_LIMIT.search(error):
+            error = failures.mask(error, secrets)
+            if failures.RATE_LIMIT.search(error):
                 return Attempt("retry", "model_api", error, attempt.started_at)
             return Attempt("sample_error", "task_error", error, attempt.started_at)
         return attempt
+
+    def _masked_stderr(self, path: Path, secrets: list[str]) -> str:
+        """The job's stderr with the secrets masked, in the file too: it outlives the job on disk."""
+        text = path.read_text(errors="replace")
+        masked = failures.mask(text, secrets)
+        if masked != text:
+            path.write_text(masked)
+        return masked
 
     def handle(self, msg: dict[str, Any]) -> None:
         received_at = time.time()

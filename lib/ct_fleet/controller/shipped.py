@@ -1,0 +1,90 @@
+"""What the workers will run, unpacked here before anything is launched.
+
+The code archive (`git archive` of the pinned SHA) and every --extra-src tree are packed
+once, and the very tarballs that will be uploaded are unpacked into a scratch directory
+laid out as on a worker. Preflight resolves policies, sandboxes, settings and task files
+against that image rather than the working tree, so an untracked module or a file that
+an exclusion rule leaves out is refused here instead of failing on every worker.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import code
+
+
+@dataclass(frozen=True)
+class ExtraTree:
+    """One --extra-src tree: where it is here, its packed tarball and that tarball's digest."""
+
+    source: Path
+    tarball: Path
+    digest: str
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+
+@dataclass
+class ShippedCode:
+    sha: str
+    code_tarball: Path
+    image: Path  # the code root as a worker unpacks it
+    extra_dir: Path  # the directory holding the unpacked --extra-src trees
+    trees: list[ExtraTree] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, repo: Path, sha: str, extra_src: Sequence[Path]) -> ShippedCode:
+        work = Path(tempfile.mkdtemp(prefix="ct-fleet-shipped-"))
+        atexit.register(shutil.rmtree, work, True)
+        tarball = code.archive(repo, sha, work / "code.tar.gz")
+        image, extra_dir = work / "code", work / "extra"
+        image.mkdir()
+        extra_dir.mkdir()
+        _unpack(tarball, image)
+        trees = []
+        for source in extra_src:
+            packed = work / f"extra-{source.name}.tar.gz"
+            digest = code.pack_extra_src(source, packed)
+            _unpack(packed, extra_dir)
+            trees.append(ExtraTree(source, packed, digest))
+        return cls(sha, tarball, image, extra_dir, trees)
+
+    @property
+    def settings_dir(self) -> Path:
+        return self.image / "examples" / "settings"
+
+    @property
+    def extra_roots(self) -> list[Path]:
+        return [self.extra_dir / t.name for t in self.trees]
+
+    @property
+    def import_roots(self) -> list[Path]:
+        """sys.path of a job on a worker (worker/run-worker.sh), in its order."""
+        return [self.image / "lib", self.settings_dir, *self.extra_roots]
+
+    def has_module(self, module: str) -> bool:
+        rel = Path(*module.split("."))
+        roots = [*self.import_roots, self.image]  # jobs run from the code root
+        return any((r / rel).with_suffix(".py").is_file() or (r / rel / "__init__.py").is_file() for r in roots)
+
+    def tree_of(self, path: Path) -> ExtraTree | None:
+        """The --extra-src tree holding `path`, if any."""
+        path = path.resolve()
+        for tree in self.trees:
+            if path.is_relative_to(tree.source.resolve()):
+                return tree
+        return None
+
+
+def _unpack(tarball: Path, dest: Path) -> None:
+    with tarfile.open(tarball) as tar:
+        tar.extractall(dest, filter="data")

@@ -1,0 +1,63 @@
+"""Is a result a log Inspect can read in full? Checked by the worker before it uploads, by
+the controller when a result arrives and again before the merge.
+
+A one-sample `.eval` counts only when its zip opens, header.json says the run finished
+(status success or error) and names its task, and every sample entry decompresses with a
+matching CRC and is a JSON sample with an id and an epoch. No inspect_ai import: the
+checks use zipfile (with the zstd method registered) like header.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+from . import header as _header  # noqa: F401  (registers zstd with zipfile before 3.14)
+from .layout import HEADER_JSON, SAMPLE_NAME, SUMMARIES_JSON
+
+
+def problem(path: Path) -> str | None:
+    """None when the log reads in full; else one line saying what is wrong with it."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = {info.filename for info in zf.infolist()}
+            if HEADER_JSON not in names:
+                return "no header.json (the eval never finished)"
+            head = json.loads(zf.read(HEADER_JSON))
+            if not isinstance(head, dict) or head.get("status") not in ("success", "error"):
+                return "header.json does not describe a finished eval"
+            if not isinstance(head.get("eval"), dict) or not head["eval"].get("task"):
+                return "header.json names no task"
+            samples = sorted(n for n in names if SAMPLE_NAME.match(n))
+            if not samples:
+                return "no sample in the log"
+            for name in samples:
+                sample = json.loads(zf.read(name))  # zipfile checks the CRC as it inflates
+                if not isinstance(sample, dict) or "id" not in sample or "epoch" not in sample:
+                    return f"{name} is not a sample"
+            if SUMMARIES_JSON in names:
+                rows = json.loads(zf.read(SUMMARIES_JSON))
+                if not isinstance(rows, list) or not all(
+                    isinstance(r, dict) and "id" in r and "epoch" in r for r in rows
+                ):
+                    return "summaries.json is not a list of sample summaries"
+    except (OSError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, KeyError) as exc:
+        return f"unreadable zip ({type(exc).__name__}: {exc})"
+    except Exception as exc:  # noqa: BLE001  (JSON, zstd's own errors, unknown methods: all mean "does not read")
+        return f"corrupt content ({type(exc).__name__}: {str(exc)[:200]})"
+    return None
+
+
+def is_readable(path: Path) -> bool:
+    return problem(path) is None
+
+
+def digest(path: Path) -> str:
+    """A cheap fingerprint of a verified file: unchanged bytes need no second full check."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()

@@ -1,0 +1,145 @@
+"""What one Inspect job runs: the task as this worker sees it, for one sample and one epoch.
+
+Shared by both runners (the per-process `python -m ct_fleet.worker.runner` and the warm
+fork server): `build_task(job)` builds the job's task as `inspect eval` would from its
+spec and arguments, `run_inspect_job(job, out, task)` leaves one finished, relabelled
+.eval at `out`.
+
+A work message names its task relative to a root (protocol.messages.TaskRoot): the code
+root (the job's working directory), the directory holding the --extra-src trees
+(CT_EXTRA_ROOT, set by worker/run-worker.sh), the package of the job's setting, or
+Inspect's registry. The sample id keeps its type: Inspect matches ids by their text, but
+the log records the id as given, and the merged run must hold the task's own ids.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..protocol import WorkMessage
+
+EXTRA_ROOT_ENV = "CT_EXTRA_ROOT"
+
+
+def extra_root(environ: dict[str, str] | None = None) -> Path | None:
+    env = os.environ if environ is None else environ
+    value = env.get(EXTRA_ROOT_ENV)
+    return Path(value) if value else None
+
+
+def task_spec_here(job: WorkMessage, *, code_root: Path | None = None, extra: Path | None = None) -> str:
+    """The job's task spec resolved on this machine (what `inspect eval` is given)."""
+    if job.task_root == "registry":
+        return job.task_spec
+    if job.task_root == "extra":
+        root = extra if extra is not None else extra_root()
+        if root is None:
+            raise RuntimeError(f"task {job.task_spec} is in an --extra-src tree but {EXTRA_ROOT_ENV} is not set")
+        return str(root / job.task_spec)
+    if job.task_root == "setting":
+        from ..settings import load_setting
+
+        if not job.setting:
+            raise RuntimeError(f"task {job.task_spec} is relative to a setting but the job names none")
+        return str(load_setting(job.setting).package_dir / job.task_spec)
+    return job.task_spec if code_root is None else str(code_root / job.task_spec)
+
+
+def import_setting(job: WorkMessage) -> None:
+    """Import the job's setting first: it may register the task, policies or a sandbox."""
+    if job.setting:
+        from ..settings import load_setting
+
+        load_setting(job.setting)
+
+
+def sandbox_type(ref: str | None) -> str | None:
+    """module:type -> import the module (it registers the sandbox type) and name the type."""
+    if not ref:
+        return None
+    module, _, kind = ref.partition(":")
+    importlib.import_module(module)
+    return kind
+
+
+def task_key(job: WorkMessage) -> str:
+    """Jobs with equal keys run the same built task (what a warm runner caches)."""
+    parts = [job.task_root, job.task_spec, job.task_args, job.setting, job.sandbox]
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def build_task(job: WorkMessage) -> Any:
+    """The job's Inspect task, built as `inspect eval` builds it from a spec and task args.
+
+    Uses inspect's task loader (`inspect_ai._eval.loader.load_tasks`, private; pinned at
+    0.3.285): a Task built by it and passed to eval() resolves to the same task file,
+    registry name and args as the spec itself (tests/test_warm_runner.py pins the parity).
+    """
+    from inspect_ai._eval.loader import load_tasks
+
+    import_setting(job)
+    sandbox_type(job.sandbox)
+    tasks = load_tasks([task_spec_here(job)], job.task_args)
+    if len(tasks) != 1:
+        raise RuntimeError(f"{job.task_spec} names {len(tasks)} tasks, expected one")
+    return tasks[0]
+
+
+def run_inspect_job(job: WorkMessage, out: Path, task: Any = None) -> None:
+    """Run the job's sample for one epoch, relabel it as the job's epoch, move it to `out`;
+    `task` is the job's built task (build_task), if a warm runner built it already."""
+    from inspect_ai import eval as inspect_eval
+
+    from ..evallog.relabel import relabel_epoch
+
+    if task is None:
+        import_setting(job)
+    with tempfile.TemporaryDirectory(prefix="ct-job-") as log_dir:
+        logs = inspect_eval(
+            task_spec_here(job) if task is None else task,
+            # a built task carries its args already (eval() would warn about them)
+            task_args=job.task_args if task is None else {},
+            model=job.model,
+            model_args=job.model_args,
+            sample_id=[job.sample_id],
+            epochs=1,
+            log_dir=log_dir,
+            log_format="eval",
+            display="none",
+            time_limit=job.time_limit or None,
+            sandbox=sandbox_type(job.sandbox),
+        )
+        if not logs or not logs[0].location:
+            raise RuntimeError("inspect eval wrote no log")
+        path = Path(logs[0].location)
+        relabel_epoch(path, job.epoch)
+        shutil.move(str(path), out)
+
+
+def command_env(job: WorkMessage, out: Path) -> dict[str, str]:
+    """What a command job (and any job's process) sees of its job, in the task's own terms."""
+    try:
+        task = task_spec_here(job)
+    except Exception:  # the command may not need it; the spec as sent is the next best
+        task = job.task_spec
+    return {
+        "CT_JOB_ID": job.job_id,
+        "CT_SAMPLE_ID": str(job.sample_id),
+        "CT_EPOCH": str(job.epoch),
+        "CT_TASK": task,
+        "CT_MODEL": job.model,
+        "CT_OUTPUT": str(out),
+    }
+
+
+def finish_command_output(job: WorkMessage, out: Path) -> None:
+    """A command's log of one epoch becomes the job's epoch, like an Inspect job's."""
+    from ..evallog.relabel import relabel_epoch
+
+    relabel_epoch(out, job.epoch)

@@ -1,0 +1,120 @@
+"""Results that are not what they seem: a local copy damaged on disk before the merge, the
+S3 copy damaged too, and a "finished" log whose header says success but whose body is junk.
+Each must end with nothing lost (or the loss named) and nothing left running.
+
+Jobs are command jobs that copy results of an earlier run (job ids depend only on the
+setting, policy, sample and epoch), so the fleet spends its time on the faults.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import boto3
+import pytest
+
+from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
+from ct_fleet.evallog import zipio
+from fleet_helpers import FAST, assert_nothing_running, finish, fleet_dir, merged_pairs, start, wait_for
+
+
+@pytest.fixture(scope="module")
+def good_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    runs = tmp_path_factory.mktemp("source")
+    code, out, err = finish(start(runs, "--task-file", "smoke", *FAST))
+    assert code == 0, out + err
+    return fleet_dir(runs) / "jobs"
+
+
+def copy_command(results: Path, junk: Path | None = None, junk_for: str = "") -> str:
+    copy = f'cp {results}/"$CT_JOB_ID".evaljob "$CT_OUTPUT"'
+    if junk is None:
+        return copy
+    return f'if [ "$CT_SAMPLE_ID" = {junk_for} ]; then cp {junk} "$CT_OUTPUT"; else {copy}; fi'
+
+
+def damage(path: Path) -> None:
+    """Zero a stretch in the middle of the file: the zip still opens, an entry does not inflate."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = bytes(64)
+    path.write_bytes(bytes(data))
+
+
+def embedded_s3(run_dir: Path):
+    port = (run_dir / "moto.port").read_text().strip()
+    return boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region_name="us-east-1",
+        aws_access_key_id=EMBEDDED_ACCESS_KEY,
+        aws_secret_access_key=EMBEDDED_SECRET_KEY,
+    )
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("also_in_s3", [False, True], ids=["local copy", "local and S3 copies"])
+def test_a_result_damaged_before_the_merge_is_fetched_again_or_rerun(good_results: Path, tmp_path: Path, also_in_s3):
+    runs = tmp_path / "runs"
+    proc = start(
+        runs, "--task-file", "smoke", "--command", copy_command(good_results), *FAST, CT_FLEET_PAUSE_AT="verify"
+    )
+    marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-verify")), None), timeout=300)
+    run_dir = marker.parent
+    victim = sorted((run_dir / "jobs").glob("*.evaljob"))[0]
+    damage(victim)
+    if also_in_s3:
+        embedded_s3(run_dir).put_object(
+            Bucket="lb-fleet-results-migrated", Key=f"{run_dir.name}/{victim.stem}.eval", Body=b"not a log at all"
+        )
+    marker.unlink()  # the run goes on: the check before the merge
+    code, out, err = finish(proc)
+    assert code == 0, out + err
+    assert f"local result of job {victim.stem} was damaged" in err
+    if also_in_s3:
+        assert f"result of job {victim.stem} is unreadable" in err and "running it again" in err
+    pairs = merged_pairs(runs)
+    assert len(pairs) == 4 and len(set(pairs)) == 4
+    assert_nothing_running(runs)
+
+
+def malformed_log(good: Path, dest: Path) -> Path:
+    """A log whose header says success, with a sample entry that is not JSON."""
+    with zipfile.ZipFile(good) as src, zipio.open_writer(str(dest)) as out:
+        for name in src.namelist():
+            data = src.read(name)
+            out.writestr(name, b"{this is not a sample" if name.startswith("samples/") else data)
+        assert json.loads(src.read("header.json"))["status"] == "success"
+    return dest
+
+
+@pytest.mark.faults
+def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, tmp_path: Path):
+    runs = tmp_path / "runs"
+    junk = malformed_log(sorted(good_results.glob("*.evaljob"))[0], tmp_path / "junk.eval")
+    command = copy_command(good_results, junk, junk_for="web:fix_login")
+    proc = start(
+        runs,
+        "--task-file",
+        "smoke",
+        "--command",
+        command,
+        "--ec2-arg",
+        "max_receive_count=2",
+        "--ec2-arg",
+        "visibility_timeout=4",
+        "--ec2-arg",
+        "heartbeat_interval=2",
+        *FAST,
+    )
+    code, out, err = finish(proc)
+    assert code == 1, out + err
+    assert "Traceback" not in out + err
+    assert "1 job(s) missing from the merged run:" in err
+    line = next(line for line in err.splitlines() if line.strip().startswith("web:fix_login epoch 1:"))
+    assert "dead-lettered" in line and "does not read in full" in line and "bin/ct-fleet run-job" in line
+    pairs = merged_pairs(runs)
+    assert len(pairs) == 3 and ("web:fix_login", 1) not in pairs
+    assert_nothing_running(runs)

@@ -1,0 +1,142 @@
+"""How a job's failure is classed and worded, what a run's exit status says, what tokens cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ct_fleet.controller import models, usage
+from ct_fleet.controller.spec import RunResult
+from ct_fleet.controller.tracker import JobTracker
+from ct_fleet.errors import BadInput
+from ct_fleet.worker import failures
+
+
+@pytest.mark.parametrize(
+    "text,cls",
+    [
+        ("openai.RateLimitError: Error code: 429 - slow down", "model_api"),
+        ("anthropic.APIStatusError: overloaded_error", "model_api"),
+        ("openai.AuthenticationError: Error code: 401 - Incorrect API key provided", "fatal"),
+        ("openai.NotFoundError: Error code: 404 - The model `gpt-9` does not exist", "fatal"),
+        ("openai.BadRequestError: Error code: 400 - invalid_request_error", "fatal"),
+        ("ModuleNotFoundError: No module named 'mypkg'", "fatal"),
+        ("PrerequisiteError: Groq API requires optional dependencies", "fatal"),
+        ("ValueError: Model API nope of model 'nope/x' not recognized.", "fatal"),
+        ('  File "x.py", line 404, in f\nConnectionResetError: [Errno 104] reset', "infra"),
+        ("botocore.exceptions.EndpointConnectionError: Could not connect", "infra"),
+        ("", "infra"),
+    ],
+)
+def test_failures_are_classed_by_what_a_retry_can_do(text: str, cls: str):
+    assert failures.classify(text) == cls
+
+
+def test_error_text_is_the_tail_with_secrets_masked():
+    env = {"SECRET_NAMES": "OPENAI_API_KEY SHORT", "OPENAI_API_KEY": "sk-live-0123456789", "SHORT": "ab"}
+    secrets = failures.secret_values(env)
+    assert secrets == ["sk-live-0123456789"]  # too short a value would mask ordinary text
+    output = "\n".join([f"line {i}" for i in range(40)] + ["", "AuthenticationError: bad key sk-live-0123456789"])
+    tail = failures.tail(output, secrets)
+    assert tail.splitlines()[-1] == "AuthenticationError: bad key ***"
+    assert len(tail.splitlines()) == failures.TAIL_LINES and "sk-live" not in tail
+
+
+def _result(**kw) -> RunResult:
+    base = dict(
+        fleet_id="f",
+        run_dir=Path("."),
+        merged=[],
+        state=JobTracker.of([]),
+        jobs=0,
+        resumed=0,
+        workers_launched=0,
+        elapsed=0.0,
+    )
+    return RunResult(**{**base, **kw})
+
+
+class _Merged:
+    def __init__(self, status: str, why: str = "") -> None:
+        self.task, self.status, self.why = "t", status, why
+
+
+def test_a_run_is_ok_only_when_complete_and_successful():
+    assert _result(merged=[_Merged("success")]).problems() == []
+    assert _result(merged=[_Merged("error", "2 of 12 samples missing: (3, 1), (3, 2)")]).problems() == [
+        "t: 2 of 12 samples missing: (3, 1), (3, 2)"
+    ]
+    rows = [{"dead": True, "error_class": "infra"}, {"dead": False, "error_class": "fatal"}]
+    assert _result(dead_report=rows).problems() == [
+        "1 job(s) dead-lettered after every attempt failed",
+        "1 job(s) failed without a result (fatal)",
+    ]
+    assert _result(stopped_reason="max_cost", unmerged=["qa"]).problems() == ["max_cost", "qa: no results"]
+
+
+def test_model_cost_uses_inspect_s_price_else_the_repo_table(tmp_path: Path):
+    table = {"openai-api/stub/m": {"input": 1.0, "output": 2.0}}
+    assert usage.usage_cost("x/y", {"total_cost": 0.5, "input_tokens": 10}, table) == 0.5
+    assert usage.usage_cost("openai-api/stub/m", {"input_tokens": 1_000_000, "output_tokens": 500_000}, table) == 2.0
+    assert usage.usage_cost("unknown/m", {"input_tokens": 5}, table) is None
+    totals = usage.UsageTotals(table=table)
+    record = {"openai-api/stub/m": {"input_tokens": 100, "output_tokens": 50, "total_tokens": 150}}
+    totals.add("job1", record)
+    totals.add("job1", record)  # the same result fetched twice counts once
+    totals.add("job2", {"unknown/m": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}})
+    assert totals.tokens == 152 and totals.cost == pytest.approx(200 / 1e6) and totals.unpriced == {"unknown/m"}
+    assert usage.price_table()  # the repo's table parses
+
+
+def test_what_a_model_needs_from_the_environment():
+    assert models.needs("openai-api/acme/m1", {}).required == (("ACME_API_KEY",), ("ACME_BASE_URL",))
+    assert models.needs("openai-api/acme/m1", {"base_url": "http://x"}).required == (("ACME_API_KEY",),)
+    need = models.needs("openai/gpt-4o-mini", {})
+    assert need.names({"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "u"}) == ["OPENAI_API_KEY", "OPENAI_BASE_URL"]
+    assert models.needs("google/gemini-2.0-flash", {}).names({"GEMINI_API_KEY": "k"}) == ["GEMINI_API_KEY"]
+    assert models.needs("mockllm/model", {}).required == ()
+    with pytest.raises(BadInput, match="write provider/model"):
+        models.needs("gpt-4o", {})
+    with pytest.raises(BadInput, match="write openai-api/<service>/<model>"):
+        models.needs("openai-api/m1", {})
+    assert models.forward_names(["A_KEY"], ["HF_TOKEN"], {"HF_TOKEN": "t"}) == ["A_KEY", "HF_TOKEN"]
+    with pytest.raises(BadInput, match="AWS credentials never go to workers"):
+        models.forward_names([], ["AWS_SECRET_ACCESS_KEY"], {"AWS_SECRET_ACCESS_KEY": "x"})
+
+
+BOOT_LOG = """2026-12-01T09:12:10Z [bootstrap.sh] step bootstrap: start
+2026-12-01T09:12:10Z [docker-login] step docker-login: ok in 4s
+2026-12-01T09:12:10Z [settings-pull] step settings-pull: start
+2026-12-01T09:12:11Z [settings-pull.sh] installing setting requirements: x.whl
+setting toyarena: ready from examples (3 environments)
+setting lab: FAILED: setting 'lab' does not import: ModuleNotFoundError: No module named 'x'
+2026-12-01T09:12:12Z [settings-pull] step settings-pull: FAILED (exit 1) after 2s
+2026-12-01T09:12:12Z [bootstrap.sh] step bootstrap: FAILED (exit 1) after 2s
+"""
+
+
+def test_a_settings_pull_failure_is_reported_with_the_setting_s_line():
+    """What the controller stops on: steplog's failed step, with settings-pull's own line."""
+    from ct_fleet.controller.loop import DETERMINISTIC_STEPS
+    from ct_fleet.protocol import steplog
+
+    failure = steplog.first_failure(BOOT_LOG)
+    assert failure is not None and failure.step.name in DETERMINISTIC_STEPS
+    assert failure.describe() == (
+        "step settings-pull FAILED (exit 1) after 2s: setting lab: FAILED: setting 'lab' does not import: "
+        "ModuleNotFoundError: No module named 'x'"
+    )
+    fetch = BOOT_LOG.replace("settings-pull", "fetch-code")
+    assert steplog.first_failure(fetch).step.name not in DETERMINISTIC_STEPS  # replacing may help there
+
+
+def test_ec2_by_default_from_the_run_config_or_the_environment(monkeypatch: pytest.MonkeyPatch):
+    from ct_fleet.controller.run import FleetRequest, _use_ec2
+
+    monkeypatch.delenv("CT_FLEET_EC2", raising=False)
+    assert _use_ec2(FleetRequest(), {}) is False
+    assert _use_ec2(FleetRequest(), {"ec2": True}) is True
+    monkeypatch.setenv("CT_FLEET_EC2", "true")
+    assert _use_ec2(FleetRequest(), {}) is True
+    assert _use_ec2(FleetRequest(ec2=False), {"ec2": True}) is False  # --no-ec2 wins

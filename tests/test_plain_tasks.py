@@ -1,0 +1,204 @@
+"""A researcher's own Inspect task, written outside the repo, run on the local fleet.
+
+`bin/ct-fleet eval /elsewhere/arith.py@arith -T n=8 -T offset=2 --limit 6 --epochs 2`: the
+file ships to workers as an import root of its own; the merged log must read like a
+direct `inspect_ai.eval` of the same selection (metrics, sample ids with their types,
+epochs, task args) and merging the same results again must give the same ids and order.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from inspect_ai import eval as inspect_eval
+from inspect_ai.log import list_eval_logs, read_eval_log
+
+from ct_fleet.controller import fleet_merge
+from ct_fleet.protocol import Manifest
+from fleet_helpers import FAST, REPO, env_for, fleet_dir
+
+TASK_SOURCE = """
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.model import ModelOutput
+from inspect_ai.scorer import includes
+from inspect_ai.solver import Generate, Solver, TaskState, solver
+
+from helpers import answer  # a module beside the task: it must ship too
+
+
+@solver
+def adder(offset: int) -> Solver:
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        state.output = ModelOutput.from_content("adder", answer(int(state.sample_id), offset))
+        return state
+
+    return solve
+
+
+@task
+def arith(n: int = 8, offset: int = 0):
+    samples = [Sample(id=i, input=f"What is {i} + {offset}?", target=str(i + offset)) for i in range(1, n + 1)]
+    return Task(dataset=MemoryDataset(samples, name="arith"), solver=adder(offset), scorer=includes())
+"""
+
+HELPERS_SOURCE = """
+def answer(n: int, offset: int) -> str:
+    # Wrong on multiples of 3: mixed, deterministic scores.
+    return str(n + offset + (1 if n % 3 == 0 else 0))
+"""
+
+
+def ct_fleet(runs: Path, *args: str, timeout: int = 600):
+    import subprocess
+
+    return subprocess.run(
+        [str(REPO / "bin" / "ct-fleet"), *args],
+        cwd=REPO,
+        env=env_for(runs),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def own_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    project = tmp_path_factory.mktemp("elsewhere") / "myevals"
+    project.mkdir()
+    (project / "arith.py").write_text(TASK_SOURCE)
+    (project / "helpers.py").write_text(HELPERS_SOURCE)
+    return project / "arith.py"
+
+
+@pytest.fixture(scope="module")
+def fleet_run(own_task: Path, tmp_path_factory: pytest.TempPathFactory):
+    runs = tmp_path_factory.mktemp("runs")
+    args = ["eval", f"{own_task}@arith", "-T", "n=8", "-T", "offset=2", "--limit", "6", "--epochs", "2", *FAST]
+    return runs, ct_fleet(runs, *args)
+
+
+@pytest.fixture(scope="module")
+def direct_log(own_task: Path, tmp_path_factory: pytest.TempPathFactory):
+    import sys
+
+    sys.path.insert(0, str(own_task.parent))
+    (log,) = inspect_eval(
+        f"{own_task}@arith",
+        task_args={"n": 8, "offset": 2},
+        model="mockllm/model",
+        limit=6,
+        epochs=2,
+        log_dir=str(tmp_path_factory.mktemp("direct")),
+        display="none",
+    )
+    return log
+
+
+def _merged(runs: Path):
+    (path,) = (fleet_dir(runs) / "merged").glob("*.eval")
+    return path, read_eval_log(str(path))
+
+
+@pytest.mark.e2e
+def test_own_task_merges_like_a_direct_run(fleet_run, direct_log):
+    runs, proc = fleet_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, fleet_log = _merged(runs)
+    assert fleet_log.status == "success"
+    ev, want = fleet_log.eval, direct_log.eval
+    assert (ev.task, ev.task_args, ev.model, ev.config.epochs) == ("arith", {"n": 8, "offset": 2}, "mockllm/model", 2)
+    assert (ev.task, ev.task_args, ev.model, ev.config.epochs) == (want.task, want.task_args, want.model, 2)
+    assert ev.dataset.sample_ids == want.dataset.sample_ids == [1, 2, 3, 4, 5, 6]
+    assert ev.config.limit == want.config.limit == 6
+    assert ev.config.time_limit is None  # nobody set one (the fleet's kill timeout is not Inspect's)
+    assert ev.revision is not None and ev.revision.commit  # the shipped code's revision
+    pairs = [(s.id, s.epoch) for s in fleet_log.samples or []]
+    assert pairs == [(s.id, s.epoch) for s in direct_log.samples or []]
+    assert all(type(s.id) is int for s in fleet_log.samples or [])
+    assert fleet_log.results and direct_log.results
+    assert fleet_log.results.total_samples == direct_log.results.total_samples == 12
+    got = {(s.name, m): v.value for s in fleet_log.results.scores for m, v in s.metrics.items()}
+    want_metrics = {(s.name, m): v.value for s in direct_log.results.scores for m, v in s.metrics.items()}
+    assert got.keys() == want_metrics.keys() and got
+    for key, value in want_metrics.items():
+        assert got[key] == pytest.approx(value, abs=1e-9), key
+    assert 0 < got[("includes", "accuracy")] < 1  # the scores are mixed: the comparison means something
+
+
+@pytest.mark.e2e
+def test_merging_again_gives_the_same_ids_and_order(fleet_run, tmp_path: Path):
+    runs, proc = fleet_run
+    assert proc.returncode == 0, proc.stderr
+    run_dir = fleet_dir(runs)
+    _, first = _merged(runs)
+    manifest = Manifest.from_json((run_dir / "manifest.json").read_text())
+    (again,) = fleet_merge.merge_fleet(manifest, run_dir, tmp_path / "again")
+    second = read_eval_log(str(again.path))
+    assert [(s.id, s.epoch) for s in second.samples or []] == [(s.id, s.epoch) for s in first.samples or []]
+    assert second.eval.dataset.sample_ids == first.eval.dataset.sample_ids
+    assert (second.eval.eval_id, second.eval.run_id) == (first.eval.eval_id, first.eval.run_id)
+    merged = ct_fleet(runs, "merge", str(run_dir), "-o", str(tmp_path / "cli"))
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    (cli_path,) = (tmp_path / "cli").glob("*.eval")
+    assert read_eval_log(str(cli_path)).eval.dataset.sample_ids == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.e2e
+def test_the_viewer_lists_only_the_merged_run(fleet_run):
+    runs, proc = fleet_run
+    assert proc.returncode == 0, proc.stderr
+    run_dir = fleet_dir(runs)
+    assert len(fleet_merge.job_logs(run_dir)) == 12
+    listed = [Path(info.name.removeprefix("file://")) for info in list_eval_logs(str(run_dir))]
+    assert listed == [next((run_dir / "merged").glob("*.eval"))]
+
+
+@pytest.mark.e2e
+def test_the_task_shipped_as_its_own_tree_and_resumes(fleet_run, own_task: Path):
+    runs, proc = fleet_run
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((fleet_dir(runs) / "manifest.json").read_text())
+    (task,) = manifest["tasks"]
+    assert (task["task_root"], task["task_spec"]) == ("extra", "myevals/arith.py@arith")
+    assert task["sample_ids"] == [1, 2, 3, 4, 5, 6] and task["task_args"] == {"n": 8, "offset": 2}
+    assert [k.split("/")[-1].rsplit("-", 1)[0] for k in manifest["extra_src"]] == ["extra-myevals"]
+    again = ct_fleet(runs, "eval", f"{own_task}@arith", "-T", "n=8", "-T", "offset=2", "--limit", "6", "--epochs", "2")
+    assert again.returncode == 0, again.stderr
+    assert "12 jobs (12 already done), 0 workers" in " ".join(again.stdout.split())
+
+
+@pytest.mark.e2e
+def test_merge_exits_non_zero_when_a_sample_is_missing(fleet_run, tmp_path: Path):
+    import shutil
+
+    runs, proc = fleet_run
+    assert proc.returncode == 0, proc.stderr
+    copy = tmp_path / "fleet"
+    shutil.copytree(fleet_dir(runs), copy, ignore=shutil.ignore_patterns("instances", "merged"))
+    fleet_merge.job_logs(copy)[0].unlink()
+    merged = ct_fleet(runs, "merge", str(copy))
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    assert "status error" in merged.stderr and "1 of 12 samples missing" in merged.stderr
+
+
+# A command job: another eval CLI (here `inspect eval` itself) given the job's task, sample
+# and model in the task's own terms; its one-epoch log becomes the job's epoch.
+COMMAND = (
+    'd=$(mktemp -d) && inspect eval "$CT_TASK" -T n=8 -T offset=2 --sample-id "$CT_SAMPLE_ID" '
+    '--model "$CT_MODEL" --log-dir "$d" --log-format eval --display none && mv "$d"/*.eval "$CT_OUTPUT"'
+)
+
+
+@pytest.mark.e2e
+def test_command_jobs_run_the_task_in_its_own_terms(own_task: Path, tmp_path: Path):
+    runs = tmp_path / "runs"
+    args = [f"{own_task}@arith", "-T", "n=8", "-T", "offset=2", "--limit", "3", "--epochs", "2"]
+    proc = ct_fleet(runs, "eval", *args, "--command", COMMAND, *FAST)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, log = _merged(runs)
+    assert log.status == "success" and log.eval.dataset.sample_ids == [1, 2, 3]
+    assert [(s.id, s.epoch) for s in log.samples or []] == [(i, e) for e in (1, 2) for i in (1, 2, 3)]
+    assert log.results and log.results.scores[0].metrics["accuracy"].value == pytest.approx(2 / 3)

@@ -1,0 +1,125 @@
+"""Bad tasks, models and settings: each is one line on stderr, exit 2, nothing created.
+
+Every reference is checked against what would ship (the git archive and the --extra-src
+trees) and the model against what the locked environment and the user's keys provide,
+before any run directory, upload or instance exists.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from fleet_helpers import REPO, env_for
+
+BROKEN_TASK = """
+from inspect_ai import Task, task
+import nonexistent_module_xyz  # the task's own error
+
+
+@task
+def broken():
+    return Task()
+"""
+
+GOOD_TASK = """
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+
+
+@task
+def fine():
+    return Task(dataset=MemoryDataset([Sample(id=1, input="x")]))
+"""
+
+UNTRACKED = f"untracked_policy_{uuid.uuid4().hex[:8]}"
+
+# Through the CLI: one line on stderr, exit 2, no run directory.
+CLI_CASES = [
+    (["no_such_task_xyz"], "task no_such_task_xyz: no such task"),
+    (["{broken}"], "No module named 'nonexistent_module_xyz'"),
+    (["{good}", "--model", "openai/gpt-4o-mini"], "OPENAI_API_KEY is not set"),
+    (["-e", "nosuchsetting:web"], "setting 'nosuchsetting' found in no source"),
+]
+
+# The same checks in-process (plan_fleet raises BadInput before anything exists): faster.
+PLAN_CASES = [
+    ({"task": "{missing}"}, "no such file"),
+    ({"task": "{good}", "model": "groq/llama-3.1-8b"}, "missing SDK: Groq API requires optional dependencies"),
+    ({"task": "{good}", "model": "openai-api/acme/m1"}, "ACME_API_KEY is not set"),
+    ({"task": "{good}", "model": "nowhere/x"}, "unknown provider 'nowhere'"),
+    (
+        {"task": "{good}", "model": "openai/gpt-4o-mini", "model_args": ["api_key=sk-x"]},
+        "never goes on the command line",
+    ),
+    ({"task": "{good}", "ec2_args": ["forward_env=CT_TEST_UNSET_VAR"]}, "CT_TEST_UNSET_VAR is not set"),
+    ({"task": "{good}", "policy": "honest"}, "--policy applies to settings"),
+    ({"task": "{good}", "limit": "2", "sample_ids": ["1"]}, "either --limit or --sample-id"),
+    ({"task": "{good}", "limit": "0"}, "--limit 0: write a count"),
+    ({"task": "{good}", "sample_ids": ["nope"]}, "No matches in dataset"),
+    ({"envs": ["web"], "task_args": ["x=1"]}, "-T applies to a plain Inspect task"),
+    ({"task_file": "smoke", "policy": f"tests.{UNTRACKED}:pol"}, "neither tracked in this repo"),
+    ({"envs": ["os:path"]}, "setting 'os' found in no source"),  # importable, but not a setting
+    ({"envs": ["toyarena:web", "toyarena:nowhere"]}, "unknown env 'nowhere'"),
+    ({"envs": ["web"], "ec2_args": ["setting_requirements=/no/such.whl"]}, "no such wheel file"),
+]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> dict[str, Path]:
+    where = tmp_path / "proj"
+    where.mkdir()
+    (where / "broken.py").write_text(BROKEN_TASK)
+    (where / "good.py").write_text(GOOD_TASK)
+    return {"missing": where / "nope.py", "broken": where / "broken.py", "good": where / "good.py"}
+
+
+@pytest.fixture
+def untracked_module():
+    path = REPO / "tests" / f"{UNTRACKED}.py"
+    path.write_text("def pol(): ...\n")  # importable here, but git does not ship it
+    yield path
+    path.unlink()
+
+
+@pytest.mark.parametrize("args,message", CLI_CASES)
+def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path: Path, project, args: list[str], message: str):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    env = env_for(runs)
+    env.pop("OPENAI_API_KEY", None)
+    proc = subprocess.run(
+        [str(REPO / "bin" / "ct-fleet"), "eval", *[a.format(**project) for a in args]],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [
+        line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(("ct-fleet:", "WARNING"))
+    ]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], proc.stderr
+    assert list(runs.iterdir()) == []  # no run directory: nothing archived, launched or uploaded
+
+
+@pytest.mark.parametrize("fields,message", PLAN_CASES)
+def test_bad_input_is_refused_before_anything_exists(
+    tmp_path: Path, project, untracked_module, monkeypatch: pytest.MonkeyPatch, fields: dict, message: str
+):
+    from ct_fleet.controller.run import FleetRequest, plan_fleet
+    from ct_fleet.errors import BadInput
+
+    for key in ("OPENAI_API_KEY", "ACME_API_KEY", "CT_TEST_UNSET_VAR", "GROQ_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    fields = {k: v.format(**project) if isinstance(v, str) else v for k, v in fields.items()}
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with pytest.raises(BadInput) as raised:
+        plan_fleet(FleetRequest(runs_dir=runs, dotenv=tmp_path / "no.env", **fields))
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+    assert list(runs.iterdir()) == []
