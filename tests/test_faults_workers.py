@@ -40,6 +40,8 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
         "--ec2-arg",
         "visibility_timeout=6",
         "--ec2-arg",
+        "heartbeat_interval=3",
+        "--ec2-arg",
         "max_replacements=10",
         *FAST,
         CT_FAULT_SLEEP="2",
@@ -75,6 +77,8 @@ def test_poison_job_lands_in_the_dlq_report(tmp_path: Path):
         "max_receive_count=2",
         "--ec2-arg",
         "visibility_timeout=5",
+        "--ec2-arg",
+        "heartbeat_interval=2",
         *FAST,
         CT_FAULT_CRASH="web:fix_login",
     )
@@ -107,6 +111,8 @@ def test_infra_errors_are_retried(tmp_path: Path):
         "tests.fault_policies:crash_once",
         "--ec2-arg",
         "visibility_timeout=5",
+        "--ec2-arg",
+        "heartbeat_interval=2",
         *FAST,
         CT_FAULT_CRASH="*",
     )

@@ -33,7 +33,7 @@ def test_extra_src_rules(tmp_path: Path):
     a, b = tmp_path / "one" / "exp", tmp_path / "two" / "exp"
     a.mkdir(parents=True)
     b.mkdir(parents=True)
-    assert preflight.check_extra_src([a]) == [a.resolve()]  # local fleets ship them too
+    assert [t.root for t in preflight.check_extra_src([a])] == [a.resolve()]  # local fleets ship them too
     with pytest.raises(BadInput, match="share the basename 'exp'"):
         preflight.check_extra_src([a, b])
     with pytest.raises(BadInput, match="not a directory"):

@@ -64,12 +64,24 @@ instance_states() {
   assert_contains "$output" "shutting down"
 }
 
+@test "shutdown-instance: the secrets file goes before the instance" {
+  make_stub shutdown
+  mkdir -p "$LB_HOME/etc/linuxbench"
+  echo "export GH_TOKEN=x" >"$LB_HOME/etc/linuxbench/secrets.env"
+  run "$WORKER_DIR/shutdown-instance.sh"
+  [ "$status" -eq 0 ]
+  [ ! -e "$LB_HOME/etc/linuxbench/secrets.env" ]
+}
+
 @test "shutdown-instance: LB_NO_SHUTDOWN=1 stays up" {
   make_stub shutdown
+  mkdir -p "$LB_HOME/etc/linuxbench"
+  echo "export GH_TOKEN=x" >"$LB_HOME/etc/linuxbench/secrets.env"
   LB_NO_SHUTDOWN=1 run "$WORKER_DIR/shutdown-instance.sh"
   [ "$status" -eq 0 ]
   assert_contains "$output" "LB_NO_SHUTDOWN=1: staying up"
   assert_not_called shutdown
+  [ -e "$LB_HOME/etc/linuxbench/secrets.env" ]
 }
 
 @test "shutdown-instance: a non-root user goes through sudo, whatever else is set" {

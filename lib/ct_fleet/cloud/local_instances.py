@@ -15,6 +15,10 @@ import psutil
 
 SHIMS_DIR = Path(__file__).resolve().parent / "shims"
 SPOT_NOTICE = "spot-interruption-notice"
+# What fetch-secrets.sh writes on an instance's disk (worker/lib.sh: LB_SECRETS_ENV). An EC2
+# instance's disk goes with it; a local instance's directory stays for debugging, so its
+# secrets are wiped when the instance is gone.
+SECRETS_FILE = Path("etc/linuxbench/secrets.env")
 
 
 def instance_env(home: Path, instance_id: str, venv: str = sys.prefix) -> dict[str, str]:
@@ -57,8 +61,16 @@ class LocalInstanceRunner:
             # The shim is also first on PATH: nothing a local instance runs can power off this machine.
             env = {**self.env, **instance_env(home, instance_id), "PATH": f"{SHIMS_DIR}:{self.env['PATH']}"}
             with open(home / "console.log", "ab") as console:
+                # No terminal, as on EC2: an instance must not read (or be hung up with) the
+                # launcher's terminal, where the user answers the controller's prompts.
                 proc = subprocess.Popen(
-                    ["bash", str(script)], cwd=home, env=env, stdout=console, stderr=console, start_new_session=True
+                    ["bash", str(script)],
+                    cwd=home,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=console,
+                    stderr=console,
+                    start_new_session=True,
                 )
             # With its start time: a pid read back later may name another process by then.
             (home / "pid").write_text(f"{proc.pid} {_started(proc.pid)}")
@@ -75,6 +87,9 @@ class LocalInstanceRunner:
             proc.poll()  # collect exited children so they do not linger as zombies
         for instance_id in set(self.procs) - set(live):
             self._kill(instance_id)
+        for home in self.dir.glob("*/"):
+            if home.name not in live and home.name not in self.procs:
+                _wipe_secrets(home)
 
     def _kill(self, instance_id: str) -> None:
         pid = self.procs.pop(instance_id, None)
@@ -87,10 +102,16 @@ class LocalInstanceRunner:
         child = self._children.pop(pid, None)
         if child:
             child.wait()
+        _wipe_secrets(self.dir / instance_id)
 
     def stop_all(self) -> None:
         for instance_id in list(self.procs):
             self._kill(instance_id)
+
+
+def _wipe_secrets(home: Path) -> None:
+    for path in (home / SECRETS_FILE, (home / SECRETS_FILE).with_suffix(".env.tmp")):
+        path.unlink(missing_ok=True)
 
 
 def _started(pid: int) -> float:

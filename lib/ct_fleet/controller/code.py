@@ -21,11 +21,7 @@ from typing import Any
 from ..errors import BadInput
 from ..protocol import extra_src_key
 from ..protocol.keys import wheel_key
-
-# Never shipped from --extra-src trees: caches, VCS metadata, environments, build output, lockfiles.
-EXCLUDED_DIRS = {"__pycache__", ".git", "node_modules", ".venv", "venv", "build", "dist"}
-LOCKFILE_SUFFIXES = (".lock",)
-LOCKFILE_NAMES = {"package-lock.json", "yarn.lock", "pnpm-lock.yaml", "poetry.lock", "uv.lock", "Pipfile.lock"}
+from . import extra_src
 
 
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -73,10 +69,6 @@ def archive(repo: Path, sha: str, dest: Path) -> Path:
     return dest
 
 
-def _shipped(name: str) -> bool:
-    return name not in EXCLUDED_DIRS and name not in LOCKFILE_NAMES and not name.endswith(LOCKFILE_SUFFIXES)
-
-
 def _reproducible(info: tarfile.TarInfo) -> tarfile.TarInfo:
     """Same content, same bytes: the tarball's digest is the tree's content digest."""
     info.mtime = 0
@@ -87,19 +79,14 @@ def _reproducible(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 def pack_extra_src(src: Path, dest: Path) -> str:
-    """Tar DIR as <basename>/..., leaving out caches, VCS data, environments, builds and
-    lockfiles; returns the digest of the tarball, which depends on the tree's content only."""
-    src = src.resolve()
+    """Tar DIR as <basename>/..., shipping what extra_src.scan_tree lists (no caches, no
+    credentials); returns the digest of the tarball, which depends on the tree's content only."""
+    tree = extra_src.scan_tree(src)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with open(dest, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for root, dirs, files in os.walk(src):
-                dirs[:] = sorted(d for d in dirs if _shipped(d))
-                for name in sorted(files):
-                    if _shipped(name) and not name.endswith((".pyc", ".pyo")):
-                        path = Path(root) / name
-                        arcname = str(Path(src.name) / path.relative_to(src))
-                        tar.add(path, arcname=arcname, recursive=False, filter=_reproducible)
+            for rel in sorted(tree.files, key=str):
+                tar.add(tree.root / rel, arcname=str(Path(tree.name) / rel), recursive=False, filter=_reproducible)
     return hashlib.sha256(dest.read_bytes()).hexdigest()[:16]
 
 

@@ -8,25 +8,30 @@ that directory is the durable record a local resume reads and the input of the m
 
 from __future__ import annotations
 
+import importlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import merge
 from ..cloud import Cloud
 from ..evallog import is_finished, read_header
 from ..protocol import DoneMessage, FleetEnv, Manifest, WorkMessage, decode_reports, log_key, result_key, steplog
 from ..protocol.user_data import render_user_data
 from ..services import instances, queues, stop, store
 from ..services import secrets as fleet_secrets
-from . import cost, fleet_merge, scaling
+from . import cost, fleet_merge, interrupts, phases, scaling
+from .interrupts import Terminated
 from .plan import Job
 from .spec import FleetInterrupted, FleetSpec, Progress, RunResult
 from .tracker import JobTracker
 from .usage import UsageTotals
+
+if TYPE_CHECKING:
+    from .. import merge
 
 DONE_POLL_PAUSE = 1.0
 # Bootstrap steps whose failure repeats on every worker (an unimportable setting, a broken
@@ -79,6 +84,7 @@ class Controller:
         self.usage = UsageTotals()
         self.downloads = ThreadPoolExecutor(max_workers=8)
         self.downloads_in_flight: dict[str, Future[bool]] = {}
+        self._merge_preloaded = False
 
     # -- set-up ------------------------------------------------------------------------
     def completed_results(self) -> set[str]:
@@ -106,31 +112,24 @@ class Controller:
 
     # -- the run -----------------------------------------------------------------------
     def run(self, code_tarball: Path, fleet_env: FleetEnv) -> RunResult:
+        """Drive the fleet to its end, tear it down, merge. Teardown runs on every way out:
+        an interrupt or an error stops the workers and deletes their secrets (unless the
+        user chose to leave them running), and raises FleetInterrupted on an interrupt."""
         start = time.monotonic()
         # Rendered (and checked: EC2's size limit) before anything is created.
         user_data = render_user_data(fleet_env)
-        self.results_dir.mkdir(parents=True, exist_ok=True)
-        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
-        stop.clear(self.s3, self.cfg.bucket, self.spec.fleet_id)  # an earlier end no longer holds
-        done = self._resume(previous)
-        store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
-        pending = [job for job_id, job in self.jobs.items() if job_id not in done]
-        adopted, enqueued = self._queue(pending, previous)
-
-        stopped_reason = None
-        if pending:
-            if not adopted:
-                self._launch(self._first_launch_count(len(pending)), user_data)
-            try:
-                stopped_reason = self._track(start, user_data)
-            except KeyboardInterrupt:
-                leave = self.leave_running_on_interrupt()
-                if not leave:
-                    self.teardown(delete_queues=False)
-                raise FleetInterrupted(leave) from None
-        self.teardown(delete_queues=self.state.complete)
-        self._record_durations()
-        merged = self._merge()
+        try:
+            done, adopted, enqueued, stopped_reason = self._drive(start, code_tarball, user_data)
+        except BaseException as exc:
+            self._stop_early(exc)
+            raise
+        try:
+            self.teardown(delete_queues=self.state.complete)
+            self._record_durations()
+            phases.reached(phases.MERGE, self.run_dir)
+            merged = self._merge()
+        except KeyboardInterrupt:
+            raise FleetInterrupted(False) from None
         merged_stems = {m.path.stem for m in merged}
         stems = fleet_merge.stems(self.manifest)
         return RunResult(
@@ -152,6 +151,43 @@ class Controller:
             unpriced_models=sorted(self.usage.unpriced),
             unmerged=[t.name for t in self.manifest.tasks if stems[t.key] not in merged_stems],
         )
+
+    def _drive(self, start: float, code_tarball: Path, user_data: str) -> tuple[set[str], bool, int, str | None]:
+        """Resume, enqueue, launch, track: (resumed jobs, adopted?, messages sent, stop reason)."""
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
+        stop.clear(self.s3, self.cfg.bucket, self.spec.fleet_id)  # an earlier end no longer holds
+        done = self._resume(previous)
+        store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
+        pending = [job for job_id, job in self.jobs.items() if job_id not in done]
+        adopted, enqueued = self._queue(pending, previous)
+        phases.reached(phases.ENQUEUE, self.run_dir)
+        stopped_reason = None
+        if pending:
+            if not adopted:
+                self._launch(self._first_launch_count(len(pending)), user_data)
+            stopped_reason = self._track(start, user_data)
+        return done, adopted, enqueued, stopped_reason
+
+    def _stop_early(self, exc: BaseException) -> None:
+        """The run ended before its end (interrupt or error): stop the fleet, or leave it running
+        when the user says so after Ctrl-C. Raises FleetInterrupted for an interrupt."""
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        leave = False
+        if interrupted and not isinstance(exc, Terminated) and self.launched:
+            try:
+                leave = self.leave_running_on_interrupt()
+            except BaseException:  # a second Ctrl-C or EOF at the prompt: stop
+                leave = False
+        if not leave:
+            try:
+                self.teardown(delete_queues=False)
+            except KeyboardInterrupt:
+                pass  # held off until teardown was done; the first interrupt is reported
+            except Exception as err:
+                self.warn(f"teardown failed ({type(err).__name__}: {err}); run `ct-fleet cloud status --clean`")
+        if interrupted:
+            raise FleetInterrupted(leave) from None
 
     def _resume(self, previous: Manifest | None) -> set[str]:
         """Jobs already done by an earlier run of this fleet (its manifest in S3 or on disk)."""
@@ -204,14 +240,16 @@ class Controller:
             user_data=user_data,
             security_group_id=group,
         )
+        # Known before anything else can fail: teardown terminates these even when EC2's
+        # listing does not show them yet.
+        self.launched.extend(ids)
+        now = time.time()
+        self.launch_times.update({i: now for i in ids})
         # Secrets must exist before a worker asks for them (it waits a while if not).
         fleet_secrets.put_for_instances(
             self.ssm, self.spec.fleet_id, ids, self.secrets, account=self.account, region=self.cloud.region
         )
         self.cloud.after_launch(ids)
-        self.launched.extend(ids)
-        now = time.time()
-        self.launch_times.update({i: now for i in ids})
         return ids
 
     def cost_so_far(self) -> float:
@@ -224,12 +262,14 @@ class Controller:
         last_fleet_check = 0.0
         warned_stale = False
         live: list[str] = list(self.launched)
+        phases.reached(phases.TRACKING, self.run_dir)
         while not self.state.complete:
+            if self.state.remaining == 0 and self.downloads_in_flight:
+                # Every job is reported: only its result is still coming (the end of the run).
+                self._collect_downloads(wait=True)
+                self._report(start, live)
+                continue
             messages = queues.receive(self.sqs, self.q.done, wait=1 if self.downloads_in_flight else 5)
-            if len(messages) < queues.BATCH:
-                # A part-full batch means the queue is drained: let reports pile up a little
-                # so that receives and deletes stay batched (calls per second, not per job).
-                time.sleep(DONE_POLL_PAUSE)
             before = len(self.state.final)
             for msg in messages:
                 for report in decode_reports(msg["Body"]):
@@ -237,6 +277,10 @@ class Controller:
             if messages:
                 queues.delete_batch(self.sqs, self.q.done, [m["ReceiptHandle"] for m in messages])
                 last_activity = time.monotonic()
+            if len(messages) < queues.BATCH and self.state.remaining:
+                # A part-full batch means the queue is drained: let reports pile up a little
+                # so that receives and deletes stay batched (calls per second, not per job).
+                time.sleep(DONE_POLL_PAUSE)
             self._collect_downloads()
             if len(self.state.final) > before:
                 last_progress = time.monotonic()
@@ -300,6 +344,11 @@ class Controller:
             )
         if fetch is not None:
             self.downloads_in_flight[fetch] = self.downloads.submit(self._fetch_result, fetch)
+            if not self._merge_preloaded:
+                # The merge imports inspect_ai (seconds): load it while workers run, once
+                # they are past their own start, not after the last result.
+                self._merge_preloaded = True
+                threading.Thread(target=importlib.import_module, args=("ct_fleet.merge",), daemon=True).start()
 
     def _fetch_result(self, job_id: str) -> bool:
         key = result_key(self.spec.fleet_id, job_id)
@@ -440,28 +489,63 @@ class Controller:
 
     # -- teardown ----------------------------------------------------------------------
     def teardown(self, *, delete_queues: bool) -> None:
-        live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
+        """Terminate the fleet's workers and delete their secrets (and the queues when the work
+        is done). After a complete run the workers first get idle_timeout to exit by
+        themselves; an interrupt cuts that wait short, never the termination after it."""
+        interrupted: KeyboardInterrupt | None = None
+        try:
+            live = self._live_ids()
+        except Exception as exc:  # the launched ids are still known: terminate those
+            self.warn(f"could not list the fleet's instances ({type(exc).__name__}); terminating the ones launched")
+            live = []
         if delete_queues and live:
-            # The work is done: tell the workers (protocol/stop.py). They drop what they still
-            # run, upload their logs and shut down within seconds; stragglers (one still
-            # booting, say) are terminated after STRAGGLER_GRACE.
             try:
-                stop.announce(self.s3, self.sqs, self.cfg.bucket, self.spec.fleet_id, self.q.work)
-            except Exception as ex:  # without the signal workers still leave after idle_timeout
-                self.warn(f"could not signal the end of the run to workers ({ex}); they leave when idle")
-            deadline = time.monotonic() + STRAGGLER_GRACE
-            while live and time.monotonic() < deadline:
-                time.sleep(1)
-                found = instances.live_instances(self.ec2, self.spec.fleet_id)
-                self.cloud.poll([inst["InstanceId"] for inst in found])
-                # An instance shutting down has uploaded its log and is leaving by itself.
-                live = [inst["InstanceId"] for inst in found if inst["State"]["Name"] != "shutting-down"]
-        instances.terminate(self.ec2, live)
-        self.cloud.poll([])
-        fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id)
-        if delete_queues:
-            queues.delete_queues(self.sqs, self.q)
-        self.downloads.shutdown(wait=True)
+                live = self._wait_for_workers(live)
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        with interrupts.shielded(self.warn):
+            self._terminate_and_forget(live, delete_queues=delete_queues)
+        if interrupted is not None:
+            raise interrupted
+
+    def _live_ids(self) -> list[str]:
+        return [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
+
+    def _wait_for_workers(self, live: list[str]) -> list[str]:
+        """The work is done: tell the workers (protocol/stop.py). They drop what they still
+        run, upload their logs and shut down within seconds; stragglers (one still booting,
+        say) are terminated after STRAGGLER_GRACE."""
+        phases.reached(phases.END_WAIT, self.run_dir)
+        try:
+            stop.announce(self.s3, self.sqs, self.cfg.bucket, self.spec.fleet_id, self.q.work)
+        except Exception as ex:  # without the signal workers still leave after idle_timeout
+            self.warn(f"could not signal the end of the run to workers ({ex}); they leave when idle")
+        deadline = time.monotonic() + STRAGGLER_GRACE
+        while live and time.monotonic() < deadline:
+            time.sleep(1)
+            found = instances.live_instances(self.ec2, self.spec.fleet_id)
+            self.cloud.poll([inst["InstanceId"] for inst in found])
+            # An instance shutting down has uploaded its log and is leaving by itself.
+            live = [inst["InstanceId"] for inst in found if inst["State"]["Name"] != "shutting-down"]
+        return live
+
+    def _terminate_and_forget(self, live: list[str], *, delete_queues: bool) -> None:
+        """Every step is tried even if one fails; the first failure is raised at the end."""
+        failures: list[Exception] = []
+        targets = sorted(set(live) | set(self.launched))
+        for step in (
+            lambda: instances.terminate(self.ec2, targets),
+            lambda: self.cloud.poll([]),
+            lambda: fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id),
+            lambda: queues.delete_queues(self.sqs, self.q) if delete_queues and hasattr(self, "q") else None,
+        ):
+            try:
+                step()
+            except Exception as exc:
+                failures.append(exc)
+        self.downloads.shutdown(wait=True, cancel_futures=True)
+        if failures:
+            raise failures[0]
 
 
 def _last_line(text: str) -> str:

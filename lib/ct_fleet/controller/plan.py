@@ -17,14 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import BadInput
 from ..paths import TASK_SETS_DIR
 from ..protocol import ManifestTask
 from ..protocol.messages import TaskRoot
+from . import safe_yaml, schemas
 
-TASK_KEYS = {"env", "main_task", "side_task", "setting"}
+MAX_TASK_FILE_BYTES = 16 << 20
+MAX_TASKS = 100_000
+# More jobs than this is refused outright (a typo in --epochs, not a fleet); above
+# LARGE_RUN_JOBS the user is asked to confirm, as for the cost.
+MAX_JOBS = 200_000
+LARGE_RUN_JOBS = 2_000
 
 
 @dataclass(frozen=True, order=True)
@@ -88,9 +92,13 @@ def _short_hash(*parts: object, length: int = 16) -> str:
 
 def resolve_task_file(name: str) -> Path:
     """A bare name is a set in examples/task_sets/ (.yml, .yaml or .jsonl); anything else a path."""
+    if not name or "\x00" in name:
+        raise BadInput("--task-file needs a name or a path")
     path = Path(name).expanduser()
     if path.is_file():
         return path
+    if path.exists():
+        raise BadInput(f"--task-file {name}: not a file")
     for suffix in (".yml", ".yaml", ".jsonl"):
         candidate = TASK_SETS_DIR / f"{name}{suffix}"
         if candidate.is_file():
@@ -102,23 +110,12 @@ def resolve_task_file(name: str) -> Path:
 def _task_from_mapping(entry: object, where: str) -> TaskSpec:
     if not isinstance(entry, dict):
         raise BadInput(f"{where}: expected a mapping with env, main_task and optional side_task, setting")
-    unknown = set(entry) - TASK_KEYS
-    if unknown:
-        raise BadInput(
-            f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: env, main_task, side_task, setting"
-        )
-    for key in ("env", "main_task"):
-        if not isinstance(entry.get(key), str) or not entry[key]:
-            raise BadInput(f"{where}: {key} must be a non-empty string")
-    for key in ("side_task", "setting"):
-        value = entry.get(key)
-        if value is not None and (not isinstance(value, str) or not value):
-            raise BadInput(f"{where}: {key} must be a non-empty string when given")
-    return TaskSpec(entry["env"], entry["main_task"], entry.get("side_task"), entry.get("setting"))
+    task: schemas.TaskEntry = schemas.validate(schemas.TaskEntry, entry, where)
+    return TaskSpec(task.env, task.main_task, task.side_task, task.setting)
 
 
 def load_task_file(path: Path) -> list[TaskSpec]:
-    text = path.read_text()
+    text = safe_yaml.read_text(path, max_bytes=MAX_TASK_FILE_BYTES, what="task file")
     if path.suffix == ".jsonl":
         tasks = []
         for number, line in enumerate(text.splitlines(), start=1):
@@ -126,23 +123,21 @@ def load_task_file(path: Path) -> list[TaskSpec]:
                 continue
             try:
                 entry = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BadInput(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+            except (json.JSONDecodeError, RecursionError) as exc:
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+                raise BadInput(f"{path}:{number}: not valid JSON ({reason})") from None
             tasks.append(_task_from_mapping(entry, f"{path}:{number}"))
     else:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f":{mark.line + 1}" if mark else ""
-            raise BadInput(f"{path}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-        if isinstance(data, dict) and "tasks" in data:
+        data = safe_yaml.load(text, str(path))
+        if isinstance(data, dict) and set(data) == {"tasks"}:
             data = data["tasks"]
         if not isinstance(data, list):
-            raise BadInput(f"{path}: expected a YAML list of tasks")
+            raise BadInput(f"{path}: expected a YAML list of tasks (or a mapping with one key, tasks)")
         tasks = [_task_from_mapping(entry, f"{path}: entry {i}") for i, entry in enumerate(data, start=1)]
     if not tasks:
         raise BadInput(f"{path}: no tasks")
+    if len(tasks) > MAX_TASKS:
+        raise BadInput(f"{path}: {len(tasks):,} tasks is over the limit of {MAX_TASKS:,}; split the file")
     return tasks
 
 
@@ -195,6 +190,12 @@ def make_jobs(
     """Each task's sample ids x epochs; a job id names the task, the model, the sample and the epoch."""
     if epochs < 1:
         raise BadInput(f"--epochs must be at least 1 (got {epochs})")
+    samples = sum(len(task.sample_ids) for task in tasks)
+    if samples * epochs > MAX_JOBS:
+        raise BadInput(
+            f"{samples:,} samples x {epochs:,} epochs = {samples * epochs:,} jobs is over the limit of "
+            f"{MAX_JOBS:,}: lower --epochs or split the task set"
+        )
     jobs = []
     for task in tasks:
         for sample_id in task.sample_ids:

@@ -9,25 +9,45 @@ tasks.py), not against whatever happens to be importable on the launching machin
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import BadInput
 from ..protocol.keys import DOCKER_PARAM_PREFIX
+from . import ec2_rules
+from .ec2_rules import shown
+from .extra_src import ExtraTree, scan_tree
+
+MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.:@+/-]+")
+MAX_COMMAND = 10_000
 
 
-def check_extra_src(dirs: Sequence[Path]) -> list[Path]:
-    resolved = []
+def check_model(model: str) -> None:
+    if not MODEL_NAME.fullmatch(model):
+        raise BadInput(f"--model {model!r}: write provider/model (e.g. anthropic/claude-sonnet-4-0, mockllm/model)")
+
+
+def check_command(command: str | None) -> None:
+    if command is None:
+        return
+    if not command.strip() or "\x00" in command or len(command) > MAX_COMMAND:
+        raise BadInput(f"--command: give a shell command of 1 to {MAX_COMMAND:,} characters that writes $CT_OUTPUT")
+
+
+def check_extra_src(dirs: Sequence[Path]) -> list[ExtraTree]:
+    """The --extra-src trees, scanned: they ship on EC2 and on the local fleet alike."""
+    trees = []
     seen: dict[str, Path] = {}
     for path in dirs:
-        path = path.expanduser().resolve()
-        if not path.is_dir():
-            raise BadInput(f"--extra-src {path}: not a directory")
-        if path.name in seen:
-            raise BadInput(f"--extra-src {seen[path.name]} and {path} share the basename {path.name!r}: rename one")
-        seen[path.name] = path
-        resolved.append(path)
-    return resolved
+        tree = scan_tree(path)
+        if tree.name in seen:
+            raise BadInput(
+                f"--extra-src {seen[tree.name]} and {tree.root} share the basename {tree.name!r}: rename one"
+            )
+        seen[tree.name] = tree.root
+        trees.append(tree)
+    return trees
 
 
 def worker_setup_digest(worker_setup: str | None, extra_src: Sequence[Path]) -> str | None:
@@ -43,6 +63,10 @@ def worker_setup_digest(worker_setup: str | None, extra_src: Sequence[Path]) -> 
     script = roots[basename] / rel
     if not script.is_file():
         raise BadInput(f"worker_setup={worker_setup}: no such file {script}")
+    if not script.resolve().is_relative_to(roots[basename].resolve()):
+        raise BadInput(f"worker_setup={worker_setup}: {script} leads outside its extra-src tree (a symlink)")
+    if Path(rel) not in scan_tree(roots[basename]).files:
+        raise BadInput(f"worker_setup={worker_setup}: that file is left out of the shipped tree (cache or credential)")
     return hashlib.sha256(script.read_bytes()).hexdigest()[:16]
 
 
@@ -50,6 +74,10 @@ def docker_auth_params(environ: dict[str, str]) -> tuple[str, str]:
     name = environ.get("DOCKER_ORG_NAME_SSM_PARAM", f"{DOCKER_PARAM_PREFIX}name")
     pat = environ.get("DOCKER_ORG_PAT_SSM_PARAM", f"{DOCKER_PARAM_PREFIX}pat")
     for param in (name, pat):
+        if not ec2_rules.is_ssm_path(param):
+            raise BadInput(
+                f"Docker auth parameter {shown(param)}: not an SSM parameter path (/a/b of letters, digits and _.-)"
+            )
         if not param.startswith(DOCKER_PARAM_PREFIX):
             raise BadInput(
                 f"Docker auth parameter {param} must stay under {DOCKER_PARAM_PREFIX} (the worker policy allows only those)"

@@ -25,8 +25,9 @@ from ..errors import BadInput
 from ..paths import REPO_ROOT
 from ..protocol import START_CONCURRENCY, FleetEnv, secrets_prefix
 from ..settings import DEFAULT_SETTING, SettingSources
-from . import code, config, cost, credentials, models, plan, preflight, setting_plan, tasks
+from . import code, config, cost, credentials, interrupts, models, plan, preflight, setting_plan, sweep, tasks
 from .loop import Controller
+from .resume import check_resume
 from .runconfig import load_run_config
 from .scaling import first_launch_count
 from .shipped import ShippedCode
@@ -84,6 +85,12 @@ class PlannedFleet:
     untracked: int
     run_dir: Path
     runs_dir: Path
+    notes: list[str] = field(default_factory=list)  # warnings to show before the run starts
+
+    @property
+    def large(self) -> bool:
+        """So many jobs that the user is asked to confirm (a typo in --epochs costs hours)."""
+        return len(self.spec.jobs) > plan.LARGE_RUN_JOBS
 
     def estimate(self) -> cost.Estimate:
         """The cost estimate shown before launch (durations of earlier fleets when known)."""
@@ -151,7 +158,10 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     cloud = open_cloud(ec2=_use_ec2(request, defaults), region=built.region or "us-east-1")
     cfg = built.with_defaults(cloud.defaults)
     cloud.region = cfg.region or cloud.region
-    extra = preflight.check_extra_src(request.extra_src)
+    trees = preflight.check_extra_src(request.extra_src)
+    extra = [tree.root for tree in trees]
+    preflight.docker_auth_params(dict(os.environ))
+    preflight.check_command(request.command)
     task_args = {**(defaults.get("task_args") or {}), **tasks.parse_kv(request.task_args, "-T")}
     model_args = {**(defaults.get("model_args") or {}), **tasks.parse_kv(request.model_args, "-M")}
     requirements = [*_split_list(cfg.setting_requirements), *_split_list(defaults.get("requirements"))]
@@ -213,7 +223,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     )
     jobs = plan.make_jobs(fleet_tasks, epochs, code_sha=version.sha, model=model, model_args=model_args)
     time_limit = cfg.sample_time_limit if "sample_time_limit" in user_args else None
-    fleet_id = plan.fleet_id(
+    fleet_id = cfg.resume or plan.fleet_id(
         version.sha,
         fleet_tasks,
         epochs,
@@ -229,6 +239,8 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         fresh=time.time_ns() if cfg.new_fleet else None,
         **cloud.fleet_identity(cfg),
     )
+    if cfg.resume:
+        check_resume(request.runs_dir / fleet_id, [job.job_id for job in jobs], version.sha)
     cloud.check_credentials(dotenv)
     spec = FleetSpec(
         fleet_id=fleet_id,
@@ -257,6 +269,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         untracked=version.untracked,
         run_dir=request.runs_dir / fleet_id,
         runs_dir=request.runs_dir,
+        notes=[note for tree in trees if (note := tree.note())],
     )
 
 
@@ -299,20 +312,34 @@ def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
     Raises FleetInterrupted on Ctrl-C (the fleet stopped, or deliberately left running).
     """
     hooks = hooks or RunHooks()
-    spec, cloud, run_dir, shipped = planned.spec, planned.cloud, planned.run_dir, planned.shipped
-    cfg = spec.config
+    run_dir, shipped = planned.run_dir, planned.shipped
     if planned.untracked:
         hooks.warn(f"{planned.untracked} untracked file(s) will not ship to workers (git add them)")
+    for note in planned.notes:
+        hooks.warn(note)
     run_dir.mkdir(parents=True, exist_ok=True)
     # The tarballs preflight checked are the ones that ship; run_dir keeps them for run-job.
     tarball = Path(shutil.copy(shipped.code_tarball, run_dir / "code.tar.gz"))
     for tree in shipped.trees:
         shutil.copy(tree.tarball, run_dir / tree.tarball.name)
+    with interrupts.stop_signals():
+        return _execute(planned, hooks, tarball)
+
+
+def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult:
+    spec, cloud, run_dir, shipped = planned.spec, planned.cloud, planned.run_dir, planned.shipped
+    cfg = spec.config
     secrets = credentials.worker_secrets(planned.dotenv, names=spec.secret_names)
     cloud.start(run_dir, planned.dotenv)
     leave_running = False
     try:
         cloud.prepare_account(cfg)
+        swept = sweep.sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
+        if swept:
+            hooks.warn(
+                f"deleted {sum(swept.values())} secret(s) left by stopped fleet(s) {', '.join(sorted(swept))} "
+                "(their controller died before its teardown)"
+            )
         # Local instances inherit this environment: without the secrets, so that jobs get
         # them only the way EC2 workers do, through SSM.
         cloud.attach_runner(run_dir / "instances", withhold=secrets)
@@ -370,6 +397,10 @@ def run_fleet(request: FleetRequest | None = None, *, hooks: RunHooks | None = N
     planned = plan_fleet(request)
     if planned.cloud.bills and not planned.spec.config.auto_confirm:
         raise BadInput("run_fleet on a billing cloud needs ec2_args=['auto_confirm=true'] (no one to confirm the cost)")
+    if planned.large and not planned.spec.config.auto_confirm:
+        raise BadInput(
+            f"{len(planned.spec.jobs):,} jobs is a large run: pass ec2_args=['auto_confirm=true'] to start it"
+        )
     return execute(planned, hooks)
 
 

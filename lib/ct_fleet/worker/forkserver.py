@@ -10,8 +10,9 @@ connection per job, builds the job's task unless it has already (cached by
 runner.task_key), forks, answers with the child's pid and, once the child has exited,
 with its exit status.
 
-The child is the job as the per-process runner runs it: its own process group, the
-job's environment variables, stdout and stderr to the job's log file, the code root as
+The child is the job as the per-process runner runs it: in the worker's process group
+(killing an instance's group ends its jobs), killed by the kernel if the server dies,
+the job's environment variables, stdout and stderr to the job's log file, the code root as
 cwd; it calls runner.run_inspect with the built task and exits 0 when OUT holds a
 finished log. A crash, a leak or a hung sandbox ends that child only.
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import gc
 import importlib
 import json
@@ -52,8 +54,10 @@ from typing import Any, NoReturn
 
 from ..protocol import WorkMessage
 from . import runner
+from .supervise import kill_tree
 
 SOCKET_NAME = "warm.sock"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 # Seconds the warm-up eval's helper threads (anyio's worker threads) get to finish.
 THREADS_GRACE = 30.0
@@ -195,7 +199,7 @@ class ForkServer:
                     if child.conn.recv(1):
                         return  # clients send nothing more; ignore stray bytes
                 self.sel.unregister(child.conn)
-                _kill_group(pid)
+                kill_tree(pid)
                 return
 
     def _reap(self) -> None:
@@ -225,7 +229,7 @@ class ForkServer:
 
     def shutdown(self) -> None:
         for pid in list(self.children):
-            _kill_group(pid)
+            kill_tree(pid)
         for pid, child in self.children.items():
             if child.cold is not None:
                 child.cold.wait()
@@ -239,15 +243,16 @@ class ForkServer:
         # generation: a child's collections then never walk (and so never copy-on-write)
         # the server's pages.
         gc.freeze()
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:
+            _die_with(server)
             self._child(request, job, task, conn)
         return pid
 
     def _child(self, request: dict[str, Any], job: WorkMessage, task: Any, conn: socket.socket) -> NoReturn:
         code = 1
         try:
-            os.setpgid(0, 0)  # the worker kills the job as a group
             signal.set_wakeup_fd(-1)
             for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, signal.SIG_DFL)
@@ -304,13 +309,18 @@ class ForkServer:
         return proc.pid, Child(conn, cold=proc)
 
 
+def _die_with(server: int) -> None:
+    """Have the kernel SIGKILL this child when the server dies (Linux). A job stays in the
+    server's process group, so killing an instance's group ends it too; this covers a
+    server killed on its own, whose children would otherwise run on, orphaned."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != server:  # it died before the prctl took effect
+        os._exit(1)
+
+
 def _send(conn: socket.socket, message: dict[str, Any]) -> None:
     conn.sendall(json.dumps(message).encode() + b"\n")
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def main(argv: list[str]) -> int:

@@ -99,7 +99,8 @@ def tree_rss_mb(pid: int) -> float:
 
 
 def kill_tree(pid: int) -> None:
-    """SIGKILL the job's process group and every descendant (some start sessions of their own)."""
+    """SIGKILL the job and every descendant; its process group too when it leads one
+    (descendants may start sessions of their own; psutil finds them by parentage)."""
     try:
         parent = psutil.Process(pid)
         procs = [*parent.children(recursive=True), parent]
