@@ -24,7 +24,7 @@ from inspect_ai.dataset import MemoryDataset, Sample
 
 @task
 def needs_laptop():
-    if os.environ.get("CT_JOB_ID"):  # on a worker: a package only the researcher's laptop has
+    if os.environ.get("CODE_ROOT"):  # on a worker: a package only the researcher's laptop has
         import package_only_on_my_laptop  # noqa: F401
     return Task(dataset=MemoryDataset([Sample(id=i, input="x") for i in (1, 2)], name="laptop"))
 """

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -201,7 +202,10 @@ def test_key_and_base_url_reach_jobs_through_ssm_only(model_run, account, stub):
     for instance in instances:
         data = ec2.describe_instance_attribute(InstanceId=instance, Attribute="userData")["UserData"]["Value"]
         text = base64.b64decode(data).decode()
-        assert KEY not in text and stub["base_url"] not in text and "SECRET_NAMES=" in text
+        fleet_env = base64.b64decode(re.search(r"FLEET_ENV='([^']*)'", text).group(1)).decode()
+        for shown in (text, fleet_env):
+            assert KEY not in shown and stub["base_url"] not in shown
+        assert "STUBAI_API_KEY" in fleet_env and "STUBAI_BASE_URL" in fleet_env  # names only: SSM has the values
     assert KEY not in proc.stdout + proc.stderr
     assert seen == []  # never on a command line, in any process
     ssm = account["boto3"].client("ssm", **account["kw"])

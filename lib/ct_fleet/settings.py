@@ -22,7 +22,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
@@ -58,7 +58,6 @@ class Setting:
     module: ModuleType
     source: str = "examples"  # examples, extra-src <basename>, or the distribution's name
     distribution: str | None = None  # for entry-point settings: what workers must install
-    requirements: tuple[str, ...] = field(default=())
 
     @property
     def task_spec(self) -> str:

@@ -74,6 +74,7 @@ def run_job_command(fleet_id: str, job_id: str) -> None:
         **credentials.worker_secrets(dotenv, names=[*names, *forward]),
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "lib"), str(SETTINGS_DIR), *trees]),
         "CT_EXTRA_ROOT": str(extra),
+        "CODE_ROOT": str(REPO_ROOT),
     }
     env.update(command_env(message, out))  # the job's identity, as a worker's job sees it
     console.print(f"running {job.sample_id!r} epoch {job.epoch} of fleet {fleet_id} here", highlight=False)

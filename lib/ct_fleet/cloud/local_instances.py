@@ -47,8 +47,8 @@ class LocalInstanceRunner:
         self.procs: dict[str, int] = {}
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         for pid_file in instances_dir.glob("*/pid"):
-            pid = int(pid_file.read_text())
-            if _alive(pid):
+            pid = _recorded(pid_file)
+            if pid is not None and _alive(pid):
                 self.procs[pid_file.parent.name] = pid
 
     def start(self, instance_ids: list[str]) -> None:
@@ -72,7 +72,8 @@ class LocalInstanceRunner:
                     stderr=console,
                     start_new_session=True,
                 )
-            (home / "pid").write_text(str(proc.pid))
+            # With its start time: a pid read back later may name another process by then.
+            (home / "pid").write_text(f"{proc.pid} {_started(proc.pid)}")
             self.procs[instance_id] = proc.pid
             self._children[proc.pid] = proc
 
@@ -126,6 +127,26 @@ def _leader_is_another_program(pid: int, instance_id: str) -> bool:
     except psutil.Error:
         return True  # not even readable: someone else's
     return environ.get("INSTANCE_ID") != instance_id
+
+
+def _started(pid: int) -> float:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return 0.0
+
+
+def _recorded(pid_file: Path) -> int | None:
+    """The pid in a pid file if that process is still the one started (same start time);
+    killing the group of a reused pid would kill some other process on this machine."""
+    try:
+        pid_text, _, started = pid_file.read_text().partition(" ")
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return None
+    if not started or abs(_started(pid) - float(started)) > 0.01:
+        return None
+    return pid
 
 
 def _alive(pid: int) -> bool:

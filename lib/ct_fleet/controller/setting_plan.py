@@ -22,6 +22,13 @@ from .plan import FleetTask, TaskSpec
 from .shipped import ShippedCode
 
 
+def _cwd_relative(path: Path) -> str:
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
 def split_env_args(envs: Sequence[str], default: str = DEFAULT_SETTING) -> list[tuple[str, str]]:
     """-e setting:env picks the setting; bare envs use the default. Mixing the forms is refused."""
     prefixed = [e for e in envs if ":" in e]
@@ -180,6 +187,8 @@ def setting_tasks(
         chosen = plan.dedupe(TaskSpec(t.env, t.main_task, t.side_task, setting_name) for t in chosen)
         root, spec = task_ref(setting, shipped)
         name = spec.rpartition("@")[2] if "@" in spec else setting_name
+        # Workers record the file where they unpacked it; the merged header names it as here.
+        task_file = _cwd_relative(setting.package_dir / spec.rpartition("@")[0]) if root == "setting" else None
         tasks.append(
             FleetTask(
                 name=name,
@@ -188,6 +197,7 @@ def setting_tasks(
                 task_args={"policy": policy},
                 sample_ids=list(dict.fromkeys(setting.sample_id(t.env, t.main_task, t.side_task) for t in chosen)),
                 setting=setting_name,
+                task_file=task_file,
                 selection=chosen,
             )
         )

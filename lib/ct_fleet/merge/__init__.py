@@ -31,7 +31,8 @@ reducers_from_log_header, resolve_scorers_info}`, `inspect_ai._util.json.to_json
 `inspect_ai._util.zipfile` (zstd support for zipfile).
 """
 
+from ..evallog.layout import JOB_LOG_SUFFIX
 from .identity import identity, identity_key
-from .pipeline import JOB_LOG_SUFFIX, MergedTask, merge_dir, merge_eval_logs
+from .pipeline import MergedTask, merge_dir, merge_eval_logs
 
 __all__ = ["JOB_LOG_SUFFIX", "MergedTask", "identity", "identity_key", "merge_dir", "merge_eval_logs"]
