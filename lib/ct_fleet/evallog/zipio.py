@@ -163,9 +163,22 @@ def write_member(dst: zipfile.ZipFile, name: str, data: bytes) -> None:
     dst.writestr(_new_info(name), data)
 
 
+def _single_threaded_zstd() -> Any:
+    """A compressobj like Inspect's (zstd level 3, frames of at most 200 MiB of input)
+    without its 12 threads: multi-threaded zstd holds most of a long stream's input in
+    memory until it flushes (~90 MB for 100,000 summaries); one thread holds a window."""
+    import zstandard
+    from inspect_ai._util.zipfile import _MultiFrameZstdCompressObj
+
+    return _MultiFrameZstdCompressObj(zstandard.ZstdCompressor(level=3, threads=0).compressobj)
+
+
 def write_member_chunks(dst: zipfile.ZipFile, name: str, chunks: Iterable[bytes]) -> None:
     """Write one compressed entry from a stream of chunks (never all in memory)."""
     with dst.open(_new_info(name), "w", force_zip64=True) as out:
+        # Swapped before the first write (`_ZipWriteFile._compressor`, zipfile internals
+        # like those above): the entry is zstd frames either way.
+        out._compressor = _single_threaded_zstd()  # type: ignore[attr-defined]
         buf: list[bytes] = []
         size = 0
         for chunk in chunks:

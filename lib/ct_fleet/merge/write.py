@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -28,7 +28,7 @@ def write_log(out_path: Path, header: Any, reductions: Any, group: Group, epochs
             summaries = (k.summary for k in group.spool.kept(group.index, epochs))
             zipio.write_member_chunks(out, SUMMARIES_JSON, json_array(summaries))
             if reductions is not None:
-                zipio.write_member(out, REDUCTIONS_JSON, to_json_safe(reductions, indent=None))
+                zipio.write_member_chunks(out, REDUCTIONS_JSON, reductions_json(reductions))
             zipio.write_member(out, HEADER_JSON, to_json_safe(header, indent=None))
             out.close()
             out_file.flush()
@@ -36,6 +36,19 @@ def write_log(out_path: Path, header: Any, reductions: Any, group: Group, epochs
         os.replace(tmp, out_path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def reductions_json(reductions: list[Any]) -> Iterator[bytes]:
+    """reductions.json one sample's score at a time (one per sample per scorer and reducer:
+    written whole, it is the merge's largest piece of JSON)."""
+    yield b"["
+    for i, reduction in enumerate(reductions):
+        head = to_json_safe(reduction.model_copy(update={"samples": []}), indent=None)
+        assert head.endswith(b"[]}"), head[-20:]
+        yield (b"," if i else b"") + head[: -len(b"[]}")]
+        yield from json_array(to_json_safe(sample, indent=None) for sample in reduction.samples)
+        yield b"}"
+    yield b"]"
 
 
 def copy_samples(out: zipfile.ZipFile, kept: Iterable[Kept]) -> None:

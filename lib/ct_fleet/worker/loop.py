@@ -376,7 +376,7 @@ class Worker:
     def run(self) -> int:
         self.s.work_dir.mkdir(parents=True, exist_ok=True)
         if self._marker_says_done():  # booted after the end: nothing to do
-            log.info("fleet is done (the fleet-done marker): leaving")
+            self.end_of_run("the fleet-done marker, at start")
             return 0
         if self.warm is not None:
             # inspect_ai's import and the warm-up eval overlap the first receive
