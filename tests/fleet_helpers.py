@@ -13,6 +13,8 @@ from inspect_ai.log import read_eval_log
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--ec2-arg", "idle_timeout=3", "--ec2-arg", "retry_backoff=1"]
+# Tests that are not about Docker run toyarena in Inspect's local sandbox (the default is Docker).
+LOCAL = ["-T", "sandbox=local"]
 
 
 def env_for(runs: Path, **extra: str) -> dict[str, str]:

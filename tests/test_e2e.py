@@ -1,4 +1,7 @@
-"""`bin/ct-fleet eval` end to end on the embedded cloud, as a user runs it."""
+"""`bin/ct-fleet eval` end to end on the embedded cloud, as a user runs it.
+
+The smoke run is the README's first command: every sample in a Docker sandbox. The other
+fleets here are about the fleet, not the sandbox, and run Inspect's local sandbox."""
 
 from __future__ import annotations
 
@@ -43,8 +46,11 @@ def processes_under(path: Path) -> list[str]:
     return found
 
 
+LOCAL = ["-T", "sandbox=local"]
+
+
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory):
+def smoke_run(tmp_path_factory: pytest.TempPathFactory, docker_images: list[str]):
     runs = tmp_path_factory.mktemp("runs")
     proc = ct_fleet(runs, "eval", "--task-file", "smoke", "--policy", "honest", "--epochs", "3")
     return runs, proc
@@ -64,6 +70,9 @@ def test_smoke_run_merges_every_sample_epoch_once(smoke_run):
     assert len(pairs) == 12 and len(set(pairs)) == 12
     assert {e for _, e in pairs} == {1, 2, 3}
     assert "results" in proc.stdout and "12/12" in proc.stdout
+    assert {s.sandbox.type for s in log.samples or [] if s.sandbox} == {"docker"}
+    assert all(s.sandbox for s in log.samples or [])
+    assert "docker ready for 3 sandbox image(s)" in proc.stdout
 
 
 @pytest.mark.e2e
@@ -75,6 +84,7 @@ def test_smoke_metrics_equal_a_direct_run(smoke_run, tmp_path: Path, monkeypatch
     setting = load_setting()
     ids = list(dict.fromkeys(s.id for s in fleet_log.samples or []))
     monkeypatch.chdir(REPO)
+    # The same sandbox as the fleet's (the task's default: Docker).
     (direct,) = inspect_eval(
         setting.task_spec,
         task_args={"policy": "honest"},
@@ -123,6 +133,9 @@ BAD_INPUTS = [
     (["--task-file", "smoke", "--ec2-arg", "max_worker=2"], "unknown --ec2-arg 'max_worker'"),
     (["--task-file", "smoke", "--ec2-arg", "max_workers=two"], "expected an int"),
     (["-e", "toyarena:web", "-e", "ops"], "either prefix every -e"),
+    (["--task-file", "smoke", "-T", "sandbox=vm"], "-T sandbox=docker or -T sandbox=local"),
+    (["--task-file", "smoke", "-T", "sandbox"], "write -T key=value"),
+    (["--task-file", "smoke", "-T", "policy=attack"], "choose the policy with --policy"),
 ]
 
 
@@ -144,7 +157,7 @@ def test_bad_input_is_one_line_exit_2_and_launches_nothing(tmp_path: Path, args:
 
 @pytest.mark.e2e
 def test_new_fleet_runs_everything_again_under_a_new_id(tmp_path: Path):
-    args = ["eval", "-e", "web", "-t", "fix_login", "--ec2-arg", "idle_timeout=3"]
+    args = ["eval", "-e", "web", "-t", "fix_login", *LOCAL, "--ec2-arg", "idle_timeout=3"]
     first = ct_fleet(tmp_path, *args)
     again = ct_fleet(tmp_path, *args, "--ec2-arg", "new_fleet=true")
     assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
@@ -177,7 +190,17 @@ def test_command_jobs_drive_another_eval_cli(smoke_run, tmp_path: Path):
     results = next(p for p in runs.iterdir() if p.is_dir()) / "results"
     command = f'test -n "$CT_SAMPLE_ID" && cp {results}/"$CT_JOB_ID".eval "$CT_OUTPUT"'
     got = ct_fleet(
-        tmp_path, "eval", "--task-file", "smoke", "--epochs", "3", "--command", command, "--ec2-arg", "idle_timeout=3"
+        tmp_path,
+        "eval",
+        "--task-file",
+        "smoke",
+        "--epochs",
+        "3",
+        *LOCAL,
+        "--command",
+        command,
+        "--ec2-arg",
+        "idle_timeout=3",
     )
     assert got.returncode == 0, got.stdout + got.stderr
     (merged,) = next(p for p in tmp_path.iterdir() if p.is_dir()).joinpath("merged").glob("*.eval")

@@ -14,6 +14,7 @@ from inspect_ai.log import read_eval_log
 
 from fleet_helpers import (
     FAST,
+    LOCAL,
     assert_nothing_running,
     finish,
     fleet_dir,
@@ -41,6 +42,7 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
         "--ec2-arg",
         "max_replacements=10",
         *FAST,
+        *LOCAL,
         CT_FAULT_SLEEP="2",
     )
     kills = 0
@@ -75,6 +77,7 @@ def test_poison_job_lands_in_the_dlq_report(tmp_path: Path):
         "--ec2-arg",
         "visibility_timeout=5",
         *FAST,
+        *LOCAL,
         CT_FAULT_CRASH="web:fix_login",
     )
     code, out, err = finish(proc)
@@ -107,6 +110,7 @@ def test_infra_errors_are_retried(tmp_path: Path):
         "--ec2-arg",
         "visibility_timeout=5",
         *FAST,
+        *LOCAL,
         CT_FAULT_CRASH="*",
     )
     code, out, err = finish(proc)
@@ -134,6 +138,7 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
         "--ec2-arg",
         "visibility_timeout=600",
         *FAST,
+        *LOCAL,
         CT_FAULT_SLEEP="3",
     )
     wait_for(lambda: processes_in(runs, "ct_fleet.worker.runner"))

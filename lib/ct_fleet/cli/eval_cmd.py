@@ -29,6 +29,14 @@ def _knob_help() -> str:
 @click.option("--policy", help="honest (default), attack, or module:function")
 @click.option("--epochs", type=int, help="epochs per sample (default 1); one job per sample x epoch")
 @click.option("--model", help="Inspect model the policy may call (default mockllm/model)")
+@click.option(
+    "-T",
+    "--task-arg",
+    "task_args",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="argument of the setting's Inspect task, as inspect eval -T (repeatable), e.g. -T sandbox=local",
+)
 @click.option("--command", "command", help="run each job as this shell command; it must write one .eval to $CT_OUTPUT")
 @click.option("--sandbox", help="external sandbox as module:type, imported on each worker")
 @click.option(
@@ -55,6 +63,7 @@ def eval_command(
     policy: str | None,
     epochs: int | None,
     model: str | None,
+    task_args: tuple[str, ...],
     command: str | None,
     sandbox: str | None,
     extra_src: tuple[Path, ...],
@@ -69,6 +78,7 @@ def eval_command(
     Examples:
       ct-fleet eval --task-file smoke --policy honest --epochs 3
       ct-fleet eval -e web -t fix_login --policy attack -s leak_secret
+      ct-fleet eval --task-file smoke -T sandbox=local        # no Docker: Inspect's local sandbox
       ct-fleet eval --ec2 --task-file medium --epochs 10 --ec2-arg max_workers=20
       ct-fleet eval --ec2 --extra-src ~/experiments --policy mypkg.policies:my_policy -e web
 
@@ -84,6 +94,7 @@ def eval_command(
             policy=policy,
             epochs=epochs,
             model=model,
+            task_args=task_args,
             command=command,
             sandbox=sandbox,
             extra_src=extra_src,

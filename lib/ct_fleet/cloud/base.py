@@ -62,9 +62,13 @@ class Cloud:
     def console_link(self, fleet_id: str) -> str | None:
         return None
 
+    def instances_run_here(self) -> bool:
+        """Do launched instances run on this machine (an EC2 endpoint on loopback)?"""
+        return bool(self.endpoint_url and urlparse(self.endpoint_url).hostname in ("127.0.0.1", "localhost"))
+
     def attach_runner(self, instances_dir: Path) -> None:
         """Run launched instances locally when the EC2 endpoint is on this machine."""
-        if self.endpoint_url and urlparse(self.endpoint_url).hostname in ("127.0.0.1", "localhost"):
+        if self.instances_run_here():
             env = dict(os.environ)
             env["AWS_REGION"] = self.region
             # Local instances share this venv (its python, and the AWS CLI the scripts call).

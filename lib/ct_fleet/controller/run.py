@@ -24,11 +24,12 @@ from ..errors import BadInput
 from ..paths import REPO_ROOT
 from ..protocol import START_CONCURRENCY, FleetEnv, secrets_prefix
 from ..settings import Setting, load_setting
-from . import code, config, cost, credentials, plan, preflight
+from . import code, config, cost, credentials, docker_prep, plan, preflight
 from .loop import Controller
 from .runconfig import load_run_config
 from .scaling import first_launch_count
 from .spec import FleetSpec, Progress, RunResult
+from .task_args import merge_policy, parse_task_args
 
 RUNS_DIR = Path(os.environ.get("CT_FLEET_RUNS", REPO_ROOT / "runs"))
 DOTENV = Path(os.environ.get("CT_FLEET_DOTENV", REPO_ROOT / ".env"))
@@ -45,6 +46,7 @@ class FleetRequest:
     policy: str | None = None
     epochs: int | None = None
     model: str | None = None
+    task_args: Sequence[str] = ()  # -T key=value pairs, as on the command line
     command: str | None = None
     sandbox: str | None = None
     extra_src: Sequence[Path] = ()
@@ -78,6 +80,7 @@ class PlannedFleet:
     untracked: int
     run_dir: Path
     runs_dir: Path
+    docker_images: list[str] = field(default_factory=list)  # what its sandboxes run; [] needs no Docker
 
     def estimate(self) -> cost.Estimate:
         """The cost estimate shown before launch (durations of earlier fleets when known)."""
@@ -132,6 +135,9 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     setting_name, env_names = preflight.split_env_args(request.envs)
     setting, tasks = _tasks(setting_name, task_file, env_names, request.main_tasks, request.side_tasks)
     preflight.check_policy(policy, setting, extra, ec2=strict)
+    task_args = parse_task_args(request.task_args)
+    job_task_args = merge_policy(policy, task_args)
+    setting.check_task_args(task_args)
     if request.sandbox:
         preflight.check_ref("--sandbox", request.sandbox, extra, ec2=strict)
     setup_digest = preflight.worker_setup_digest(cfg.worker_setup, extra)
@@ -143,6 +149,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         tasks,
         epochs,
         model=model,
+        task_args=task_args or None,
         command=request.command,
         sandbox=request.sandbox,
         worker_setup=f"{cfg.worker_setup}:{setup_digest}" if setup_digest else None,
@@ -164,6 +171,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         jobs=jobs,
         code_sha=version.sha,
         config=cfg,
+        task_args=job_task_args,
         command=request.command,
         sandbox=request.sandbox,
         hourly_price=cloud.hourly_price(cfg),
@@ -177,6 +185,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         untracked=version.untracked,
         run_dir=request.runs_dir / fleet_id,
         runs_dir=request.runs_dir,
+        docker_images=docker_prep.sandbox_images(setting, job_task_args),
     )
 
 
@@ -220,7 +229,10 @@ def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
     tarball = code.archive(REPO_ROOT, spec.code_sha, run_dir / "code.tar.gz")
     cloud.start(run_dir, planned.dotenv)
     leave_running = False
+    docker: docker_prep.DockerLease | None = None
     try:
+        if planned.docker_images and cloud.instances_run_here():
+            docker = docker_prep.prepare(planned.setting, planned.docker_images, run_dir / "docker.log", hooks.info)
         cloud.prepare_account(cfg)
         cloud.attach_runner(run_dir / "instances")
         sts = cloud.client("sts")
@@ -257,6 +269,8 @@ def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
             raise
     finally:
         cloud.close(leave_running=leave_running)
+        if docker is not None and not leave_running:
+            docker.release()
 
 
 def run_fleet(request: FleetRequest | None = None, *, hooks: RunHooks | None = None, **fields: Any) -> RunResult:

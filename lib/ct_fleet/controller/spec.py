@@ -30,6 +30,7 @@ class FleetSpec:
     jobs: list[Job]
     code_sha: str
     config: Ec2Config
+    task_args: dict[str, Any] = field(default_factory=dict)  # what each job's task gets, policy included
     command: str | None = None
     sandbox: str | None = None
     hourly_price: float = 0.0  # 0 where nothing bills (the embedded cloud)
@@ -39,7 +40,7 @@ class FleetSpec:
             fleet_id=self.fleet_id,
             setting=self.setting,
             task_spec=self.task_spec,
-            task_args={"policy": self.policy},
+            task_args=dict(self.task_args) or {"policy": self.policy},
             policy=self.policy,
             model=self.model,
             epochs=self.epochs,
