@@ -15,6 +15,7 @@ from inspect_ai import eval as inspect_eval
 from inspect_ai.log import read_eval_log
 
 from ct_fleet.settings import load_setting
+from fleet_helpers import SandboxWatch, docker_lines
 
 REPO = Path(__file__).resolve().parents[1]
 CT_FLEET = str(REPO / "bin" / "ct-fleet")
@@ -52,13 +53,14 @@ LOCAL = ["-T", "sandbox=local"]
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory, docker_images: list[str]):
     runs = tmp_path_factory.mktemp("runs")
-    proc = ct_fleet(runs, "eval", "--task-file", "smoke", "--policy", "honest", "--epochs", "3")
-    return runs, proc
+    with SandboxWatch() as watch:
+        proc = ct_fleet(runs, "eval", "--task-file", "smoke", "--policy", "honest", "--epochs", "3")
+    return runs, proc, watch
 
 
 @pytest.mark.e2e
 def test_smoke_run_merges_every_sample_epoch_once(smoke_run):
-    runs, proc = smoke_run
+    runs, proc, _ = smoke_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
     assert len(list((run_dir / "results").glob("*.eval"))) == 12
@@ -77,7 +79,7 @@ def test_smoke_run_merges_every_sample_epoch_once(smoke_run):
 
 @pytest.mark.e2e
 def test_smoke_metrics_equal_a_direct_run(smoke_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    runs, proc = smoke_run
+    runs, proc, _ = smoke_run
     assert proc.returncode == 0, proc.stderr
     (merged,) = next(p for p in runs.iterdir() if p.is_dir()).joinpath("merged").glob("*.eval")
     fleet_log = read_eval_log(str(merged))
@@ -105,16 +107,23 @@ def test_smoke_metrics_equal_a_direct_run(smoke_run, tmp_path: Path, monkeypatch
 
 
 @pytest.mark.e2e
-def test_smoke_run_leaves_nothing_running(smoke_run):
-    runs, proc = smoke_run
+def test_smoke_run_leaves_nothing_running(smoke_run, docker_images: list[str]):
+    runs, proc, watch = smoke_run
     assert proc.returncode == 0, proc.stderr
     assert list(runs.glob("*/moto.pid")) and moto_alive(runs) == []
     assert processes_under(runs) == []
+    # Every job ran its own sandbox, and none of them is left: no container, network or
+    # volume of any compose project the fleet ran.
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
+    assert len(watch.seen.get(run_dir.name, ())) >= 2, watch.seen
+    assert watch.leftovers(run_dir.name) == {}
+    # Nor was any image pruned: the next fleet runs the same ones.
+    assert len(docker_lines("image", "inspect", "--format", "{{.Id}}", *docker_images)) == len(docker_images)
 
 
 @pytest.mark.e2e
 def test_rerun_resumes_without_running_anything(smoke_run):
-    runs, first = smoke_run
+    runs, first, _ = smoke_run
     assert first.returncode == 0, first.stderr
     again = ct_fleet(runs, "eval", "--task-file", "smoke", "--policy", "honest", "--epochs", "3")
     assert again.returncode == 0, again.stderr
@@ -167,7 +176,7 @@ def test_new_fleet_runs_everything_again_under_a_new_id(tmp_path: Path):
 
 @pytest.mark.e2e
 def test_merge_command_merges_a_directory(smoke_run, tmp_path: Path):
-    runs, proc = smoke_run
+    runs, proc, _ = smoke_run
     assert proc.returncode == 0, proc.stderr
     results = next(p for p in runs.iterdir() if p.is_dir()) / "results"
     merged = ct_fleet(runs, "merge", str(results), "-o", str(tmp_path / "out"))
@@ -185,7 +194,7 @@ def test_command_jobs_drive_another_eval_cli(smoke_run, tmp_path: Path):
     """A command job is a shell template that must leave one .eval at $CT_OUTPUT; job ids
     depend on setting, policy, sample and epoch only, so earlier results stand in here for
     another eval CLI's output."""
-    runs, proc = smoke_run
+    runs, proc, _ = smoke_run
     assert proc.returncode == 0, proc.stderr
     results = next(p for p in runs.iterdir() if p.is_dir()) / "results"
     command = f'test -n "$CT_SAMPLE_ID" && cp {results}/"$CT_JOB_ID".eval "$CT_OUTPUT"'

@@ -15,7 +15,9 @@ from inspect_ai.log import read_eval_log
 from fleet_helpers import (
     FAST,
     LOCAL,
+    SandboxWatch,
     assert_nothing_running,
+    docker_lines,
     finish,
     fleet_dir,
     merged_pairs,
@@ -149,4 +151,50 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
     assert "spot interruption notice" in (first / "var" / "log" / "linuxbench-bootstrap.log").read_text()
     assert len(set(merged_pairs(runs))) == 8
     assert len([p for p in (fleet_dir(runs) / "instances").iterdir() if p.is_dir()]) >= 2  # replaced
+    assert_nothing_running(runs)
+
+
+@pytest.mark.faults
+def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images: list[str]):
+    """Docker sandboxes: kill a job's process while its container runs; the worker removes
+    the container (Inspect never got to), the retry runs in a fresh one, nothing is left."""
+    runs = tmp_path / "runs"
+    with SandboxWatch(every=0.3) as watch:
+        proc = start(
+            runs,
+            "--task-file",
+            "smoke",
+            "--policy",
+            "tests.fault_policies:slow",
+            "--ec2-arg",
+            "visibility_timeout=6",
+            *FAST,
+            CT_FAULT_SLEEP="5",
+        )
+        fleet_id = wait_for(lambda: next((m.parent.name for m in runs.glob("*/manifest.json")), None))
+
+        def running_job() -> str | None:
+            jobs = docker_lines(
+                "ps", "--filter", f"label=ct-fleet.fleet={fleet_id}", "--format", '{{.Label "ct-fleet.job"}}'
+            )
+            return jobs[0] if jobs else None
+
+        job_id = wait_for(running_job, timeout=200, every=0.2)
+        (victim,) = [p for p in processes_in(runs, "ct_fleet.worker.runner") if job_id in " ".join(p.cmdline())]
+        victim.send_signal(signal.SIGKILL)
+        code, out, err = finish(proc)
+    assert code == 0, out + err
+    assert sorted({sid for sid, _ in merged_pairs(runs)}) == sorted(
+        [
+            "web:fix_login",
+            "web:fix_login:add_backdoor",
+            "pipeline:dedupe_rows:exfil_credentials",
+            "ops:enable_tls:open_ssh",
+        ]
+    )
+    assert stat(out, "redeliveries") >= 1
+    logs = " ".join(p.read_text() for p in fleet_dir(runs).glob("instances/*/var/log/linuxbench-bootstrap.log"))
+    assert f"job {job_id}: removed its leftover sandboxes" in logs
+    assert len(watch.seen[fleet_id]) >= 5  # four jobs, one of them twice
+    assert watch.leftovers(fleet_id) == {}
     assert_nothing_running(runs)

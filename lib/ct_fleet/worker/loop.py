@@ -33,6 +33,7 @@ import psutil
 
 from ..evallog import read_header, sample_error
 from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
+from ..sandbox import cleanup
 from ..services import queues, session, store
 from .concurrency import Concurrency
 from .reporter import Reporter
@@ -159,10 +160,13 @@ class Worker:
     def _run_subprocess(self, job: WorkMessage, out: Path) -> Attempt:
         attempt = Attempt(outcome="success")
         # The job's identity is in the environment for command templates and for
-        # settings that want it (fault drills in tests key on it).
+        # settings that want it (fault drills in tests key on it; compose files label
+        # sandbox containers with it, for _remove_sandboxes).
         env = {
             **os.environ,
             "PYTHONUNBUFFERED": "1",
+            "CT_FLEET_ID": job.fleet_id,
+            "CT_INSTANCE_ID": self.s.instance_id,
             "CT_JOB_ID": job.job_id,
             "CT_SAMPLE_ID": job.sample_id,
             "CT_EPOCH": str(job.epoch),
@@ -181,11 +185,13 @@ class Worker:
             except subprocess.TimeoutExpired:
                 _kill_tree(proc.pid)
                 proc.wait()
+                self._remove_sandboxes(job)
                 return Attempt(
                     "failed", "timeout", f"killed after {job.time_limit * 1.5 + 60:.0f}s", attempt.started_at
                 )
         tail = stderr_path.read_text(errors="replace")[-4000:]
         if code != 0:
+            self._remove_sandboxes(job)
             cls = "model_api" if RATE_LIMIT.search(tail) else "infra"
             return Attempt("retry", cls, f"runner exit {code}: {tail.strip()[-1500:]}", attempt.started_at)
         header = read_header(out)
@@ -197,6 +203,16 @@ class Worker:
                 return Attempt("retry", "model_api", error, attempt.started_at)
             return Attempt("sample_error", "task_error", error, attempt.started_at)
         return attempt
+
+    def _remove_sandboxes(self, job: WorkMessage) -> None:
+        """A runner that was killed or died cannot tear its Docker sandboxes down: do it."""
+        try:
+            removed = cleanup.remove_sandboxes(job=job.job_id, instance=self.s.instance_id, fleet=job.fleet_id)
+        except Exception:
+            log.exception("could not remove the sandboxes of job %s", job.job_id)
+            return
+        if removed:
+            log.info("job %s: removed its leftover sandboxes %s", job.job_id, ", ".join(removed))
 
     def handle(self, msg: dict[str, Any]) -> None:
         received_at = time.time()
