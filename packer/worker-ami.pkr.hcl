@@ -1,6 +1,7 @@
 # The ct-fleet worker AMI: Docker + compose plugin, Python 3.13 + uv (root and ubuntu),
-# git, AWS CLI v2, the environment Docker images listed in images.txt and a uv wheel
-# cache at /opt/uv-cache. See docs/ami.md.
+# git, AWS CLI v2, the environment Docker images every setting's compose files name (pulled
+# from images_file, which bin/build-ami writes, or built here by bin/build-images for the
+# settings that make their own) and a uv wheel cache at /opt/uv-cache. See docs/ami.md.
 #
 # Two kinds of build, chosen by `source_ami`:
 #   fresh        source_ami = ""         start from the newest stock Ubuntu 22.04 (Canonical)
@@ -102,7 +103,19 @@ variable "ubuntu_name_pattern" {
 variable "images_file" {
   type        = string
   default     = ""
-  description = "File listing the Docker images to bake in; empty means images.txt beside this template."
+  description = "File listing the Docker images to pull in; empty means images.txt beside this template. bin/build-ami writes it from the settings' compose files."
+}
+
+variable "build_settings" {
+  type        = string
+  default     = ""
+  description = "Settings (space-separated) whose own images the builder builds offline with bin/build-images, from the repo's files."
+}
+
+variable "local_images" {
+  type        = string
+  default     = ""
+  description = "The images build_settings make (space-separated): kept and recorded, never pulled."
 }
 
 variable "python_requirements" {
@@ -247,7 +260,18 @@ build {
   sources = ["source.amazon-ebs.worker"]
 
   provisioner "shell" {
-    inline = ["rm -rf ${local.stage}", "mkdir -p ${local.stage}/requirements"]
+    inline = ["rm -rf ${local.stage}", "mkdir -p ${local.stage}/requirements ${local.stage}/repo/bin ${local.stage}/repo/examples/settings"]
+  }
+
+  # What bin/build-images needs to build the settings' own images on the builder.
+  provisioner "file" {
+    sources     = ["${path.root}/../bin/build-images", "${path.root}/../bin/ensure-docker"]
+    destination = "${local.stage}/repo/bin/"
+  }
+
+  provisioner "file" {
+    source      = "${path.root}/../examples/settings/"
+    destination = "${local.stage}/repo/examples/settings/"
   }
 
   provisioner "file" {
@@ -281,6 +305,9 @@ build {
       "DOCKER_ORG_NAME_PARAM=${var.docker_org_name_param}",
       "DOCKER_ORG_PAT_PARAM=${var.docker_org_pat_param}",
       "DOCKER_REGISTRY=${var.docker_registry}",
+      "BUILD_SETTINGS=${var.build_settings}",
+      "LOCAL_IMAGES=${var.local_images}",
+      "REPO_DIR=${local.stage}/repo",
     ]
     inline = ["bash ${local.stage}/provision.sh"]
   }

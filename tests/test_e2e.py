@@ -5,6 +5,7 @@ fleets here are about the fleet, not the sandbox, and run Inspect's local sandbo
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -75,6 +76,21 @@ def test_smoke_run_merges_every_sample_epoch_once(smoke_run):
     assert {s.sandbox.type for s in log.samples or [] if s.sandbox} == {"docker"}
     assert all(s.sandbox for s in log.samples or [])
     assert "docker ready for 3 sandbox image(s)" in proc.stdout
+
+
+@pytest.mark.e2e
+def test_each_job_records_the_image_digests_it_ran(smoke_run, docker_images: list[str]):
+    runs, proc, _ = smoke_run
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
+    ids = dict(zip(docker_images, docker_lines("image", "inspect", "--format", "{{.Id}}", *docker_images), strict=True))
+    records = [json.loads(line) for line in (run_dir / "sandbox-images.jsonl").read_text().splitlines()]
+    assert len({(r["sample_id"], r["epoch"]) for r in records}) == 12
+    for record in records:
+        env = record["sample_id"].split(":")[0]
+        (image,) = record["images"]
+        assert image["ref"] in docker_images and image["ref"].startswith(f"ct-fleet/toyarena-{env}:")
+        assert image["id"] == ids[image["ref"]]
 
 
 @pytest.mark.e2e

@@ -21,7 +21,7 @@ from ..evallog import is_finished
 from ..protocol import DoneMessage, Manifest, WorkMessage, decode_reports, log_key, result_key
 from ..services import instances, queues, store
 from ..services import secrets as fleet_secrets
-from . import cost, scaling
+from . import cost, job_images, scaling
 from .plan import Job
 from .spec import FleetInterrupted, FleetSpec, Progress, RunResult
 from .tracker import JobTracker
@@ -268,6 +268,9 @@ class Controller:
             if msg.load is not None:
                 self.worker_load[msg.instance_id] = (msg.load, time.monotonic())
             return
+        job = self.jobs.get(msg.job_id or "")
+        if job is not None:
+            job_images.record(self.run_dir, msg, job.sample_id, job.epoch)
         fetch = self.state.on_report(msg)
         if fetch is not None:
             self.downloads_in_flight[fetch] = self.downloads.submit(self._fetch_result, fetch)

@@ -33,7 +33,7 @@ import psutil
 
 from ..evallog import read_header, sample_error
 from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
-from ..sandbox import cleanup
+from ..sandbox import cleanup, digests
 from ..services import queues, session, store
 from .concurrency import Concurrency
 from .reporter import Reporter
@@ -96,6 +96,7 @@ class Attempt:
     error_class: str | None = None
     error: str | None = None
     started_at: float = field(default_factory=time.time)
+    extra: dict[str, Any] = field(default_factory=dict)  # for the done report (the images a job ran)
 
 
 class Worker:
@@ -132,6 +133,7 @@ class Worker:
             error_class=attempt.error_class,
             error=(attempt.error or "")[-2000:] or None,
             sent_at=time.time(),
+            extra=attempt.extra,
         )
 
     def heartbeat(self) -> None:
@@ -189,6 +191,8 @@ class Worker:
                 return Attempt(
                     "failed", "timeout", f"killed after {job.time_limit * 1.5 + 60:.0f}s", attempt.started_at
                 )
+        images = digests.pop_sidecar(out)
+        attempt.extra = {"images": images} if images else {}
         tail = stderr_path.read_text(errors="replace")[-4000:]
         if code != 0:
             self._remove_sandboxes(job)
@@ -201,7 +205,7 @@ class Worker:
         if error is not None:
             if RATE_LIMIT.search(error):
                 return Attempt("retry", "model_api", error, attempt.started_at)
-            return Attempt("sample_error", "task_error", error, attempt.started_at)
+            return Attempt("sample_error", "task_error", error, attempt.started_at, attempt.extra)
         return attempt
 
     def _remove_sandboxes(self, job: WorkMessage) -> None:

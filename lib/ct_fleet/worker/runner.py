@@ -5,7 +5,8 @@
 The worker starts this in a fresh subprocess per job, from the code root, so a crash,
 a leak or a hung sandbox takes down one job and not the worker. Inspect jobs run the
 setting's task for the one sample with epochs=1; the log is then relabelled as the job's
-epoch so the merged run holds every (sample, epoch). Command jobs run a shell template
+epoch so the merged run holds every (sample, epoch); the images its Docker sandboxes ran
+are left beside OUT (sandbox.digests) for the worker's done report. Command jobs run a shell template
 (for other eval CLIs) that must write the .eval to $CT_OUTPUT.
 Exit status: 0 when OUT holds a finished log (even if the sample failed), else non-zero.
 """
@@ -21,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from ..protocol import WorkMessage
+from ..sandbox.digests import job_images, write_sidecar
 
 
 def _sandbox(ref: str | None) -> str | None:
@@ -55,6 +57,9 @@ def run_inspect(job: WorkMessage, out: Path) -> None:
         path = Path(logs[0].location)
         relabel_epoch(path, job.epoch)
         shutil.move(str(path), out)
+    # The images (and their digests) the sample's sandboxes ran, for the done report.
+    sandboxes = [(s.sandbox.type, s.sandbox.config) for s in logs[0].samples or [] if s.sandbox]
+    write_sidecar(out, job_images(sandboxes))
 
 
 def run_command(job: WorkMessage, out: Path) -> None:
