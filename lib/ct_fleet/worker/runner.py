@@ -20,9 +20,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..protocol import WorkMessage
 from ..sandbox.digests import job_images, write_sidecar
+
+if TYPE_CHECKING:
+    from inspect_ai.log import EvalLog
 
 
 def _sandbox(ref: str | None) -> str | None:
@@ -55,11 +59,20 @@ def run_inspect(job: WorkMessage, out: Path) -> None:
         if not logs or not logs[0].location:
             raise RuntimeError("inspect eval wrote no log")
         path = Path(logs[0].location)
+        _record_images(logs[0], out)  # before the move: the log reads its samples from its file
         relabel_epoch(path, job.epoch)
         shutil.move(str(path), out)
-    # The images (and their digests) the sample's sandboxes ran, for the done report.
-    sandboxes = [(s.sandbox.type, s.sandbox.config) for s in logs[0].samples or [] if s.sandbox]
-    write_sidecar(out, job_images(sandboxes))
+
+
+def _record_images(log: EvalLog, out: Path) -> None:
+    """The images (and digests) the sample's sandboxes ran, beside OUT for the done report.
+
+    Best effort: a finished job stands even when its images cannot be read."""
+    try:
+        sandboxes = [(s.sandbox.type, s.sandbox.config) for s in log.samples or [] if s.sandbox]
+        write_sidecar(out, job_images(sandboxes))
+    except Exception as exc:  # noqa: BLE001
+        print(f"ct-fleet runner: could not record the sandbox images: {exc!r}", file=sys.stderr)
 
 
 def run_command(job: WorkMessage, out: Path) -> None:
