@@ -23,6 +23,7 @@ import time
 import zipfile
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,12 @@ def templates() -> dict[str, Template]:
     return _split(log)
 
 
+def _when(*parts: object) -> datetime:
+    """A start time spread over a day, a pure function of parts."""
+    seconds = int(hashlib.sha256(repr(parts).encode()).hexdigest()[:8], 16) % 86_400_000 / 1000
+    return datetime(2026, 11, 29, tzinfo=UTC) + timedelta(seconds=seconds)
+
+
 def _uuid(*parts: object) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:22]
 
@@ -175,16 +182,26 @@ def clone(t: Template, out: Path, sample_id: str | None = None, epoch: int = 1) 
     sample = (new_prefix + t.sample_text[len(old_prefix) :]).replace(t.uuid, new_uuid)
     row = {**t.summary, "id": sid, "epoch": epoch, "uuid": new_uuid}
     ev = t.header["eval"]
+    # Like a worker's own one-sample run: its own eval, run and task ids, creation time
+    # and start/end (a fleet's files share none of these).
+    started = _when(sid, epoch)
     header = {
         **t.header,
         "eval": {
             **ev,
             "eval_id": _uuid("eval", sid, epoch),
             "run_id": _uuid("run", sid, epoch),
+            "task_id": _uuid("task", sid, epoch),
+            "created": started.isoformat(),
             "dataset": {**ev["dataset"], "sample_ids": [sid]},
             "config": {**ev["config"], "sample_id": [sid]},
         },
         "results": {**t.header["results"], "total_samples": 1, "completed_samples": 1},
+        "stats": {
+            **t.header["stats"],
+            "started_at": started.isoformat(),
+            "completed_at": (started + timedelta(seconds=1.5)).isoformat(),
+        },
     }
     reductions = [{**r, "samples": [{**s, "sample_id": sid} for s in r["samples"]]} for r in t.reductions]
     summaries = json.dumps([row], separators=(",", ":")).encode()

@@ -2,10 +2,13 @@
 
     python bench/_probe.py RECORD.jsonl eval --task-file smoke ...   (same arguments as ct-fleet)
 
-Used by bench/makespan.py, which needs timestamps the controller does not persist: when
+Used by the fleet benches, which need timestamps the controller does not persist: when
 the first work message was sent, and every done report (received_at / started_at /
 finished_at, stamped by the workers), one report per message or a batch of them. The observer is a botocore event hook added to
 each SQS client made through ct_fleet.aws.client; the controller code is untouched.
+It also times the controller's phases (code archive, embedded cloud start, account
+set-up, resume, enqueue, launch, tracking, teardown, merge, cloud stop) by wrapping those
+functions: {"ev": "phase", "name": ..., "t0": ..., "t1": ...}.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+# lib/, and the repo root as `python -m ct_fleet.cli` run from it has (as cwd), so that
+# references like bench.sleep_policy:... resolve as they do for bin/ct-fleet.
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "lib"), str(Path(__file__).resolve().parents[1])]
 
 from ct_fleet.services import session as aws  # noqa: E402
 
@@ -62,7 +67,43 @@ def _client(service: str, *args: Any, **kwargs: Any) -> Any:
 
 aws.client = _client
 
+
+def _timed(owner: Any, attr: str, name: str) -> None:
+    original = getattr(owner, attr)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _write({"ev": "phase", "name": name, "t0": t0, "t1": time.time()})
+
+    setattr(owner, attr, wrapper)
+
+
+def _time_phases() -> None:
+    from ct_fleet.cloud.embedded import EmbeddedCloud
+    from ct_fleet.controller import loop, run
+
+    _timed(run.code, "archive", "code archive")
+    _timed(EmbeddedCloud, "start", "embedded cloud start")
+    _timed(EmbeddedCloud, "prepare_account", "account set-up")
+    _timed(EmbeddedCloud, "close", "embedded cloud stop")
+    _timed(loop.Controller, "_resume", "resume check")
+    _timed(loop.Controller, "_queue", "enqueue")
+    _timed(loop.Controller, "_launch", "launch")
+    _timed(loop.Controller, "_track", "track")
+    _timed(loop.Controller, "teardown", "teardown")
+    _timed(loop.Controller, "_merge", "merge")
+
+
+_write({"ev": "start", "t": time.time()})
+_time_phases()
+
 if __name__ == "__main__":
     from ct_fleet.cli import cli
 
-    cli(args=sys.argv[2:], prog_name="ct-fleet")
+    try:
+        cli(args=sys.argv[2:], prog_name="ct-fleet")
+    finally:
+        _write({"ev": "end", "t": time.time()})

@@ -71,6 +71,8 @@ def main() -> int:
         "--ec2-arg",
         "visibility_timeout=8",
         "--ec2-arg",
+        "heartbeat_interval=4",
+        "--ec2-arg",
         "max_replacements=50",
         "--ec2-arg",
         "idle_timeout=4",

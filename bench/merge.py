@@ -1,281 +1,204 @@
 #!/usr/bin/env python
-"""merge: streaming merge (ct_fleet.merge.merge_eval_logs) vs the naive merge, time and memory.
+"""merge: the streaming merge's memory and speed, against today's code and a read-all merge.
 
-Inputs are one-sample .eval files cloned from one real toyarena eval, each a distinct
-(sample id, epoch): ids x 100 epochs (1,000 = 10 ids, 10,000 = 100 ids, 100,000 = 1,000 ids).
-Each merge runs in its own subprocess; wall time is measured around the merge call and
-peak RSS comes from os.wait4 (that child's rusage). "Extra" memory = peak RSS minus the
-child's RSS after imports (same imports for both).
+Inputs are one-sample .eval files generated the way a fleet makes them: one real toyarena
+eval split into one-sample logs, cloned under distinct (sample id, epoch) pairs, each with
+its own eval, run and task ids, creation time and stats (ids x 100 epochs: 2,000 files =
+20 ids; 100,000 = 1,000 ids). Each merge runs in its own process (bench/_merge_child.py);
+peak RSS comes from os.wait4 (that child's rusage), wall time is around the merge call.
 
-naive = inspect_ai read_eval_log of every file, one EvalLog holding all samples
-(recompute_metrics), write_eval_log.
+Three merges, all in the same run:
+- streaming: ct_fleet.merge.merge_eval_logs of this tree, at 2,000, 10,000, 20,000 and
+  100,000 files;
+- baseline: the same function from another revision (--baseline REV, its lib/ extracted
+  with git archive), at the same sizes: the speed reference;
+- read-all: inspect_ai read_eval_log of every file, recompute_metrics, write_eval_log, at
+  10,000 files.
 
-Targets: at 10,000 files streaming is at least 15x faster than naive; streaming extra
-memory at most 100 MB at 10,000 and growing at most 2 KB per sample (100,000 streaming only).
+Targets: peak RSS growth <= 0.5 KB per sample and <= 64 MB between 2,000 and 100,000
+files; streaming wall <= 1.2 x baseline wall at 10,000 files; read-all / streaming >= 20x
+at 10,000 files. `--one-epoch N` adds N files of distinct ids (1 epoch each), where what
+Inspect's metrics need in memory (one reduced score per sample) shows.
 
-    .venv/bin/python bench/merge.py            # 1,000 and 10,000 both ways, 100,000 streaming
-    .venv/bin/python bench/merge.py --quick    # 200 and 1,000 both ways, 5,000 streaming
-    .venv/bin/python bench/merge.py --trace 20000   # where the streaming merge's memory goes
+    .venv/bin/python bench/merge.py --baseline cb3e613        # the sizes above
+    .venv/bin/python bench/merge.py --baseline cb3e613 --quick    # 500 / 2,000 / 5,000 files
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import shutil
+import subprocess
 import sys
+import tarfile
 import time
-import zipfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import _common as c
 
-SPEEDUP_TARGET = 15.0
-EXTRA_MB_TARGET = 100.0
-PER_SAMPLE_KB_TARGET = 2.0
 EPOCHS = 100
-
-
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-# --------------------------------------------------------------------------- child side
-
-
-def child(mode: str, list_file: Path, out_dir: Path) -> None:
-    import inspect_ai._eval.score  # noqa: F401
-    import inspect_ai._eval.task.results  # noqa: F401
-    from inspect_ai.log import read_eval_log, recompute_metrics, write_eval_log
-
-    from ct_fleet.merge import merge_eval_logs
-
-    paths = [Path(p) for p in list_file.read_text().split("\n") if p]
-    base = _rss_mb()
-    t0 = time.monotonic()
-    if mode == "streaming":
-        merged = merge_eval_logs(paths, out_dir)
-        out = merged[0].path
-    else:
-        samples = []
-        first = None
-        for p in paths:
-            log = read_eval_log(str(p))
-            if first is None:
-                first = log
-            samples.extend(log.samples or [])
-        assert first is not None
-        ids = list(dict.fromkeys(s.id for s in samples))
-        merged_log = first.model_copy()
-        merged_log.samples = sorted(samples, key=lambda s: (s.epoch, ids.index(s.id) if len(ids) < 2000 else str(s.id)))
-        merged_log.eval.dataset.sample_ids = ids
-        merged_log.eval.config.epochs = max(s.epoch for s in samples)
-        merged_log.eval.config.sample_id = None
-        recompute_metrics(merged_log)
-        out = out_dir / "naive.eval"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        write_eval_log(merged_log, str(out))
-    wall = time.monotonic() - t0
-    with zipfile.ZipFile(out) as zf:
-        count = sum(1 for n in zf.namelist() if n.startswith("samples/"))
-    print(json.dumps({"wall": wall, "base_mb": base, "samples": count, "out_mb": out.stat().st_size / 2**20}))
-
-
-def trace(src_dir: Path, n: int) -> None:
-    """Where the streaming merge's memory goes, phase by phase (tracemalloc; a diagnostic).
-
-    Calls ct_fleet.merge's private steps in the order _merge_group does: keep in step with it.
-    """
-    import tracemalloc
-
-    import inspect_ai._eval.score  # noqa: F401
-    import inspect_ai._eval.task.results  # noqa: F401
-
-    from ct_fleet import merge as m
-
-    paths = sorted(src_dir.glob("*.eval"))[:n]
-    tracemalloc.start(2)
-    groups = m._group_inputs(paths)
-    kept_bytes, _ = tracemalloc.get_traced_memory()
-    top = tracemalloc.take_snapshot().statistics("lineno")[:6]
-    tracemalloc.reset_peak()
-    g = groups[0]
-    ids, epochs = m._selection(g, None, None)
-    kept = [g.records[(str(i), e)] for e in range(1, epochs + 1) for i in ids if (str(i), e) in g.records]
-    header = m._header(g, src_dir / "trace.eval", "trace", ids, epochs, kept)
-    results, reductions = m._compute_results(header, kept, len(kept), len(kept))
-    after_results, peak_results = tracemalloc.get_traced_memory()
-    tracemalloc.reset_peak()
-    header.results = results
-    out = src_dir.parent / "trace-out.eval"
-    m._write(out, header, reductions, g, kept)
-    _, peak_write = tracemalloc.get_traced_memory()
-    out.unlink()
-    kb = 1024 * len(paths)
-    print(f"{len(paths):,} files (tracemalloc, KB per sample):")
-    print(f"  pass 1 (_group_inputs) keeps        {kept_bytes / kb:6.2f}")
-    print(f"  _compute_results adds at its peak    {(peak_results - kept_bytes) / kb:6.2f}")
-    print(f"  _write adds at its peak              {(peak_write - after_results) / kb:6.2f}")
-    print("  largest allocation sites kept by pass 1:")
-    for stat in top:
-        print(f"    {stat}")
+GROWTH_KB_TARGET = 0.5
+GROWTH_MB_TARGET = 64.0
+SPEED_TARGET = 1.2
+READ_ALL_TARGET = 20.0
+CHILD = str(Path(__file__).with_name("_merge_child.py"))
 
 
 # --------------------------------------------------------------------------- inputs
 
 
-def _gen(args: tuple[Path, list[tuple[int, int]]]) -> int:
-    src_dir, pairs = args
+def _gen(args: tuple[Path, list[tuple[int, int]], str]) -> int:
+    src_dir, pairs, prefix = args
     tpl = c.templates()
     keys = sorted(tpl)
     for k, epoch in pairs:
         base = keys[k % len(keys)]
-        c.clone(tpl[base], src_dir / f"{k:05d}_{epoch:03d}.eval", f"{base}-{k:05d}", epoch)
+        c.clone(tpl[base], src_dir / f"{prefix}{k:06d}_{epoch:03d}.eval", f"{base}-{prefix}{k:06d}", epoch)
     return len(pairs)
 
 
-def make_inputs(src_dir: Path, ids: int) -> None:
+def make_inputs(src_dir: Path, ids: int, epochs: int, prefix: str = "") -> None:
     src_dir.mkdir(parents=True, exist_ok=True)
     c.templates()  # run the real eval once, before forking
-    pairs = [(k, e) for k in range(ids) for e in range(1, EPOCHS + 1)]
-    chunks = [(src_dir, pairs[i : i + 2000]) for i in range(0, len(pairs), 2000)]
+    pairs = [(k, e) for k in range(ids) for e in range(1, epochs + 1)]
+    chunks = [(src_dir, pairs[i : i + 2000], prefix) for i in range(0, len(pairs), 2000)]
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         sum(pool.map(_gen, chunks))
 
 
-def input_list(src_dir: Path, n: int, tmp: Path) -> Path:
-    ids = n // EPOCHS
-    files = [str(src_dir / f"{k:05d}_{e:03d}.eval") for k in range(ids) for e in range(1, EPOCHS + 1)]
-    path = tmp / f"inputs-{n}.txt"
-    path.write_text("\n".join(files) + "\n")
+def input_list(src_dir: Path, n: int, tmp: Path, epochs: int = EPOCHS, prefix: str = "") -> Path:
+    ids = n // epochs
+    path = tmp / f"inputs-{prefix}{n}.txt"
+    with open(path, "w") as fh:
+        for k in range(ids):
+            for e in range(1, epochs + 1):
+                fh.write(f"{src_dir / f'{prefix}{k:06d}_{e:03d}.eval'}\n")
     return path
 
 
-# --------------------------------------------------------------------------- parent
+def baseline_lib(rev: str, tmp: Path) -> Path:
+    """REV's lib/ (git archive), for the baseline merge."""
+    dest = tmp / f"baseline-{rev}"
+    archive = tmp / "baseline.tar"
+    subprocess.run(["git", "archive", "--format=tar", "-o", str(archive), rev, "lib"], cwd=c.REPO, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+    archive.unlink()
+    return dest / "lib"
 
 
-def run(mode: str, n: int, src_dir: Path, tmp: Path) -> dict[str, float]:
+# --------------------------------------------------------------------------- runs
+
+
+def run(mode: str, lib: Path, inputs: Path, n: int, tmp: Path) -> dict[str, float]:
     out = tmp / f"out-{mode}-{n}"
     shutil.rmtree(out, ignore_errors=True)
-    res = c.measure_child([c.PYTHON, __file__, "--child", mode, str(input_list(src_dir, n, tmp)), str(out)])
+    mode_arg = "naive" if mode == "read-all" else "streaming"
+    res = c.measure_child([c.PYTHON, CHILD, mode_arg, str(lib), str(inputs), str(out)])
     shutil.rmtree(out, ignore_errors=True)
     r = res.report
     assert r["samples"] == n, f"{mode} merge of {n} wrote {r['samples']} samples"
-    return {
-        "n": n,
-        "wall": r["wall"],
-        "peak_mb": res.maxrss_mb,
-        "extra_mb": res.maxrss_mb - r["base_mb"],
-        "out_mb": r["out_mb"],
-    }
+    return {"n": n, "wall": r["wall"], "peak_mb": res.maxrss_mb, "base_mb": r["base_mb"], "out_mb": r["out_mb"]}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--child", nargs=3, metavar=("MODE", "LIST", "OUT"), help=argparse.SUPPRESS)
-    ap.add_argument("--quick", action="store_true", help="200 and 1,000 both ways, 5,000 streaming only")
-    ap.add_argument("--naive-limit", type=float, default=600, help="seconds: extrapolate naive runs predicted longer")
+    ap.add_argument("--baseline", help="git revision whose merge is the speed (and memory) reference")
+    ap.add_argument("--quick", action="store_true", help="500, 2,000 and 5,000 files (read-all at 2,000)")
+    ap.add_argument("--sizes", help="comma-separated file counts (multiples of 100); the first is the reference")
+    ap.add_argument("--read-all-at", type=int, help="files for the read-all merge (default 10,000)")
+    ap.add_argument("--one-epoch", type=int, default=0, metavar="N", help="also merge N files of distinct ids")
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--trace", type=int, metavar="N", help="only trace the streaming merge's memory on N files")
     args = ap.parse_args()
-    if args.child:
-        child(args.child[0], Path(args.child[1]), Path(args.child[2]))
-        return 0
-    if args.trace:
-        tmp = c.bench_tmp("merge-trace")
-        make_inputs(tmp / "inputs", max(1, args.trace // EPOCHS))
-        trace(tmp / "inputs", args.trace)
-        shutil.rmtree(tmp, ignore_errors=True)
-        return 0
 
     from rich.console import Console
     from rich.table import Table
 
+    sizes = [500, 2000, 5000] if args.quick else [2000, 10000, 20000, 100000]
+    if args.sizes:
+        sizes = [int(s) for s in args.sizes.split(",")]
+    read_all_at = args.read_all_at or (2000 if args.quick else 10000)
+    speed_at = read_all_at if read_all_at in sizes else sizes[min(1, len(sizes) - 1)]
     console = Console(width=max(Console().width, 130))
-    both = [200, 1000] if args.quick else [1000, 10000]
-    alone = 5000 if args.quick else 100000
     tmp = c.bench_tmp("merge")
     src = tmp / "inputs"
     t0 = time.monotonic()
-    make_inputs(src, alone // EPOCHS)
-    console.print(f"[dim]{alone:,} one-sample inputs generated in {time.monotonic() - t0:.0f}s under {src}[/]")
+    make_inputs(src, max(sizes + [read_all_at]) // EPOCHS, EPOCHS)
+    if args.one_epoch:
+        make_inputs(src, args.one_epoch, 1, prefix="u")
+    console.print(f"[dim]inputs generated in {time.monotonic() - t0:.0f}s under {src}[/]")
+    here = c.REPO / "lib"
+    base_lib = baseline_lib(args.baseline, tmp) if args.baseline else None
 
-    rows: dict[tuple[str, int], dict[str, float]] = {}
-    extrapolated: set[int] = set()
-    for n in both:
-        rows[("streaming", n)] = run("streaming", n, src, tmp)
-        prev = [k for k in rows if k[0] == "naive"]
-        predicted = rows[prev[-1]]["wall"] * n / prev[-1][1] if prev else 0
-        if predicted > args.naive_limit:
-            # Too slow to run: fit naive wall and memory linearly on smaller sizes.
-            for m in (n // 5, n // 2):
-                rows[("naive", m)] = run("naive", m, src, tmp)
-            (a, ra), (b, rb) = sorted((m, rows[("naive", m)]) for m in (n // 5, n // 2))
-            fit = {
-                key: ra[key] + (rb[key] - ra[key]) * (n - a) / (b - a)
-                for key in ("wall", "peak_mb", "extra_mb", "out_mb")
-            }
-            rows[("naive", n)] = {"n": n, **fit}
-            extrapolated.add(n)
-        else:
-            rows[("naive", n)] = run("naive", n, src, tmp)
-        console.print(
-            f"[dim]{n:,}: streaming {rows[('streaming', n)]['wall']:.1f}s, naive {rows[('naive', n)]['wall']:.1f}s[/]"
-        )
-    rows[("streaming", alone)] = run("streaming", alone, src, tmp)
+    rows: list[tuple[str, dict[str, float]]] = []
+    by: dict[tuple[str, int], dict[str, float]] = {}
+    for n in sizes:
+        inputs = input_list(src, n, tmp)
+        plan = [("streaming", here)] + ([("baseline", base_lib)] if base_lib else [])
+        for mode, lib in plan:
+            r = run(mode, lib, inputs, n, tmp)
+            rows.append((mode, r))
+            by[(mode, n)] = r
+            console.print(f"[dim]{n:,} {mode}: {r['wall']:.1f}s, peak {r['peak_mb']:.0f} MB[/]")
+    if ("streaming", read_all_at) not in by:
+        by[("streaming", read_all_at)] = r = run("streaming", here, input_list(src, read_all_at, tmp), read_all_at, tmp)
+        rows.append(("streaming", r))
+    r = run("read-all", here, input_list(src, read_all_at, tmp), read_all_at, tmp)
+    rows.append(("read-all", r))
+    by[("read-all", read_all_at)] = r
+    if args.one_epoch:
+        inputs = input_list(src, args.one_epoch, tmp, epochs=1, prefix="u")
+        for mode, lib in [("streaming", here)] + ([("baseline", base_lib)] if base_lib else []):
+            r = run(mode, lib, inputs, args.one_epoch, tmp)
+            rows.append((f"{mode}, 1 epoch per id", r))
 
-    table = Table(title="merging one-sample .eval files (each merge in its own process)")
-    for col in (
-        "files",
-        "method",
-        "wall s",
-        "files/s",
-        "peak RSS MB",
-        "extra MB",
-        "extra KB/sample",
-        "output MB",
-        "speedup",
-    ):
+    table = Table(title=f"merging one-sample .eval files (ids x {EPOCHS} epochs; each merge in its own process)")
+    for col in ("files", "merge", "wall s", "files/s", "peak RSS MB", "after imports MB", "output MB"):
         table.add_column(col, justify="right")
-    for (mode, n), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0] != "streaming")):
-        speed = ""
-        if mode == "naive" and ("streaming", n) in rows:
-            speed = f"{r['wall'] / rows[('streaming', n)]['wall']:.1f}x"
-        label = mode + (" (extrapolated)" if mode == "naive" and n in extrapolated else "")
+    for mode, r in rows:
+        n = int(r["n"])
         table.add_row(
             f"{n:,}",
-            label,
+            mode,
             f"{r['wall']:.1f}",
             f"{n / r['wall']:.0f}",
             f"{r['peak_mb']:.0f}",
-            f"{r['extra_mb']:.0f}",
-            f"{1024 * r['extra_mb'] / n:.1f}",
+            f"{r['base_mb']:.0f}",
             f"{r['out_mb']:.0f}",
-            speed,
         )
     console.print(table)
 
-    big = both[-1]
-    s_big, n_big = rows[("streaming", big)], rows[("naive", big)]
-    speedup = n_big["wall"] / s_big["wall"]
-    growth_kb = 1024 * (rows[("streaming", alone)]["extra_mb"] - s_big["extra_mb"]) / (alone - big)
-    verdict = {
-        "speedup": speedup >= SPEEDUP_TARGET,
-        "extra": s_big["extra_mb"] <= EXTRA_MB_TARGET,
-        "growth": growth_kb <= PER_SAMPLE_KB_TARGET,
-    }
-    console.print(f"[dim]{c.machine()}; temp dir {tmp}{' (kept)' if args.keep else ' (removed)'}[/]")
+    lo, hi = sizes[0], sizes[-1]
+    growth_mb = by[("streaming", hi)]["peak_mb"] - by[("streaming", lo)]["peak_mb"]
+    growth_kb = 1024 * growth_mb / (hi - lo)
+    speedup = by[("read-all", read_all_at)]["wall"] / by[("streaming", read_all_at)]["wall"]
     mark = {True: "MET", False: "MISSED"}
-    print(
-        f"merge: at {big:,} files streaming {s_big['wall']:.1f}s vs naive {n_big['wall']:.1f}s"
-        f"{' (extrapolated)' if big in extrapolated else ''} = {speedup:.1f}x (target >= {SPEEDUP_TARGET:.0f}x: {mark[verdict['speedup']]}); "
-        f"streaming extra memory {s_big['extra_mb']:.0f} MB at {big:,} (target <= {EXTRA_MB_TARGET:.0f}: {mark[verdict['extra']]}), "
-        f"{rows[('streaming', alone)]['extra_mb']:.0f} MB at {alone:,}, growth {growth_kb:.1f} KB/sample "
-        f"(target <= {PER_SAMPLE_KB_TARGET:.0f}: {mark[verdict['growth']]})"
-    )
+    verdict = {
+        "growth_kb": growth_kb <= GROWTH_KB_TARGET,
+        "growth_mb": growth_mb <= GROWTH_MB_TARGET,
+        "read_all": speedup >= READ_ALL_TARGET,
+    }
+    peaks = ", ".join(f"{by[('streaming', n)]['peak_mb']:.0f}" for n in sizes)
+    counts = ", ".join(f"{n:,}" for n in sizes)
+    parts = [
+        f"peak RSS {peaks} MB at {counts} files",
+        f"growth {growth_kb:.2f} KB/sample (target <= {GROWTH_KB_TARGET}: {mark[verdict['growth_kb']]}), "
+        f"{growth_mb:.0f} MB from {lo:,} to {hi:,} (target <= {GROWTH_MB_TARGET:.0f}: {mark[verdict['growth_mb']]})",
+        f"read-all / streaming at {read_all_at:,} = {speedup:.1f}x (target >= {READ_ALL_TARGET:.0f}x: "
+        f"{mark[verdict['read_all']]})",
+    ]
+    if base_lib:
+        ratio = by[("streaming", speed_at)]["wall"] / by[("baseline", speed_at)]["wall"]
+        verdict["speed"] = ratio <= SPEED_TARGET
+        base_growth = by[("baseline", hi)]["peak_mb"] - by[("baseline", lo)]["peak_mb"]
+        parts.append(
+            f"streaming / baseline {args.baseline} wall at {speed_at:,} = {ratio:.2f} (target <= {SPEED_TARGET}: "
+            f"{mark[verdict['speed']]}); baseline growth {1024 * base_growth / (hi - lo):.2f} KB/sample"
+        )
+    console.print(f"[dim]{c.machine()}; temp dir {tmp}{' (kept)' if args.keep else ' (removed)'}[/]")
+    print("merge: " + "; ".join(parts))
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if all(verdict.values()) else 3

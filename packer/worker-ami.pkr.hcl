@@ -259,24 +259,32 @@ source "amazon-ebs" "worker" {
 build {
   sources = ["source.amazon-ebs.worker"]
 
+  # The stage mirrors the repo (packer/scripts/ beside lib/bash/), so the scripts find
+  # their library at the same relative path on the builder as in a checkout.
   provisioner "shell" {
-    inline = ["rm -rf ${local.stage}", "mkdir -p ${local.stage}/requirements ${local.stage}/repo/bin ${local.stage}/repo/examples/settings"]
+    inline = ["rm -rf ${local.stage}", "mkdir -p ${local.stage}/packer/scripts ${local.stage}/lib/bash ${local.stage}/requirements ${local.stage}/bin ${local.stage}/examples/settings"]
   }
 
-  # What bin/build-images needs to build the settings' own images on the builder.
+  # What bin/build-images needs to build the settings' own images on the builder, at
+  # their places in the repo (build_settings; packer/scripts/build-images.sh runs it).
   provisioner "file" {
     sources     = ["${path.root}/../bin/build-images", "${path.root}/../bin/ensure-docker"]
-    destination = "${local.stage}/repo/bin/"
+    destination = "${local.stage}/bin/"
   }
 
   provisioner "file" {
     source      = "${path.root}/../examples/settings/"
-    destination = "${local.stage}/repo/examples/settings/"
+    destination = "${local.stage}/examples/settings/"
   }
 
   provisioner "file" {
     source      = "${path.root}/scripts/"
-    destination = "${local.stage}/"
+    destination = "${local.stage}/packer/scripts/"
+  }
+
+  provisioner "file" {
+    source      = "${path.root}/../lib/bash/ct.sh"
+    destination = "${local.stage}/lib/bash/ct.sh"
   }
 
   provisioner "file" {
@@ -305,11 +313,11 @@ build {
       "DOCKER_ORG_NAME_PARAM=${var.docker_org_name_param}",
       "DOCKER_ORG_PAT_PARAM=${var.docker_org_pat_param}",
       "DOCKER_REGISTRY=${var.docker_registry}",
+      "AMI_STAGE=${local.stage}",
       "BUILD_SETTINGS=${var.build_settings}",
       "LOCAL_IMAGES=${var.local_images}",
-      "REPO_DIR=${local.stage}/repo",
     ]
-    inline = ["bash ${local.stage}/provision.sh"]
+    inline = ["bash ${local.stage}/packer/scripts/provision.sh"]
   }
 
   post-processor "manifest" {

@@ -3,12 +3,14 @@
 They ship to workers inside the code artifact (the repo root is an import root there) and
 are steered by environment variables the test sets on the controller, which local instances
 inherit: CT_FAULT_CRASH (comma-separated sample ids, or *), CT_FAULT_DIR (markers of first
-attempts), CT_FAULT_SLEEP (seconds before each sample).
+attempts), CT_FAULT_SLEEP (seconds before each sample), CT_FAULT_LEAK_MB (how much `leak`
+allocates at most).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -64,5 +66,42 @@ def slow() -> Solver:
 
     def before(state: TaskState) -> None:
         time.sleep(float(os.environ.get("CT_FAULT_SLEEP", "2")))
+
+    return _with(before)
+
+
+@solver
+def segfault() -> Solver:
+    """The job's process dies of SIGSEGV (a crashing native extension or sandbox client)."""
+
+    def before(state: TaskState) -> None:
+        if _targeted(state):
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+    return _with(before)
+
+
+@solver
+def hang() -> Solver:
+    """Blocks the event loop for good, so Inspect's own time limit never fires (a hung sandbox)."""
+
+    def before(state: TaskState) -> None:
+        if _targeted(state):
+            time.sleep(3600)
+
+    return _with(before)
+
+
+@solver
+def leak() -> Solver:
+    """Allocates memory until something kills the job (CT_FAULT_LEAK_MB caps it)."""
+
+    def before(state: TaskState) -> None:
+        if not _targeted(state):
+            return
+        held = []
+        for _ in range(int(os.environ.get("CT_FAULT_LEAK_MB", "8000")) // 50):
+            held.append(bytearray(50 * 2**20))  # zero-filled: resident at once
+            time.sleep(0.05)
 
     return _with(before)

@@ -63,6 +63,20 @@ def processes_in(runs: Path, module: str = "") -> list[psutil.Process]:
     return found
 
 
+def running_jobs(runs: Path) -> list[psutil.Process]:
+    """Inspect jobs running under runs/: per-process runners, and children of warm runners' servers."""
+    servers = processes_in(runs, "ct_fleet.worker.forkserver")
+    server_pids = {p.pid for p in servers}
+    forked = []
+    for proc in servers:
+        try:
+            if proc.ppid() in server_pids:
+                forked.append(proc)
+        except psutil.Error:
+            continue
+    return processes_in(runs, "ct_fleet.worker.runner") + forked
+
+
 def wait_for(predicate, timeout: float = 120, every: float = 0.3):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -84,6 +98,76 @@ def stat(out: str, name: str) -> int:
     match = re.search(rf"{name} (\d+)", out)
     assert match, out
     return int(match.group(1))
+
+
+def ec2_account(endpoint_url: str, runs: Path, dotenv: str = "") -> dict:
+    """What an admin creates once on an account (bucket, worker role and profile, the AMI id
+    in SSM), on a moto server standing in for AWS; `.env` holds the secrets workers get."""
+    import uuid
+
+    import boto3
+
+    kw = dict(
+        endpoint_url=endpoint_url, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+    bucket = f"lb-fleet-test-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3", **kw).create_bucket(Bucket=bucket)
+    iam = boto3.client("iam", **kw)
+    try:
+        iam.create_role(RoleName="linuxbench-worker", AssumeRolePolicyDocument="{}")
+        iam.create_instance_profile(InstanceProfileName="linuxbench-worker")
+        iam.add_role_to_instance_profile(InstanceProfileName="linuxbench-worker", RoleName="linuxbench-worker")
+    except iam.exceptions.EntityAlreadyExistsException:
+        pass
+    image = boto3.client("ec2", **kw).register_image(Name=f"worker-{uuid.uuid4().hex[:6]}", RootDeviceName="/dev/sda1")
+    param = f"/linuxbench/test-{uuid.uuid4().hex[:6]}/worker-ami-id"
+    boto3.client("ssm", **kw).put_parameter(Name=param, Value=image["ImageId"], Type="String")
+    runs.mkdir(parents=True, exist_ok=True)
+    (runs / ".env").write_text(dotenv)
+    return {"kw": kw, "bucket": bucket, "param": param, "runs": runs, "client": lambda svc: boto3.client(svc, **kw)}
+
+
+def start_ec2(account: dict, *args: str, **extra: str) -> subprocess.Popen[str]:
+    """`bin/ct-fleet eval --ec2` against the account's moto server; instances run locally."""
+    env = env_for(account["runs"], **extra)
+    env.update(
+        AWS_ENDPOINT_URL=account["kw"]["endpoint_url"],
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_REGION="us-east-1",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    cmd = [
+        str(REPO / "bin" / "ct-fleet"),
+        "eval",
+        "--ec2",
+        "--ec2-arg",
+        f"bucket={account['bucket']}",
+        "--ec2-arg",
+        f"ami_param={account['param']}",
+        "--ec2-arg",
+        "auto_confirm=true",
+        *args,
+    ]
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
+
+
+def fleet_secrets_left(account: dict, fleet_id: str) -> list[str]:
+    ssm = account["client"]("ssm")
+    pages = ssm.get_paginator("get_parameters_by_path").paginate(
+        Path=f"/linuxbench/fleet-secrets/{fleet_id}", Recursive=True
+    )
+    return [p["Name"] for page in pages for p in page["Parameters"]]
+
+
+def fleet_instances(account: dict, fleet_id: str, states: tuple[str, ...] = ("pending", "running")) -> list[str]:
+    ec2 = account["client"]("ec2")
+    found = ec2.describe_instances(
+        Filters=[{"Name": "tag:FleetId", "Values": [fleet_id]}, {"Name": "instance-state-name", "Values": list(states)}]
+    )
+    return [i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]]
 
 
 def docker_lines(*args: str) -> list[str]:

@@ -35,7 +35,7 @@ FAKE_PACKER = textwrap.dedent(
     """Stands in for `packer` in tests: same arguments, same AWS calls, against moto.
     FAKE_PACKER_MODE: ok (default) | fail (dies after launching, leaving the builder)
                       | fail-after-ami (registers an untagged AMI, then dies)."""
-    import json, os, sys, uuid
+    import json, os, subprocess, sys, uuid
     import boto3
 
     args = sys.argv[1:]
@@ -65,8 +65,13 @@ FAKE_PACKER = textwrap.dedent(
     )["Instances"][0]["InstanceId"]
     say(f"    amazon-ebs.worker: Instance ID: {{instance}}")
     say("==> amazon-ebs.worker: Provisioning with shell script: /tmp/packer-shell1")
-    say("    amazon-ebs.worker: 09:00:01 [ct-fleet-ami] step install-docker: done in 42s")
-    say("    amazon-ebs.worker: 09:00:02 [ct-fleet-ami] step pull-images: done in 300s")
+    # The provisioning scripts' step lines, made by their real library, under Packer's prefix.
+    steps = subprocess.run(
+        ["bash", "-c", 'source "$1"; ct_step install-docker true; ct_step pull-images true', "x",
+         {packer_lib!r}], capture_output=True, text=True, check=True,
+    )
+    for line in steps.stderr.splitlines():
+        say(f"    amazon-ebs.worker: {{line}}")
     kind = "incremental" if var["source_ami"] else "fresh"
     description = f"ct-fleet worker ({{kind}} build {{var['build_id']}})"
     if mode == "fail-after-ami":
@@ -130,7 +135,7 @@ def fake_packer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, aws_env) -> Pat
     bindir = tmp_path / "bin"
     bindir.mkdir()
     exe = bindir / "packer"
-    exe.write_text(FAKE_PACKER.format(python=sys.executable))
+    exe.write_text(FAKE_PACKER.format(python=sys.executable, packer_lib=str(REPO / "packer" / "scripts" / "lib.sh")))
     exe.chmod(0o755)
     log = tmp_path / "packer-calls.jsonl"
     log.touch()
@@ -257,7 +262,11 @@ def test_packer_phases_from_output() -> None:
     for line in [
         "==> amazon-ebs.worker: Launching a source AWS instance...",
         "==> amazon-ebs.worker: Provisioning with shell script: /tmp/a",
-        "    amazon-ebs.worker: 09:00:01 [ct-fleet-ami] step pull-images: done in 55s",
+        "    amazon-ebs.worker: 2024-05-01T09:00:00Z [ct-fleet-ami] step pull-images: start",
+        "    amazon-ebs.worker: 2024-05-01T09:00:55Z [ct-fleet-ami] step pull-images: ok in 55s",
+        # Not a provisioning step of ours: another tag, or the old "done in" wording.
+        "    amazon-ebs.worker: 2024-05-01T09:00:56Z [other] step stray: ok in 9s",
+        "    amazon-ebs.worker: 09:00:57 [ct-fleet-ami] step old-format: done in 9s",
         "==> amazon-ebs.worker: Provisioning with shell script: /tmp/b",
         "==> amazon-ebs.worker: Stopping the source instance...",
         "==> amazon-ebs.worker: Creating AMI linuxbench-worker-1 from instance i-1",
@@ -409,6 +418,7 @@ def test_build_incremental_rotates(ec2, ssm, param, fake_packer) -> None:
         "rotate (SSM, deregister, snapshots)",
     ]:
         assert phase in names
+    assert "  step install-docker" in names
     assert any("Creating AMI" in line for line in lines)
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from ct_fleet.controller.config import Ec2Config
 from ct_fleet.errors import BadInput
-from ct_fleet.protocol import Manifest, ManifestJob, secrets_prefix
+from ct_fleet.protocol import FleetEnv, Manifest, ManifestJob, secrets_prefix
+from ct_fleet.protocol.user_data import USER_DATA_LIMIT, render_user_data
 from ct_fleet.services import instances as fleet
 from ct_fleet.services import queues, secrets, store
 
@@ -123,8 +124,8 @@ def test_launch_tags_profile_shutdown_and_no_ingress(aws_client):
     )
     assert ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["IpPermissions"] == []
     fid = _fid()
-    user_data = fleet.render_user_data({"FLEET_ID": fid, "BUCKET": "b", "CODE_SHA": "abc"})
-    assert f"export FLEET_ID={fid}" in user_data and "@FLEET_ENV@" not in user_data
+    user_data = render_user_data(FleetEnv(FLEET_ID=fid, BUCKET="b", CODE_SHA="abc"))
+    assert "@FLEET_ENV@" not in user_data and len(user_data.encode()) <= USER_DATA_LIMIT
     ids = fleet.launch(
         ec2,
         count=2,
@@ -232,16 +233,16 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
     ctl.q = queues.ensure_queues(ctl.sqs, fid, visibility_timeout=30, max_receive_count=3)
     queues.send_batch(ctl.sqs, ctl.q.work, ["job"] * 20)
     ctl.depths = queues.depths(ctl.sqs, ctl.q, roles=("work", "dlq"))
-    first = ctl._launch(ctl._first_launch_count(len(jobs)), {})
+    first = ctl._launch(ctl._first_launch_count(len(jobs)), "#!/bin/bash\n")
     assert len(first) == 24
 
     def live() -> list[str]:
         return [i["InstanceId"] for i in fleet.live_instances(ec2, fid)]
 
     ctl.worker_load = {i: (0.3, time.monotonic()) for i in first}  # not CPU-bound: nothing added
-    assert ctl._manage_workers(live(), {}) is None and len(live()) == 24
+    assert ctl._manage_workers(live(), "#!/bin/bash\n") is None and len(live()) == 24
     ctl.worker_load = {i: (0.95, time.monotonic()) for i in first}
-    assert ctl._manage_workers(live(), {}) is None and len(live()) == 25
+    assert ctl._manage_workers(live(), "#!/bin/bash\n") is None and len(live()) == 25
     ctl.last_scale_up = 0.0  # past the cool-down
-    assert ctl._manage_workers(live(), {}) is None and len(live()) == 25  # max_workers reached
+    assert ctl._manage_workers(live(), "#!/bin/bash\n") is None and len(live()) == 25  # max_workers reached
     fleet.terminate(ec2, live())

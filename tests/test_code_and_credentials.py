@@ -72,6 +72,52 @@ def test_extra_src_leaves_out_caches_envs_builds_and_lockfiles(tmp_path: Path):
     assert names == ["experiments/mypkg/__init__.py", "experiments/mypkg/data.json", "experiments/mypkg/policies.py"]
 
 
+def test_extra_src_never_ships_credentials_and_says_so(tmp_path: Path):
+    from ct_fleet.controller import extra_src
+
+    src = tmp_path / "experiments"
+    secret = b"canary-credential"
+    for rel in (
+        ".env",
+        ".env.local",
+        "prod.env",
+        ".aws/credentials",
+        ".ssh/config",
+        "keys/id_rsa",
+        "keys/id_ed25519.pub",
+        "certs/server.pem",
+        "certs/tls.key",
+        ".netrc",
+        "mypkg/policies.py",
+    ):
+        path = src / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(secret if not rel.endswith(".py") else b"def p(): ...\n")
+    tree = extra_src.scan_tree(src)
+    assert [str(f) for f in tree.files] == ["mypkg/policies.py"]
+    assert sorted(tree.credentials) == sorted(
+        [".aws/", ".ssh/", ".env", ".env.local", "prod.env", ".netrc", "keys/id_rsa", "keys/id_ed25519.pub"]
+        + ["certs/server.pem", "certs/tls.key"]
+    )
+    note = tree.note()
+    assert note and "credential files are never shipped" in note and ".env" in note
+    tarball = code.pack_extra_src(src, tmp_path / "e.tar.gz")
+    with tarfile.open(tarball) as tar:
+        assert tar.getnames() == ["experiments/mypkg/policies.py"]
+    import gzip
+
+    assert secret not in gzip.decompress(tarball.read_bytes())
+
+
+@pytest.mark.parametrize("name", ["my tree", "$(id)", "a:b", "-rf", "x\ny", ".hidden"])
+def test_extra_src_names_must_be_shell_safe(tmp_path: Path, name: str):
+    from ct_fleet.controller import extra_src
+
+    (tmp_path / name).mkdir()
+    with pytest.raises(BadInput, match="must be letters, digits and"):
+        extra_src.scan_tree(tmp_path / name)
+
+
 def test_profile_and_keys_together_are_refused():
     with pytest.raises(BadInput, match="remove the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY lines from .env"):
         credentials.apply_aws_credentials(
@@ -98,13 +144,49 @@ def test_profile_from_dotenv_only_selects_and_keys_load_from_dotenv():
 
 def test_dotenv_parsing_and_secret_selection(tmp_path: Path):
     path = tmp_path / ".env"
-    path.write_text("# comment\nexport ANTHROPIC_API_KEY='sk-1'\nGH_TOKEN=\"gh\"\nUNRELATED=1\nbad line\n")
+    path.write_text("# comment\nexport ANTHROPIC_API_KEY='sk-1'\nGH_TOKEN=\"gh\"\nUNRELATED=1\nBARE\n")
     dotenv = credentials.read_dotenv(path)
     assert credentials.worker_secrets(dotenv, {"OPENAI_API_KEY": "sk-2"}) == {
         "ANTHROPIC_API_KEY": "sk-1",
         "OPENAI_API_KEY": "sk-2",
         "GH_TOKEN": "gh",
     }
+
+
+@pytest.mark.parametrize(
+    "data,expected",
+    [
+        (b"\xef\xbb\xbfANTHROPIC_API_KEY=sk-bom\n", {"ANTHROPIC_API_KEY": "sk-bom"}),  # a BOM keeps the first key
+        (b"GH_TOKEN=gh-1 # rotated in May\n", {"GH_TOKEN": "gh-1"}),  # a trailing comment is not the secret
+        (b"GH_TOKEN=gh#1\n", {"GH_TOKEN": "gh#1"}),  # a # inside a value is the value
+        (b"GH_TOKEN='gh # 1'\n", {"GH_TOKEN": "gh # 1"}),
+        (b"GH_TOKEN=gh-crlf\r\nOPENAI_API_KEY=sk-crlf\r\n", {"GH_TOKEN": "gh-crlf", "OPENAI_API_KEY": "sk-crlf"}),
+        (b"export GH_TOKEN=gh-export\n", {"GH_TOKEN": "gh-export"}),
+        (b'GH_TOKEN="a\\tb"\n', {"GH_TOKEN": "a\tb"}),
+        (b"GH_TOKEN=pa$word${HOME}\n", {"GH_TOKEN": "pa$word${HOME}"}),  # literal, never expanded
+        (b"  GH_TOKEN = spaced  \n", {"GH_TOKEN": "spaced"}),
+    ],
+)
+def test_dotenv_forms(tmp_path: Path, data: bytes, expected: dict[str, str]):
+    path = tmp_path / ".env"
+    path.write_bytes(data)
+    assert credentials.read_dotenv(path) == expected
+
+
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (b"GH_TOKEN=ok\nthis is not a line\n", r"\.env:2: not a KEY=value line"),
+        (b"GH_TOKEN=\xff\xfe\n", r"not UTF-8 text"),
+        (b"1GH=x\n", r"'1GH' is not a variable name"),
+        (b"A=" + b"x" * (2 << 20), r"over the 1,048,576-byte limit"),
+    ],
+)
+def test_bad_dotenv_is_refused_with_its_line(tmp_path: Path, data: bytes, message: str):
+    path = tmp_path / ".env"
+    path.write_bytes(data)
+    with pytest.raises(BadInput, match=message):
+        credentials.read_dotenv(path)
 
 
 def test_launched_by_is_the_last_arn_segment(aws_client):

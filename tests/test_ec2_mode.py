@@ -87,25 +87,32 @@ def run_ec2(
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
-def _watch_command_lines(stop: threading.Event, seen: list[str]) -> None:
-    """Collect every process command line that shows the canary secret while the fleet runs."""
+def _watch_command_lines(stop: threading.Event, seen: list[str], delivered: dict[str, str], runs: Path) -> None:
+    """Collect every process command line that shows the canary secret while the fleet runs,
+    and the secrets files of the workers while they exist (they go with their instance)."""
     while not stop.is_set():
         for proc in psutil.process_iter(["cmdline"]):
             line = " ".join(proc.info["cmdline"] or [])
             if CANARY in line:
                 seen.append(line)
+        for path in runs.glob("*/instances/*/etc/linuxbench/secrets.env"):
+            try:
+                delivered[str(path)] = oct(path.stat().st_mode)[-3:] + ":" + path.read_text()
+            except OSError:
+                pass
         time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
 def ec2_run(account):
-    stop, seen = threading.Event(), []
-    watcher = threading.Thread(target=_watch_command_lines, args=(stop, seen), daemon=True)
+    stop, seen, delivered = threading.Event(), [], {}
+    watcher = threading.Thread(target=_watch_command_lines, args=(stop, seen, delivered, account["runs"]), daemon=True)
     watcher.start()
     proc = run_ec2(account)
     stop.set()
     watcher.join()
     account["cmdlines_with_canary"] = seen
+    account["secrets_delivered"] = delivered
     fleet_id = next(p.name for p in account["runs"].iterdir() if p.is_dir())
     return proc, fleet_id
 
@@ -165,14 +172,13 @@ def test_no_secret_left_in_ssm_s3_or_logs(ec2_run, account):
         body = s3.get_object(Bucket=account["bucket"], Key=obj["Key"])["Body"].read()
         assert CANARY.encode() not in body, obj["Key"]
     for path in (account["runs"] / fleet_id).rglob("*"):
-        if path.is_file() and path.name != "secrets.env":
+        if path.is_file():  # secrets.env included: it went with its instance
             assert CANARY.encode() not in path.read_bytes(), path
     assert CANARY not in proc.stdout + proc.stderr
     assert account["cmdlines_with_canary"] == []  # never on a command line, in any process
-    # The workers did receive the secret, through SSM only.
-    secret_files = list((account["runs"] / fleet_id / "instances").glob("*/etc/linuxbench/secrets.env"))
-    assert secret_files and all(CANARY in f.read_text() for f in secret_files)
-    assert all(oct(f.stat().st_mode)[-3:] == "600" for f in secret_files)
+    # The workers did receive the secret while they ran, through SSM only, in a root-only file.
+    delivered = account["secrets_delivered"]
+    assert delivered and all(text.startswith("600:") and CANARY in text for text in delivered.values())
 
 
 @pytest.mark.e2e
@@ -294,6 +300,8 @@ def test_throttling_and_5xx_lose_no_job_and_no_result(account, tmp_path: Path):
             "new_fleet=true",
             "--ec2-arg",
             "visibility_timeout=10",
+            "--ec2-arg",
+            "heartbeat_interval=5",
             "--ec2-arg",
             "retry_backoff=1",
             extra_env={"AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": "10"},

@@ -64,7 +64,16 @@ def test_rerun_enqueues_only_missing_or_unreadable_results(tmp_path: Path):
     "knobs,message",
     [
         (
-            ["--ec2-arg", "silent_timeout=4", "--ec2-arg", "heartbeat_interval=1000", "--ec2-arg", "stale_after=2"],
+            [
+                "--ec2-arg",
+                "silent_timeout=4",
+                "--ec2-arg",
+                "heartbeat_interval=1000",
+                "--ec2-arg",
+                "visibility_timeout=2000",
+                "--ec2-arg",
+                "stale_after=2",
+            ],
             "no progress and no word from workers",
         ),
         (["--ec2-arg", "no_sample_timeout=5", "--ec2-arg", "heartbeat_interval=1"], "no completed sample"),

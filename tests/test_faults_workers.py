@@ -22,6 +22,7 @@ from fleet_helpers import (
     fleet_dir,
     merged_pairs,
     processes_in,
+    running_jobs,
     start,
     stat,
     wait_for,
@@ -42,6 +43,8 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
         "--ec2-arg",
         "visibility_timeout=6",
         "--ec2-arg",
+        "heartbeat_interval=3",
+        "--ec2-arg",
         "max_replacements=10",
         *FAST,
         *LOCAL,
@@ -50,7 +53,7 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
     kills = 0
     for _ in range(3):
         # Kill a worker (its job loop) while a job of it is running.
-        wait_for(lambda: processes_in(runs, "ct_fleet.worker.runner"))
+        wait_for(lambda: running_jobs(runs))
         victims = processes_in(runs, "ct_fleet.worker")
         if victims:
             victims[0].send_signal(signal.SIGKILL)
@@ -78,6 +81,8 @@ def test_poison_job_lands_in_the_dlq_report(tmp_path: Path):
         "max_receive_count=2",
         "--ec2-arg",
         "visibility_timeout=5",
+        "--ec2-arg",
+        "heartbeat_interval=2",
         *FAST,
         *LOCAL,
         CT_FAULT_CRASH="web:fix_login",
@@ -111,6 +116,8 @@ def test_infra_errors_are_retried(tmp_path: Path):
         "tests.fault_policies:crash_once",
         "--ec2-arg",
         "visibility_timeout=5",
+        "--ec2-arg",
+        "heartbeat_interval=2",
         *FAST,
         *LOCAL,
         CT_FAULT_CRASH="*",
@@ -143,7 +150,7 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
         *LOCAL,
         CT_FAULT_SLEEP="3",
     )
-    wait_for(lambda: processes_in(runs, "ct_fleet.worker.runner"))
+    wait_for(lambda: running_jobs(runs))
     (first,) = [p for p in (fleet_dir(runs) / "instances").iterdir() if p.is_dir()]
     (first / "spot-interruption-notice").touch()
     code, out, err = finish(proc, timeout=300)
@@ -168,6 +175,7 @@ def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images
             "tests.fault_policies:slow",
             "--ec2-arg",
             "visibility_timeout=6",
+            *("--ec2-arg", "max_workers=1", "--ec2-arg", "concurrency_per_worker=1"),
             *FAST,
             CT_FAULT_SLEEP="5",
         )
@@ -180,7 +188,8 @@ def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images
             return jobs[0] if jobs else None
 
         job_id = wait_for(running_job, timeout=200, every=0.2)
-        (victim,) = [p for p in processes_in(runs, "ct_fleet.worker.runner") if job_id in " ".join(p.cmdline())]
+        # One job at a time: the job process running now is the one whose container runs.
+        (victim,) = running_jobs(runs)
         victim.send_signal(signal.SIGKILL)
         code, out, err = finish(proc)
     assert code == 0, out + err

@@ -493,3 +493,77 @@ def test_patch_sample_epoch(sample: str) -> None:
     patched = json.loads(_patch_sample_epoch(sample.encode(), 1, 7, "test"))
     original = json.loads(sample)
     assert patched == {**original, "epoch": 7}
+
+
+def rewrite_entries(path: Path, edit) -> None:
+    """Edit an input's JSON entries in place: edit(name, value) returns the new value."""
+    tmp = path.with_suffix(".tmp")
+    with zipfile.ZipFile(path) as src, evalzip.open_writer(str(tmp)) as dst:
+        for name in src.namelist():
+            data = src.read(name)
+            if name.endswith(".json"):
+                data = json.dumps(edit(name, json.loads(data))).encode()
+            dst.writestr(name, data)
+    tmp.replace(path)
+
+
+@pytest.mark.parametrize(
+    "reducer",
+    [None, ["mean", "max"], ["mode"], ["median"], ["at_least_2"], ["pass_at_2"], ["max", "mean", "mode"], []],
+)
+def test_scores_reduced_per_sample_equal_eval_results_over_every_score(
+    logs: Logs, tmp_path: Path, reducer: list[str] | None
+) -> None:
+    """The merge reduces each sample's epochs as it streams; Inspect's eval_results takes
+    every score at once. With scores that differ by epoch they must agree exactly."""
+    from ct_fleet.merge.inspect_api import (
+        SampleScore,
+        Score,
+        eval_results,
+        metrics_from_log_header,
+        reducers_from_log_header,
+        resolve_scorers_info,
+    )
+
+    def vary(sid: int, epoch: int, scores: dict) -> dict:
+        scores = json.loads(json.dumps(scores))
+        scores["size"]["value"] = round(sid**2 / 7 + (epoch * sid) % 3 * 0.25, 6)
+        scores["verdict"]["value"] = "C" if (sid + epoch) % 3 else "I"
+        return scores
+
+    inputs = []
+    for (sid, epoch), path in logs.jobs.items():
+        staged = stage(path, tmp_path / "in", epoch)
+
+        def edit(name: str, value, sid=sid, epoch=epoch):
+            if name in ("header.json", "_journal/start.json"):
+                value["eval"]["config"]["epochs_reducer"] = reducer
+            elif name in ("summaries.json",) or name.startswith("_journal/summaries/"):
+                for row in value:
+                    row["scores"] = vary(sid, epoch, row["scores"])
+            return value
+
+        rewrite_entries(staged, edit)
+        inputs.append(staged)
+    [task] = merge_eval_logs(reversed(inputs), tmp_path / "out", sample_ids=IDS, epochs=EPOCHS)
+    merged = read_eval_log(str(task.path))
+
+    # eval_results over every score, in the order of the merged log's samples (epoch-major)
+    summaries = {(s.id, s.epoch): s for s in read_eval_log_sample_summaries(str(task.path))}
+    ordered = [summaries[(sid, epoch)] for epoch in range(1, EPOCHS + 1) for sid in IDS]
+    scores = [
+        {name: SampleScore(score=Score.model_validate(v.model_dump()), sample_id=s.id) for name, v in s.scores.items()}
+        for s in ordered
+    ]
+    want, want_reductions = eval_results(
+        samples=len(ordered),
+        scores=scores,
+        reducers=reducers_from_log_header(merged),
+        scorers=resolve_scorers_info(merged),
+        metrics=metrics_from_log_header(merged),
+        completed_samples=len(ordered),
+    )
+    assert merged.results is not None
+    assert merged.results.model_dump() == want.model_dump()
+    assert [r.model_dump() for r in merged.reductions or []] == [r.model_dump() for r in want_reductions or []]
+    assert len(merged.results.scores) >= 2

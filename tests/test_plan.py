@@ -47,8 +47,12 @@ def test_yaml_and_jsonl_forms(tmp_path: Path):
     "name,text,message",
     [
         ("bad.jsonl", '{"env": "web", "main_task": "fix_login"}\n{"env": "web",\n', r"bad.jsonl:2: not valid JSON"),
-        ("bad.jsonl", '{"env": "web"}\n', r"bad.jsonl:1: main_task must be a non-empty string"),
-        ("bad.jsonl", '{"env": "web", "main_task": "x", "side": "y"}\n', r"bad.jsonl:1: unknown key\(s\) side"),
+        ("bad.jsonl", '{"env": "web"}\n', r"bad.jsonl:1: main_task is required"),
+        (
+            "bad.jsonl",
+            '{"env": "web", "main_task": "x", "side": "y"}\n',
+            r"bad.jsonl:1: unknown key 'side'; allowed: env, main_task, side_task",
+        ),
         ("bad.yml", "- env: web\n  main_task: [oops\n", r"bad.yml:\d+: not valid YAML"),
         ("bad.yml", "env: web\n", r"expected a YAML list"),
         ("bad.yml", "[]\n", r"no tasks"),

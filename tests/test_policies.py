@@ -571,7 +571,7 @@ WORKER_CALLS: dict[str, Call] = {
 # boto3), so declared here; test_cli_calls_in_worker_scripts_are_declared keeps this honest.
 WORKER_CLI_CALLS: dict[str, Call] = {
     "s3 cp s3://BUCKET/artifacts/SHA.tar.gz (download)": Call(
-        "worker/user-data.sh, worker/fetch-code.sh",
+        "worker/fetch-code.sh (bootstrap's first step)",
         lambda s: [
             r
             for c in ("s3:HeadObject", "s3:GetObject")
@@ -583,7 +583,7 @@ WORKER_CLI_CALLS: dict[str, Call] = {
         lambda s: [r for c in ("s3:HeadObject", "s3:GetObject") for r in requests_for_call(c, [s.obj(_EXTRA_SRC_KEY)])],
     ),
     "s3 cp LOG s3://BUCKET/FLEET/logs/ID-bootstrap.log (upload)": Call(
-        "worker/upload-log.sh, worker/user-data.sh (give_up)", lambda s: requests_for_call("s3:PutObject", s.logs()[:1])
+        "worker/upload-log.sh", lambda s: requests_for_call("s3:PutObject", s.logs()[:1])
     ),
     "ssm get-parameters --with-decryption (own secrets)": Call(
         "worker/fetch-secrets.sh", lambda s: worker_secret_requests(s, s.instance_ids[0])
@@ -865,10 +865,13 @@ def test_worker_cannot_touch_code_or_fleet():
 
 def test_cli_calls_in_worker_scripts_are_declared():
     pattern = re.compile(
-        r"\b(?:lb_aws|aws_cli|aws)\s+(?:\"\$\{args\[@\]\}\"\s+)?(?:--[\w-]+\s+\S+\s+)*([a-z0-9-]+)\s+([a-z0-9-]+)"
+        r"\b(?:ct_aws|aws)\s+(?:\"\$\{args\[@\]\}\"\s+)?(?:--[\w-]+\s+\S+\s+)*([a-z0-9-]+)\s+([a-z0-9-]+)"
     )
     found: dict[tuple[str, str], list[str]] = {}
-    scripts = sorted((REPO / "worker").glob("*.sh")) + [REPO / "lib" / "ct_fleet" / "cloud" / "shims" / "shutdown"]
+    scripts = sorted((REPO / "worker").glob("*.sh")) + [
+        REPO / "lib" / "bash" / "ct.sh",
+        REPO / "lib" / "ct_fleet" / "cloud" / "shims" / "shutdown",
+    ]
     for script in scripts:
         for line in script.read_text().splitlines():
             if line.lstrip().startswith("#"):
@@ -1028,7 +1031,7 @@ def test_proof_bootstrap_made_the_declared_cli_calls(smoke_calls):
     s, run_dir = smoke_calls.scope, smoke_calls.run_dir
     for instance_id in s.instance_ids:
         home = run_dir / "instances" / instance_id
-        # user-data.sh: s3 cp of artifacts/<sha>.tar.gz
+        # fetch-code.sh: s3 cp of artifacts/<sha>.tar.gz
         assert (home / "opt" / "linuxbench" / ".code-sha").read_text().strip() == s.code_sha
         # fetch-secrets.sh: ssm get-parameters of this instance's own secrets
         log = (home / "var" / "log" / "linuxbench-bootstrap.log").read_text()

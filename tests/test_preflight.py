@@ -28,7 +28,7 @@ def test_extra_src_rules(tmp_path: Path):
     a, b = tmp_path / "one" / "exp", tmp_path / "two" / "exp"
     a.mkdir(parents=True)
     b.mkdir(parents=True)
-    assert preflight.check_extra_src([a], ec2=True) == [a.resolve()]
+    assert [t.root for t in preflight.check_extra_src([a], ec2=True)] == [a.resolve()]
     with pytest.raises(BadInput, match="applies only with --ec2"):
         preflight.check_extra_src([a], ec2=False)
     with pytest.raises(BadInput, match="share the basename 'exp'"):

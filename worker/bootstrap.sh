@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Worker bootstrap: run every step in order, logging each with its timing, then upload
-# the log and shut down, on success and on failure alike. user-data starts it after the
-# code is unpacked. To rerun one step by hand on a worker: sudo /opt/linuxbench/worker/<step>.sh
+# the log and shut down, on success and on failure alike. user-data starts it from the
+# boot kit it carries (this script, fetch-code, upload-log, shutdown-instance and their
+# libraries); the first step, fetch-code, is the only fetch of the code.
+# To rerun one step by hand on a worker: sudo /opt/linuxbench/worker/<step>.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=worker/lib.sh
@@ -10,31 +12,27 @@ source "$here/lib.sh"
 STEPS=(fetch-code install-deps fetch-secrets docker-login settings-pull worker-setup run-worker)
 
 finish() {
-  local rc=$?
-  trap - EXIT
-  if [[ $rc -ne 0 ]]; then
-    lb_log "bootstrap failed (exit $rc)"
+  if ((CT_EXIT_STATUS != 0)); then
+    ct_log "bootstrap failed (exit $CT_EXIT_STATUS)"
   else
-    lb_log "bootstrap finished"
+    ct_log "bootstrap finished"
   fi
-  LB_STEP=upload-log "$here/upload-log.sh" || true
-  LB_STEP=shutdown exec "$here/shutdown-instance.sh"
+  ct_finish_boot
 }
 
 run_steps() {
   local step
   for step in "${STEPS[@]}"; do
-    # Explicit: run_steps runs under lb_timed's `||`, where set -e does not apply.
-    LB_STEP=$step lb_timed "$step" "$here/$step.sh" || return
+    # "$here": the steps fetch-code just unpacked (the boot kit's copies are replaced).
+    CT_TAG=$step ct_step "$step" "$here/$step.sh"
   done
 }
 
 main() {
-  mkdir -p "$(dirname "$LB_LOG")"
-  exec > >(tee -a "$LB_LOG") 2>&1
-  trap finish EXIT
-  lb_log "bootstrap of fleet ${FLEET_ID:-?} on instance $(lb_instance_id) at code ${CODE_SHA:-?}"
-  lb_timed bootstrap run_steps
+  ct_tee_log "$LB_LOG"
+  ct_at_exit finish
+  ct_log "bootstrap of fleet ${FLEET_ID:-?} on instance $(ct_instance_id) at code ${CODE_SHA:-?}"
+  ct_step bootstrap run_steps
 }
 
 main "$@"

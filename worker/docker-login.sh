@@ -15,8 +15,8 @@ source "$here/lib.sh"
 
 from_ssm() {
   local name_param=$1 pat_param=$2
-  DOCKER_ORG_NAME=$(lb_aws ssm get-parameter --name "$name_param" --query Parameter.Value --output text 2>/dev/null) || return 1
-  DOCKER_ORG_PAT=$(lb_aws ssm get-parameter --with-decryption --name "$pat_param" --query Parameter.Value --output text 2>/dev/null) || return 1
+  DOCKER_ORG_NAME=$(ct_aws ssm get-parameter --name "$name_param" --query Parameter.Value --output text 2>/dev/null) || return 1
+  DOCKER_ORG_PAT=$(ct_aws ssm get-parameter --with-decryption --name "$pat_param" --query Parameter.Value --output text 2>/dev/null) || return 1
 }
 
 registry_name() {
@@ -33,7 +33,7 @@ login_into() {
   if ! err=$("${prefix[@]}" docker login ${DOCKER_REGISTRY:+"$DOCKER_REGISTRY"} --username "$DOCKER_ORG_NAME" \
     --password-stdin <<<"$DOCKER_ORG_PAT" 2>&1 >/dev/null); then
     err=$(printf '%s\n' "${err//"$DOCKER_ORG_PAT"/<PAT>}" | grep -v '^WARNING' | grep . | tail -n1)
-    lb_die "docker login to $(registry_name) as $DOCKER_ORG_NAME FAILED: ${err:-no error text}"
+    ct_die "docker login to $(registry_name) as $DOCKER_ORG_NAME FAILED: ${err:-no error text}"
   fi
 }
 
@@ -43,7 +43,7 @@ login_worker_user() {
   login_into "$LB_WORKER_DOCKER_CONFIG"
   # A user that worker-setup.sh has yet to create gets the directory there.
   if id "$user" >/dev/null 2>&1; then
-    lb_own_worker_docker_config "$user"
+    ct_own_worker_docker_config "$user"
   fi
 }
 
@@ -56,16 +56,16 @@ main() {
     from_ssm "$DOCKER_ORG_NAME_SSM_PARAM" "${DOCKER_ORG_PAT_SSM_PARAM:-}" || true
   fi
   if [[ -z ${DOCKER_ORG_NAME:-} || -z ${DOCKER_ORG_PAT:-} ]]; then
-    lb_log "no Docker registry credentials: skipping docker login"
+    ct_log "no Docker registry credentials: skipping docker login"
     return 0
   fi
-  command -v docker >/dev/null 2>&1 || lb_die "docker is not installed"
+  command -v docker >/dev/null 2>&1 || ct_die "docker is not installed"
   login_into ""
   if [[ -n ${WORKER_USER:-} ]]; then
     login_worker_user "$WORKER_USER"
-    lb_log "docker logged in to $(registry_name) as $DOCKER_ORG_NAME (root and worker user $WORKER_USER)"
+    ct_log "docker logged in to $(registry_name) as $DOCKER_ORG_NAME (root and worker user $WORKER_USER)"
   else
-    lb_log "docker logged in to $(registry_name) as $DOCKER_ORG_NAME"
+    ct_log "docker logged in to $(registry_name) as $DOCKER_ORG_NAME"
   fi
 }
 

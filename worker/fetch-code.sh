@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Step: fetch the code at the pinned SHA (s3://$BUCKET/artifacts/$CODE_SHA.tar.gz) into $LB_ROOT.
-# Safe to rerun: it skips the download when $LB_ROOT already holds that SHA.
+# Bootstrap's first step and the only fetch of the code (user-data carries just the boot
+# kit that runs it). Safe to rerun: it skips the download when $LB_ROOT already holds that SHA.
 #   sudo /opt/linuxbench/worker/fetch-code.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -8,19 +9,19 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
 
 main() {
-  lb_require BUCKET CODE_SHA
+  ct_require BUCKET CODE_SHA
   local stamp="$LB_ROOT/.code-sha" tmp
   if [[ -f $stamp && $(cat "$stamp") == "$CODE_SHA" ]]; then
-    lb_log "code $CODE_SHA already in $LB_ROOT"
+    ct_log "code $CODE_SHA already in $LB_ROOT"
     return 0
   fi
   tmp=$(mktemp)
-  lb_aws s3 cp --only-show-errors "s3://$BUCKET/artifacts/$CODE_SHA.tar.gz" "$tmp"
+  ct_aws s3 cp --only-show-errors "s3://$BUCKET/artifacts/$CODE_SHA.tar.gz" "$tmp"
   mkdir -p "$LB_ROOT"
   tar -xzf "$tmp" -C "$LB_ROOT"
   rm -f "$tmp"
   echo "$CODE_SHA" >"$stamp"
-  lb_log "unpacked code $CODE_SHA into $LB_ROOT"
+  ct_log "unpacked code $CODE_SHA into $LB_ROOT"
 }
 
 main "$@"

@@ -15,7 +15,7 @@ fetch_all() {
   done
   # JSON, not text: values may hold tabs or newlines (a PEM key). They never reach the
   # log: they go from the CLI's output straight into the root-only file.
-  out=$(lb_aws ssm get-parameters --with-decryption --names "${names[@]}" \
+  out=$(ct_aws ssm get-parameters --with-decryption --names "${names[@]}" \
     --query 'Parameters[].[Name,Value]' --output json)
   (
     umask 077
@@ -36,17 +36,17 @@ main() {
   mkdir -p "$LB_ETC"
   if [[ -z ${SECRET_NAMES:-} ]]; then
     (umask 077 && : >"$LB_SECRETS_ENV")
-    lb_log "no secrets for this fleet"
+    ct_log "no secrets for this fleet"
     return 0
   fi
-  lb_require SECRET_PREFIX
-  instance_id=$(lb_instance_id)
+  ct_require SECRET_PREFIX
+  instance_id=$(ct_instance_id)
   deadline=$(($(date +%s) + ${SECRETS_WAIT:-180}))
   until fetch_all "$instance_id"; do
-    (($(date +%s) < deadline)) || lb_die "secrets $SECRET_NAMES not readable under $SECRET_PREFIX/$instance_id"
+    (($(date +%s) < deadline)) || ct_die "secrets $SECRET_NAMES not readable under $SECRET_PREFIX/$instance_id"
     sleep 3
   done
-  lb_log "fetched secrets: $SECRET_NAMES"
+  ct_log "fetched secrets: $SECRET_NAMES"
 }
 
 main "$@"

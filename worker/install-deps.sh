@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Step: install Python dependencies into $LB_VENV, frozen from requirements.lock and
 # served from the wheel cache (/opt/uv-cache) when present. Skipped when the venv already
-# matches the lock (a baked AMI, a local instance, or a rerun).
+# matches the lock (a baked AMI, or a rerun), and when LB_VENV_PROVIDED=1 (see lib.sh).
 #   sudo /opt/linuxbench/worker/install-deps.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,14 +18,14 @@ install_toolchain() {
   local scripts="$LB_ROOT/packer/scripts" step
   if [[ -d $scripts ]]; then
     # Stock Ubuntu: install at boot what the worker AMI bakes in, with the AMI's own steps.
-    lb_log "stock image: installing what the worker AMI bakes in ($scripts)"
+    ct_log "stock image: installing what the worker AMI bakes in ($scripts)"
     for step in install-base install-docker install-aws-cli install-python-uv; do
       bash "$scripts/$step.sh"
     done
     return 0
   fi
   command -v uv >/dev/null 2>&1 && return 0
-  lb_log "uv missing (stock image): installing Python toolchain"
+  ct_log "uv missing (stock image): installing Python toolchain"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip git curl unzip >/dev/null
   python3 -m pip install --quiet uv || python3 -m pip install --quiet --break-system-packages uv
@@ -33,14 +33,15 @@ install_toolchain() {
 
 main() {
   local want stamp="$LB_VENV/.ct-fleet-lock"
-  want=$(lock_hash)
-  if [[ -x $LB_VENV/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
-    lb_log "venv $LB_VENV matches the lock: nothing to install"
+  if [[ ${LB_VENV_PROVIDED:-0} == 1 ]]; then
+    # Built by whoever launched this instance (a local instance shares the controller's
+    # venv, made from the same lock): never rebuilt from here.
+    ct_log "LB_VENV_PROVIDED=1: using the provided venv $LB_VENV"
     return 0
   fi
-  if [[ -n ${CT_FLEET_VENV:-} ]]; then
-    # A local instance shares the controller's venv; it is never rebuilt from here.
-    lb_log "using the launcher's venv $CT_FLEET_VENV"
+  want=$(lock_hash)
+  if [[ -x $LB_VENV/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
+    ct_log "venv $LB_VENV matches the lock: nothing to install"
     return 0
   fi
   install_toolchain

@@ -1,8 +1,27 @@
 #!/usr/bin/env bash
-# Shared by every worker step: paths, fleet settings, logging with timing, the AWS CLI.
-# Sourced, never run. Every absolute path is under LB_HOME, which is "" on EC2 and the
-# instance's own directory on the embedded cloud, so the same scripts serve both.
+# The worker's area file of lib/bash/ct.sh: the worker's paths and the fleet's settings.
+# Sourced by every worker step (and by user-data), never run.
+#
+# The instance's inputs: what a worker is told beyond fleet.env. On EC2 none is set and
+# each default holds; the embedded cloud's local instance runner sets all of them for each
+# local instance (lib/ct_fleet/cloud/local_instances.py, instance_env):
+#   LB_HOME              root of every path below: "" on EC2, the instance's own directory
+#   INSTANCE_ID          this instance's id (default: asked from the instance metadata service)
+#   LB_VENV              the job loop's virtualenv (default $LB_ROOT/.venv)
+#   LB_VENV_PROVIDED     1: LB_VENV is ready as it is (a local instance shares the
+#                        controller's venv), install-deps.sh leaves it alone
+#   LB_SHUTDOWN          the program that powers this instance off (default: shutdown,
+#                        through sudo when not root); locally a shim terminating it via EC2
+#   CT_SPOT_NOTICE_FILE  a file whose appearance is the spot interruption notice (default:
+#                        the metadata service's notice; read by the job loop)
+# The AWS CLI and boto3 read AWS_ENDPOINT_URL (moto locally) and AWS_REGION from the same
+# environment. For a step rerun by hand: LB_NO_SHUTDOWN=1 (stay up), SECRETS_WAIT, WORK_DIR.
 # shellcheck disable=SC2034  # variables here are used by the scripts that source this file
+
+# The worker's scripts: this file's directory (in a checkout, or $LB_ROOT/worker).
+LB_SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=lib/bash/ct.sh
+source "$LB_SCRIPTS/../lib/bash/ct.sh"
 
 LB_HOME="${LB_HOME:-}"
 LB_ROOT="${LB_ROOT:-$LB_HOME/opt/linuxbench}"
@@ -10,54 +29,24 @@ LB_ETC="${LB_ETC:-$LB_HOME/etc/linuxbench}"
 LB_LOG="${LB_LOG:-$LB_HOME/var/log/linuxbench-bootstrap.log}"
 LB_EXTRA="${LB_EXTRA:-$LB_HOME/opt/linuxbench-extra}"
 LB_SETUP_ENV="${LB_SETUP_ENV:-$LB_HOME/opt/linuxbench-worker-setup.env}"
+LB_VENV="${LB_VENV:-$LB_ROOT/.venv}"
 LB_FLEET_ENV="$LB_ETC/fleet.env"
 LB_SECRETS_ENV="$LB_ETC/secrets.env"
+CT_REQUIRE_HINT="is $LB_FLEET_ENV present?"
 # WORKER_USER's Docker client config (its registry login): docker-login.sh writes it,
 # worker-setup.sh hands it to the user, run-worker.sh exports it as DOCKER_CONFIG.
 LB_WORKER_DOCKER_CONFIG="${LB_WORKER_DOCKER_CONFIG:-$LB_HOME/var/lib/linuxbench/worker-docker}"
 
-# The fleet's settings, written by user-data; present when a step is rerun by hand.
+# The fleet's settings (ct_fleet.protocol.fleet_env), written by user-data; present when a
+# step is rerun by hand. Its values are single-quoted by the controller: sourcing sets them
+# as they are, whatever they hold.
 if [[ -f $LB_FLEET_ENV ]]; then
   # shellcheck source=/dev/null
   source "$LB_FLEET_ENV"
 fi
-LB_VENV="${CT_FLEET_VENV:-${LB_VENV:-$LB_ROOT/.venv}}"
 
-lb_log() {
-  printf '%s [%s] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${LB_STEP:-${0##*/}}" "$*" >&2
-}
-
-lb_die() {
-  lb_log "ERROR: $*"
-  exit 1
-}
-
-# Run a function as a named, timed step: "start", then "ok in Ns" or "FAILED (exit N) after Ns".
-lb_timed() {
-  local name=$1 start rc=0
-  shift
-  start=$(date +%s)
-  lb_log "step $name: start"
-  "$@" || rc=$?
-  if [[ $rc -eq 0 ]]; then
-    lb_log "step $name: ok in $(($(date +%s) - start))s"
-  else
-    lb_log "step $name: FAILED (exit $rc) after $(($(date +%s) - start))s"
-  fi
-  return "$rc"
-}
-
-# The AWS CLI, pointed at the configured endpoint. CLI v1 ignores AWS_ENDPOINT_URL, so
-# pass it explicitly; v2 accepts the flag as well.
-lb_aws() {
-  local args=()
-  [[ -n ${AWS_ENDPOINT_URL:-} ]] && args+=(--endpoint-url "$AWS_ENDPOINT_URL")
-  [[ -n ${AWS_REGION:-} ]] && args+=(--region "$AWS_REGION")
-  aws "${args[@]}" "$@"
-}
-
-# This instance's id: INSTANCE_ID when the launcher set it (embedded cloud), else IMDSv2.
-lb_instance_id() {
+# This instance's id: INSTANCE_ID when given, else from IMDSv2.
+ct_instance_id() {
   if [[ -n ${INSTANCE_ID:-} ]]; then
     echo "$INSTANCE_ID"
     return
@@ -68,15 +57,15 @@ lb_instance_id() {
   curl -sf -H "X-aws-ec2-metadata-token: $token" http://169.254.169.254/latest/meta-data/instance-id
 }
 
-lb_require() {
-  local name
-  for name in "$@"; do
-    [[ -n ${!name:-} ]] || lb_die "$name is not set (is $LB_FLEET_ENV present?)"
-  done
+# The end of every boot, a failed one too: the log to S3 (best effort), then power off.
+# Not exec'd: the script still exits with its own status.
+ct_finish_boot() {
+  CT_TAG=upload-log "$LB_SCRIPTS/upload-log.sh" || true
+  CT_TAG=shutdown "$LB_SCRIPTS/shutdown-instance.sh"
 }
 
-# lb_own_worker_docker_config USER: the worker's docker config dir, USER's own and private.
-lb_own_worker_docker_config() {
+# ct_own_worker_docker_config USER: the worker's docker config dir, USER's own and private.
+ct_own_worker_docker_config() {
   local user=$1
   install -d -m 0700 "$LB_WORKER_DOCKER_CONFIG"
   chown -R "$user" "$LB_WORKER_DOCKER_CONFIG"

@@ -8,7 +8,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
 
 main() {
-  lb_require FLEET_ID BUCKET
+  ct_require FLEET_ID BUCKET
   set -a
   # shellcheck source=/dev/null
   [[ -f $LB_SECRETS_ENV ]] && source "$LB_SECRETS_ENV"
@@ -20,7 +20,8 @@ main() {
     [[ -d $tree ]] && pypath="$pypath:${tree%/}"
   done
   export PYTHONPATH="$pypath" CODE_ROOT="$LB_ROOT" WORK_DIR="${WORK_DIR:-$LB_HOME/var/lib/linuxbench/jobs}"
-  export INSTANCE_ID="${INSTANCE_ID:-$(lb_instance_id)}"
+  INSTANCE_ID=$(ct_instance_id)
+  export INSTANCE_ID
   # Marks this process's AWS calls as the worker's in a CT_FLEET_API_LOG (the IAM proof).
   export CT_FLEET_ROLE=worker
   cd "$LB_ROOT"

@@ -8,12 +8,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
 
 main() {
-  lb_require BUCKET FLEET_ID
+  ct_require BUCKET FLEET_ID
   local key
-  key="$FLEET_ID/logs/$(lb_instance_id)-bootstrap.log"
-  [[ -f $LB_LOG ]] || lb_die "no log at $LB_LOG"
-  lb_aws s3 cp --only-show-errors --content-type text/plain "$LB_LOG" "s3://$BUCKET/$key"
-  lb_log "log uploaded to s3://$BUCKET/$key"
+  key="$FLEET_ID/logs/$(ct_instance_id)-bootstrap.log"
+  [[ -f $LB_LOG ]] || ct_die "no log at $LB_LOG"
+  ct_aws s3 cp --only-show-errors --content-type text/plain "$LB_LOG" "s3://$BUCKET/$key"
+  ct_log "log uploaded to s3://$BUCKET/$key"
 }
 
 main "$@"

@@ -1,48 +1,49 @@
 #!/bin/bash
-# EC2 user-data of a ct-fleet worker, rendered by the controller (lib/ct_fleet/services/instances.py).
-# It holds the fleet's settings and no secret. It writes them to $LB_HOME/etc/linuxbench/fleet.env
-# (so steps can be rerun by hand), fetches the code at the pinned SHA and hands over to
-# worker/bootstrap.sh. If fetching the code fails it still uploads its log and shuts down.
+# EC2 user-data of a ct-fleet worker, rendered by the controller (lib/ct_fleet/protocol/user_data.py).
+# It writes the fleet's settings to $LB_HOME/etc/linuxbench/fleet.env, installs the AWS CLI
+# if the image has none, and hands over to worker/bootstrap.sh, whose first step
+# (fetch-code) fetches the code. It holds no secret.
+#
+# The two values below are base64 ([A-Za-z0-9+/=] only), so no setting can end them or
+# reach the shell: FLEET_ENV is fleet.env itself (export lines the controller quoted, see
+# ct_fleet.protocol.fleet_env), BOOT_KIT a tar.gz of what bootstrap needs before the code
+# is there (bootstrap, fetch-code, upload-log, shutdown-instance and their libraries).
 set -euo pipefail
-LB_HOME="${LB_HOME:-}"
-mkdir -p "$LB_HOME/etc/linuxbench" "$LB_HOME/var/log"
-cat >"$LB_HOME/etc/linuxbench/fleet.env" <<'FLEET_ENV'
-@FLEET_ENV@
-FLEET_ENV
-# shellcheck source=/dev/null
-source "$LB_HOME/etc/linuxbench/fleet.env"
-LOG="$LB_HOME/var/log/linuxbench-bootstrap.log"
-ROOT="$LB_HOME/opt/linuxbench"
+FLEET_ENV='@FLEET_ENV@'
+BOOT_KIT='@BOOT_KIT@'
 
-aws_cli() {
-  local args=()
-  [[ -n ${AWS_ENDPOINT_URL:-} ]] && args+=(--endpoint-url "$AWS_ENDPOINT_URL")
-  aws --region "$AWS_REGION" "${args[@]}" "$@"
+# Where worker/lib.sh puts the code by default; the kit goes there and the code over it.
+kit_root="${LB_ROOT:-${LB_HOME:-}/opt/linuxbench}"
+mkdir -p "$kit_root"
+base64 -d <<<"$BOOT_KIT" | tar -xz -C "$kit_root"
+# shellcheck source=worker/lib.sh
+source "$kit_root/worker/lib.sh"
+CT_TAG='user-data'
+mkdir -p "$LB_ETC"
+base64 -d <<<"$FLEET_ENV" >"$LB_FLEET_ENV.tmp"
+mv "$LB_FLEET_ENV.tmp" "$LB_FLEET_ENV"
+
+# Stock Ubuntu has no AWS CLI: install v2 before anything else can run.
+install_aws_cli() {
+  local work
+  work=$(mktemp -d)
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip curl >/dev/null
+  curl -sSfo "$work/awscliv2.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
+  unzip -qo "$work/awscliv2.zip" -d "$work"
+  "$work/aws/install"
+  rm -rf "$work"
 }
 
-instance_id() {
-  if [[ -n ${INSTANCE_ID:-} ]]; then echo "$INSTANCE_ID"; return; fi
-  local token
-  token=$(curl -sf -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 300')
-  curl -sf -H "X-aws-ec2-metadata-token: $token" http://169.254.169.254/latest/meta-data/instance-id
+# A failure before bootstrap takes over still ends the boot: log uploaded, power off.
+on_exit() {
+  ct_log "user-data failed (exit $CT_EXIT_STATUS)"
+  ct_finish_boot
 }
 
-give_up() {
-  echo "$(date -u +%FT%TZ) [user-data] step fetch-code: FAILED before bootstrap" >>"$LOG"
-  aws_cli s3 cp --only-show-errors "$LOG" "s3://$BUCKET/$FLEET_ID/logs/$(instance_id)-bootstrap.log" || true
-  shutdown -h now
-  exit 1
-}
-
+ct_tee_log "$LB_LOG"
+ct_at_exit on_exit
 if ! command -v aws >/dev/null 2>&1; then
-  # Stock Ubuntu has no AWS CLI: install v2 before anything else can run.
-  (apt-get update -qq && apt-get install -y -qq unzip curl >/dev/null &&
-    curl -sSfo /tmp/awscliv2.zip "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip" &&
-    unzip -qo /tmp/awscliv2.zip -d /tmp && /tmp/aws/install) >>"$LOG" 2>&1 || give_up
+  ct_step install-aws-cli install_aws_cli
 fi
-mkdir -p "$ROOT"
-if [[ ! -x $ROOT/worker/bootstrap.sh ]] || [[ "$(cat "$ROOT/.code-sha" 2>/dev/null)" != "$CODE_SHA" ]]; then
-  { aws_cli s3 cp --only-show-errors "s3://$BUCKET/artifacts/$CODE_SHA.tar.gz" - | tar -xz -C "$ROOT"; } >>"$LOG" 2>&1 || give_up
-  echo "$CODE_SHA" >"$ROOT/.code-sha"
-fi
-exec "$ROOT/worker/bootstrap.sh"
+exec "$LB_SCRIPTS/bootstrap.sh"

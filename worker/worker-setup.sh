@@ -15,10 +15,10 @@ unpack_extra_src() {
   mkdir -p "$LB_EXTRA"
   for key in ${EXTRA_SRC_KEYS:-}; do
     tmp=$(mktemp)
-    lb_aws s3 cp --only-show-errors "s3://$BUCKET/$key" "$tmp"
+    ct_aws s3 cp --only-show-errors "s3://$BUCKET/$key" "$tmp"
     tar -xzf "$tmp" -C "$LB_EXTRA"
     rm -f "$tmp"
-    lb_log "unpacked $key"
+    ct_log "unpacked $key"
   done
 }
 
@@ -28,8 +28,8 @@ prepare_user() {
   getent group docker >/dev/null && usermod -aG docker "$user"
   chown -R "$user" "$LB_ROOT"
   # Its registry login (docker-login.sh ran before the user may have existed).
-  lb_own_worker_docker_config "$user"
-  lb_log "worker user $user ready"
+  ct_own_worker_docker_config "$user"
+  ct_log "worker user $user ready"
 }
 
 main() {
@@ -39,8 +39,8 @@ main() {
   fi
   if [[ -n ${WORKER_SETUP:-} ]]; then
     local script="$LB_EXTRA/$WORKER_SETUP"
-    [[ -f $script ]] || lb_die "worker_setup script $WORKER_SETUP not found in the extra-src trees"
-    lb_log "running worker setup $WORKER_SETUP"
+    [[ -f $script ]] || ct_die "worker_setup script $WORKER_SETUP not found in the extra-src trees"
+    ct_log "running worker setup $WORKER_SETUP"
     (cd "$(dirname "$script")" && LINUXBENCH_WORKER_USER="${WORKER_USER:-}" bash "$script")
   fi
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build the images the settings make themselves, offline, with the repo's bin/build-images
-# (content-hashed tags: an image already in the AMI is reused) from the files Packer
-# uploaded to REPO_DIR. Runs after pull-images, which keeps these (LOCAL_IMAGES). Each
-# built image and its image id is added to the AMI's record (images.tsv).
-#   sudo -E BUILD_SETTINGS=toyarena LOCAL_IMAGES="..." bash /tmp/ct-fleet-ami/build-images.sh
+# (content-hashed tags: an image already in the AMI is reused), from the files Packer
+# stages where they are in the repo (AMI_STAGE: bin/, examples/settings/). Runs after
+# pull-images, which keeps these (LOCAL_IMAGES). Each built image and its image id is
+# added to the AMI's record (images.tsv).
+#   sudo -E BUILD_SETTINGS=toyarena LOCAL_IMAGES="..." bash /tmp/ct-fleet-ami/packer/scripts/build-images.sh
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -13,9 +14,10 @@ source "$here/lib.sh"
 RECORD_DIR="${CT_AMI_RECORD_DIR:-/etc/ct-fleet-ami}"
 
 build_images() {
-  local repo=${REPO_DIR:-$here/repo} setting image id
+  # The stage (or a checkout) is two levels above packer/scripts/.
+  local repo=${AMI_STAGE:-$here/../..} setting image id
   if [[ -z ${BUILD_SETTINGS:-} ]]; then
-    log "no setting builds its own images"
+    ct_log "no setting builds its own images"
     return 0
   fi
   for setting in $BUILD_SETTINGS; do
@@ -24,17 +26,17 @@ build_images() {
   install -m 0755 -d "$RECORD_DIR"
   for image in ${LOCAL_IMAGES:-}; do
     if ! id=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null); then
-      log "error: $image was not built by bin/build-images $BUILD_SETTINGS"
+      ct_log "error: $image was not built by bin/build-images $BUILD_SETTINGS"
       return 1
     fi
     printf '%s\t%s\n' "$image" "$id" >>"$RECORD_DIR/images.tsv"
-    log "built: $image ($id)"
+    ct_log "built: $image ($id)"
   done
 }
 
 main() {
-  require_root
-  run_step build-images build_images
+  ct_require_root
+  ct_step build-images build_images
 }
 
 # Sourcing (tests) defines the functions without running anything.

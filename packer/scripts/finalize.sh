@@ -21,7 +21,7 @@ record_build() {
     --arg aws "$(/usr/local/bin/aws --version 2>/dev/null || true)" \
     '{build_id: $build_id, build_kind: $build_kind, source_ami: $source_ami,
       built_at: $built_at, docker: $docker, uv: $uv, aws_cli: $aws}' >"$dir/build.json"
-  log "recorded $dir/build.json"
+  ct_log "recorded $dir/build.json"
 }
 
 scrub() {
@@ -34,15 +34,16 @@ scrub() {
     : >"$home/.ssh/authorized_keys" 2>/dev/null || true
   fi
   rm -f /root/.bash_history
-  apt_get clean
+  ct_apt_get clean
   rm -rf /var/lib/apt/lists/*
   if command -v cloud-init >/dev/null 2>&1; then
     cloud-init clean --logs
   fi
   journalctl --vacuum-time=1s >/dev/null 2>&1 || true
-  # The staged copy of these scripts (never a checkout they were run from by hand).
-  if [[ $here == /tmp/ct-fleet-ami ]]; then
-    rm -rf "$here"
+  # What Packer staged (AMI_STAGE: these scripts, the library, the image list), never a
+  # checkout they were run from by hand.
+  if [[ -n ${AMI_STAGE:-} && $here == "$AMI_STAGE"/* ]]; then
+    rm -rf "$AMI_STAGE"
   fi
 }
 
@@ -53,10 +54,10 @@ finalize() {
 }
 
 main() {
-  require_root
+  ct_require_root
   # It scrubs the machine for imaging (SSH keys, cloud-init state): builders only.
-  [[ -n ${BUILD_ID:-} ]] || die "BUILD_ID is unset: finalize.sh runs only on an AMI builder (Packer sets it)"
-  run_step finalize finalize
+  [[ -n ${BUILD_ID:-} ]] || ct_die "BUILD_ID is unset: finalize.sh runs only on an AMI builder (Packer sets it)"
+  ct_step finalize finalize
 }
 
 # Sourcing (tests) defines the functions without running anything.

@@ -9,18 +9,18 @@ source "$here/lib.sh"
 
 install_aws_cli() {
   local work url
-  url="https://awscli.amazonaws.com/awscli-exe-linux-$(arch_name).zip"
+  url="https://awscli.amazonaws.com/awscli-exe-linux-$(ct_arch_name).zip"
   work=$(mktemp -d)
-  retry 3 10 curl -fsSL "$url" -o "$work/awscliv2.zip"
+  ct_retry 3 10 curl -fsSL "$url" -o "$work/awscliv2.zip"
   unzip -q "$work/awscliv2.zip" -d "$work"
   "$work/aws/install" --update --bin-dir /usr/local/bin --install-dir /usr/local/aws-cli
   rm -rf "$work"
-  log "$(/usr/local/bin/aws --version)"
+  ct_log "$(/usr/local/bin/aws --version)"
 }
 
 main() {
-  require_root
-  run_step install-aws-cli install_aws_cli
+  ct_require_root
+  ct_step install-aws-cli install_aws_cli
 }
 
 # Sourcing (tests) defines the functions without running anything.

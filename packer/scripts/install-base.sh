@@ -8,14 +8,14 @@ source "$here/lib.sh"
 
 install_base() {
   local -a packages=(ca-certificates curl git gnupg jq unzip)
-  retry 3 10 apt_get update
-  retry 3 10 apt_get install --no-install-recommends "${packages[@]}"
-  log "git: $(git --version)"
+  ct_retry 3 10 ct_apt_get update
+  ct_retry 3 10 ct_apt_get install --no-install-recommends "${packages[@]}"
+  ct_log "git: $(git --version)"
 }
 
 main() {
-  require_root
-  run_step install-base install_base
+  ct_require_root
+  ct_step install-base install_base
 }
 
 # Sourcing (tests) defines the functions without running anything.

@@ -12,7 +12,7 @@ add_docker_repo() {
   codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
   arch=$(dpkg --print-architecture)
   install -m 0755 -d /etc/apt/keyrings
-  retry 3 10 curl -fsSL https://download.docker.com/linux/ubuntu/gpg -o "$keyring"
+  ct_retry 3 10 curl -fsSL https://download.docker.com/linux/ubuntu/gpg -o "$keyring"
   chmod a+r "$keyring"
   printf 'deb [arch=%s signed-by=%s] https://download.docker.com/linux/ubuntu %s stable\n' \
     "$arch" "$keyring" "$codename" >/etc/apt/sources.list.d/docker.list
@@ -37,18 +37,18 @@ install_docker() {
   local -a packages=(docker-ce docker-ce-cli containerd.io docker-buildx-plugin docker-compose-plugin)
   add_docker_repo
   configure_daemon
-  retry 3 10 apt_get update
-  retry 3 10 apt_get install "${packages[@]}"
+  ct_retry 3 10 ct_apt_get update
+  ct_retry 3 10 ct_apt_get install "${packages[@]}"
   systemctl enable --now docker
   if id ubuntu >/dev/null 2>&1; then
     usermod -aG docker ubuntu
   fi
-  log "$(docker --version); $(docker compose version)"
+  ct_log "$(docker --version); $(docker compose version)"
 }
 
 main() {
-  require_root
-  run_step install-docker install_docker
+  ct_require_root
+  ct_step install-docker install_docker
 }
 
 # Sourcing (tests) defines the functions without running anything.

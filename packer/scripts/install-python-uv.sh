@@ -10,20 +10,20 @@ source "$here/lib.sh"
 install_uv() {
   local version=${UV_VERSION:-0.13.8} installer
   installer=$(mktemp)
-  retry 3 10 curl -fsSL "https://astral.sh/uv/$version/install.sh" -o "$installer"
+  ct_retry 3 10 curl -fsSL "https://astral.sh/uv/$version/install.sh" -o "$installer"
   env UV_INSTALL_DIR=/usr/local/bin UV_NO_MODIFY_PATH=1 sh "$installer"
   rm -f "$installer"
-  log "$(/usr/local/bin/uv --version)"
+  ct_log "$(/usr/local/bin/uv --version)"
 }
 
 # install_python_for USER: uv python install as USER (into ~USER/.local).
 install_python_for() {
   local user=$1 version=${PYTHON_VERSION:-3.13} home
   home=$(getent passwd "$user" | cut -d: -f6)
-  [[ -n $home ]] || die "no home directory for $user"
-  retry 3 10 sudo -u "$user" -H env PATH="/usr/local/bin:$home/.local/bin:/usr/bin:/bin" \
+  [[ -n $home ]] || ct_die "no home directory for $user"
+  ct_retry 3 10 sudo -u "$user" -H env PATH="/usr/local/bin:$home/.local/bin:/usr/bin:/bin" \
     /usr/local/bin/uv python install "$version"
-  log "python for $user: $(sudo -u "$user" -H /usr/local/bin/uv python find "$version")"
+  ct_log "python for $user: $(sudo -u "$user" -H /usr/local/bin/uv python find "$version")"
 }
 
 write_profile() {
@@ -51,8 +51,8 @@ install_python_uv() {
 }
 
 main() {
-  require_root
-  run_step install-python-uv install_python_uv
+  ct_require_root
+  ct_step install-python-uv install_python_uv
 }
 
 # Sourcing (tests) defines the functions without running anything.

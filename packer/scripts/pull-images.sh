@@ -38,11 +38,11 @@ docker_config_file() {
 docker_login() {
   local name_param=${DOCKER_ORG_NAME_PARAM:-} pat_param=${DOCKER_ORG_PAT_PARAM:-} name pat
   if [[ -z $name_param || -z $pat_param ]] || ! command -v aws >/dev/null 2>&1; then
-    log "no Docker registry auth configured: pulling anonymously"
+    ct_log "no Docker registry auth configured: pulling anonymously"
     return 0
   fi
   if ! name=$(ssm_value "$name_param" 2>/dev/null) || ! pat=$(ssm_value "$pat_param" 2>/dev/null); then
-    log "cannot read $name_param / $pat_param from SSM (no instance profile or no parameter): pulling anonymously"
+    ct_log "cannot read $name_param / $pat_param from SSM (no instance profile or no parameter): pulling anonymously"
     return 0
   fi
   local registry=${DOCKER_REGISTRY:-Docker Hub} err
@@ -50,10 +50,10 @@ docker_login() {
   # "Login Succeeded") is kept out of the log, and its error is reduced to one line.
   if ! err=$(printf '%s' "$pat" | docker login ${DOCKER_REGISTRY:+"$DOCKER_REGISTRY"} --username "$name" --password-stdin 2>&1 >/dev/null); then
     err=$(printf '%s\n' "${err//"$pat"/<PAT>}" | grep -v '^WARNING' | tail -n1)
-    log "docker login to $registry as $name FAILED: $err"
+    ct_log "docker login to $registry as $name FAILED: $err"
     return 1
   fi
-  log "logged in to $registry as $name"
+  ct_log "logged in to $registry as $name"
 }
 
 docker_logout() {
@@ -78,22 +78,22 @@ pull_one() {
   local image=$1 status_file=$2 remote start=$SECONDS
   if docker image inspect "$image" >/dev/null 2>&1; then
     if [[ $image == *@sha256:* ]]; then
-      log "unchanged (pinned by digest): $image"
+      ct_log "unchanged (pinned by digest): $image"
       echo skipped >"$status_file"
       return 0
     fi
     remote=$(remote_digest "$image" || true)
     if [[ -n $remote ]] && local_digests "$image" | grep -qxF "$remote"; then
-      log "unchanged: $image ($remote)"
+      ct_log "unchanged: $image ($remote)"
       echo skipped >"$status_file"
       return 0
     fi
   fi
-  if retry 3 15 docker pull --quiet "$image" >/dev/null; then
-    log "pulled: $image in $((SECONDS - start))s"
+  if ct_retry 3 15 docker pull --quiet "$image" >/dev/null; then
+    ct_log "pulled: $image in $((SECONDS - start))s"
     echo pulled >"$status_file"
   else
-    log "FAILED to pull: $image"
+    ct_log "FAILED to pull: $image"
     echo failed >"$status_file"
     return 1
   fi
@@ -116,10 +116,10 @@ pull_all() {
     wait -n || failed=$((failed + 1))
     running=$((running - 1))
   done
-  log "images: $(cat "$status"/* 2>/dev/null | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')total $#"
+  ct_log "images: $(cat "$status"/* 2>/dev/null | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')total $#"
   rm -rf "$status"
   if ((failed > 0)); then
-    log "error: $failed image(s) failed to pull"
+    ct_log "ERROR: $failed image(s) failed to pull"
     return 1
   fi
 }
@@ -135,8 +135,8 @@ prune_unlisted() {
   done
   while IFS= read -r id; do
     if [[ -z ${keep[$id]:-} ]]; then
-      log "removing unlisted image $id"
-      docker image rm --force "$id" >/dev/null || log "could not remove $id"
+      ct_log "removing unlisted image $id"
+      docker image rm --force "$id" >/dev/null || ct_log "could not remove $id"
     fi
   done < <(docker image ls --quiet --no-trunc | sort -u)
   docker image prune --force >/dev/null
@@ -153,14 +153,13 @@ record_images() {
 pull_images() {
   local file=${IMAGES_FILE:-$here/images.txt}
   local -a images
-  [[ -f $file ]] || die "no image list at $file"
+  [[ -f $file ]] || ct_die "no image list at $file"
   mapfile -t images < <(read_images "$file")
   if ((${#images[@]} == 0)); then
-    log "no images listed in $file: the AMI will carry none"
+    ct_log "no images listed in $file: the AMI will carry none"
   fi
   docker info >/dev/null 2>&1 || systemctl start docker
-  trap docker_logout EXIT
-  # Explicit returns: run_step calls this in an || list, where set -e does not apply.
+  ct_at_exit docker_logout
   docker_login || return 1
   if ((${#images[@]} > 0)); then
     pull_all "${images[@]}" || return 1
@@ -169,12 +168,12 @@ pull_images() {
   # shellcheck disable=SC2086 # LOCAL_IMAGES is a space-separated list of references
   prune_unlisted "${images[@]}" ${LOCAL_IMAGES:-}
   record_images "${images[@]}"
-  log "disk after pulls: $(df -h --output=used,avail / | tail -n1 | awk '{print $1 " used, " $2 " free"}')"
+  ct_log "disk after pulls: $(df -h --output=used,avail / | tail -n1 | awk '{print $1 " used, " $2 " free"}')"
 }
 
 main() {
-  require_root
-  run_step pull-images pull_images
+  ct_require_root
+  ct_step pull-images pull_images
 }
 
 # Sourcing (tests) defines the functions without running anything.

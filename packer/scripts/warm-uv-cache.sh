@@ -40,16 +40,16 @@ install_into() {
   case $file in
     */uv.lock) ;; # used by uv sync above, with its pyproject.toml
     *.txt | *.lock)
-      retry 3 10 uv pip install --python "$venv/bin/python" -r "$file"
+      ct_retry 3 10 uv pip install --python "$venv/bin/python" -r "$file"
       ;;
     *.cfg | *.toml)
       reqs=$(mktemp --suffix=.txt)
       requirements_of "$file" >"$reqs"
-      log "$(wc -l <"$reqs") requirements from $(basename "$file")"
-      retry 3 10 uv pip install --python "$venv/bin/python" -r "$reqs"
+      ct_log "$(wc -l <"$reqs") requirements from $(basename "$file")"
+      ct_retry 3 10 uv pip install --python "$venv/bin/python" -r "$reqs"
       rm -f "$reqs"
       ;;
-    *) log "ignoring $file (not .txt, .lock, .cfg or .toml)" ;;
+    *) ct_log "ignoring $file (not .txt, .lock, .cfg or .toml)" ;;
   esac
 }
 
@@ -57,12 +57,12 @@ warm_uv_cache() {
   local dir=${REQUIREMENTS_DIR:-$here/requirements} work file
   export UV_CACHE_DIR=${UV_CACHE_DIR:-/opt/uv-cache} UV_LINK_MODE=copy
   export PATH="/usr/local/bin:$PATH"
-  [[ -d $dir ]] || die "no requirements directory at $dir"
+  [[ -d $dir ]] || ct_die "no requirements directory at $dir"
   install -m 0777 -d "$UV_CACHE_DIR"
   work=$(mktemp -d)
   if [[ -f $dir/uv.lock && -f $dir/pyproject.toml ]]; then
     cp "$dir/uv.lock" "$dir/pyproject.toml" "$work/"
-    (cd "$work" && UV_PROJECT_ENVIRONMENT="$work/venv" retry 3 10 uv sync --frozen --no-install-project \
+    (cd "$work" && UV_PROJECT_ENVIRONMENT="$work/venv" ct_retry 3 10 uv sync --frozen --no-install-project \
       --python "${PYTHON_VERSION:-3.13}")
   else
     uv venv --quiet --python "${PYTHON_VERSION:-3.13}" "$work/venv"
@@ -73,12 +73,12 @@ warm_uv_cache() {
   rm -rf "$work"
   uv cache prune
   chmod -R a+rwX "$UV_CACHE_DIR"
-  log "uv cache: $(du -sh "$UV_CACHE_DIR" | cut -f1) at $UV_CACHE_DIR"
+  ct_log "uv cache: $(du -sh "$UV_CACHE_DIR" | cut -f1) at $UV_CACHE_DIR"
 }
 
 main() {
-  require_root
-  run_step warm-uv-cache warm_uv_cache
+  ct_require_root
+  ct_step warm-uv-cache warm_uv_cache
 }
 
 # Sourcing (tests) defines the functions without running anything.

@@ -24,7 +24,7 @@ teardown_file() {
 setup() {
   [[ -z $BUILD_IMAGES_SKIP ]] || skip "$BUILD_IMAGES_SKIP"
   SCRIPT="$REPO_ROOT/packer/scripts/build-images.sh"
-  export REPO_DIR="$REPO_ROOT" CT_AMI_RECORD_DIR="$BATS_TEST_TMPDIR/record"
+  export AMI_STAGE="$REPO_ROOT" CT_AMI_RECORD_DIR="$BATS_TEST_TMPDIR/record"
   LOCAL_IMAGES=$(PYTHONPATH="$REPO_ROOT/examples/settings" python3 -m toyarena.images list | xargs)
   export LOCAL_IMAGES
 }
@@ -32,7 +32,7 @@ setup() {
 @test "build-images.sh: builds (or reuses) the setting's images and records each with its id" {
   BUILD_SETTINGS=toyarena run "$SCRIPT"
   [ "$status" -eq 0 ]
-  assert_in_order "$output" "step build-images: start" "toyarena: " "step build-images: done in"
+  assert_in_order "$output" "step build-images: start" "toyarena: " "step build-images: ok in"
   local image
   for image in $LOCAL_IMAGES; do
     assert_contains "$(cat "$CT_AMI_RECORD_DIR/images.tsv")" "$image	$(docker image inspect --format '{{.Id}}' "$image")"

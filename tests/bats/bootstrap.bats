@@ -44,7 +44,7 @@ setup() {
   fleet_env "BUCKET=$TEST_BUCKET" "FLEET_ID=$FLEET" "CODE_SHA=$BOOT_SHA" "AWS_REGION=$TEST_REGION" \
     "SETTINGS=toyarena" "SECRET_NAMES=" "SECRET_PREFIX=$PREFIX"
   # A local instance: the launcher's venv (install-deps leaves it alone), shutdown stubbed.
-  export CT_FLEET_VENV="$TEST_VENV"
+  export LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1
   make_stub shutdown
 }
 
@@ -78,6 +78,8 @@ setup() {
 @test "bootstrap: a failing run-worker is logged as FAILED, uploaded, then shutdown" {
   preseed_code
   FAKE_WORKER_EXIT=3 run "$WORKER_DIR/bootstrap.sh"
+  # It powers off and still exits with the failed step's status.
+  [ "$status" -eq 3 ]
   local log uploaded
   log=$(cat "$LOG_FILE")
   assert_in_order "$log" "step worker-setup: ok in " "FAKE-WORKER ran" \

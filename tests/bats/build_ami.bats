@@ -79,19 +79,30 @@ setup() {
   [ "$status" -eq 0 ]
 }
 
-@test "lib.sh: run_step logs the timing line bin/build-ami parses, and passes failures on" {
-  run bash -c "source '$scripts/lib.sh' && run_step demo true"
+@test "lib.sh: steps log the [ct-fleet-ami] timing line bin/build-ami parses, and pass failures on" {
+  run bash -c "source '$scripts/lib.sh' && ct_step demo true"
   [ "$status" -eq 0 ]
-  [[ $output =~ \[ct-fleet-ami\]\ step\ demo:\ done\ in\ [0-9]+s ]]
-  run bash -c "source '$scripts/lib.sh' && run_step demo false"
+  [[ $output =~ \ \[ct-fleet-ami\]\ step\ demo:\ ok\ in\ [0-9]+s$ ]]
+  # Packer puts its prefix before each line: the build's parser still reads it.
+  run python - "$root/lib" "    amazon-ebs.worker: ${lines[-1]}" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from ct_fleet.ami.packer import AMI_STEP_TAG
+from ct_fleet.protocol import steplog
+step = steplog.parse_step(sys.argv[2])
+print(step.tag == AMI_STEP_TAG, step.name, step.event)
+PY
+  [ "$output" = "True demo ok" ]
+  run bash -c "set -e; source '$scripts/lib.sh'; f() { false; echo reached; }; ct_step demo f"
   [ "$status" -eq 1 ]
-  [[ $output == *"step demo: FAILED (exit 1)"* ]]
+  [[ $output == *"[ct-fleet-ami] step demo: FAILED (exit 1)"* ]]
+  [[ $output != *reached* ]]
 }
 
-@test "lib.sh: retry gives up after its attempts" {
-  run bash -c "source '$scripts/lib.sh' && retry 3 0 false"
-  [ "$status" -eq 1 ]
-  [[ $output == *"giving up after 3 attempts"* ]]
+@test "lib.sh: ct_arch_name names the machine as the downloads do" {
+  run bash -c "source '$scripts/lib.sh' && ct_arch_name"
+  [ "$status" -eq 0 ]
+  [[ $output == x86_64 || $output == aarch64 ]]
 }
 
 # A stand-in `docker` (Docker is not AWS): local images and registry digests live in
@@ -168,7 +179,7 @@ fake_image() { # fake_image local|remote IMAGE DIGEST
   make_fake_docker
   fake_image remote env/ok:1 sha256:aaa
   run env PATH="$FAKE_DOCKER/bin:$PATH" bash -c \
-    "source '$scripts/pull-images.sh' && retry() { shift 2; \"\$@\"; } && pull_all env/ok:1 env/missing:1"
+    "source '$scripts/pull-images.sh' && ct_retry() { shift 2; \"\$@\"; } && pull_all env/ok:1 env/missing:1"
   [ "$status" -ne 0 ]
   [[ $output == *"FAILED to pull: env/missing:1"* ]]
   [[ $output == *"1 image(s) failed to pull"* ]]

@@ -121,7 +121,7 @@ pull_with() {
   refute_contains "$output" "docker logged in"
   [ "$(jq -r '.auths // {} | length' "$DOCKER_CONFIG/config.json" 2>/dev/null || echo 0)" = 0 ]
   # Under the bootstrap's step wrapper it is a FAILED step.
-  run bash -c "source '$WORKER_DIR/lib.sh' && lb_timed docker-login '$WORKER_DIR/docker-login.sh'"
+  run bash -c "set -e; source '$WORKER_DIR/lib.sh'; ct_step docker-login '$WORKER_DIR/docker-login.sh'"
   [ "$status" -eq 1 ]
   assert_contains "$output" "step docker-login: FAILED (exit 1)"
   refute_contains "$output" "BATS-DOCKER-PAT"

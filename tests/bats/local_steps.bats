@@ -45,14 +45,24 @@ EOF
 
 # --- install-deps.sh ----------------------------------------------------------------
 
-@test "install-deps: a local instance uses the launcher's venv, installs nothing" {
+@test "install-deps: LB_VENV_PROVIDED=1 (a local instance) uses that venv, installs nothing" {
   make_uv_stub
   make_stub apt-get
-  CT_FLEET_VENV="$TEST_VENV" run "$WORKER_DIR/install-deps.sh"
+  # No lock stamp in it: only the flag says the venv is ready.
+  LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1 run "$WORKER_DIR/install-deps.sh"
   [ "$status" -eq 0 ]
-  assert_contains "$output" "using the launcher's venv $TEST_VENV"
+  assert_contains "$output" "LB_VENV_PROVIDED=1: using the provided venv $TEST_VENV"
   assert_not_called uv
   assert_not_called apt-get
+}
+
+@test "install-deps: an LB_VENV without LB_VENV_PROVIDED is built like any other" {
+  make_uv_stub
+  lock_files
+  LB_VENV="$BATS_TEST_TMPDIR/elsewhere" run "$WORKER_DIR/install-deps.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$(calls uv)" "venv --python 3.13 $BATS_TEST_TMPDIR/elsewhere"
+  [ -f "$BATS_TEST_TMPDIR/elsewhere/.ct-fleet-lock" ]
 }
 
 @test "install-deps: a venv matching the lock is left alone" {
@@ -158,7 +168,7 @@ EOF
 @test "settings-pull: pulls every setting in SETTINGS with the fetched code" {
   settings_code
   fleet_env "SETTINGS=toyarena batsetting"
-  CT_FLEET_VENV="$TEST_VENV" run "$WORKER_DIR/settings-pull.sh"
+  LB_VENV="$TEST_VENV" run "$WORKER_DIR/settings-pull.sh"
   [ "$status" -eq 0 ]
   assert_in_order "$output" "setting toyarena: ready" "setting batsetting: ready (2 environments)"
   assert_equal "$(cat "$PULL_TRACE")" "pulled batsetting in $LB_ROOT_DIR"
@@ -167,7 +177,7 @@ EOF
 @test "settings-pull: an unknown setting fails the step before the next one" {
   settings_code
   fleet_env "SETTINGS=nosuch batsetting"
-  CT_FLEET_VENV="$TEST_VENV" run "$WORKER_DIR/settings-pull.sh"
+  LB_VENV="$TEST_VENV" run "$WORKER_DIR/settings-pull.sh"
   [ "$status" -ne 0 ]
   assert_contains "$output" "unknown setting 'nosuch'"
   [ ! -e "$PULL_TRACE" ]
@@ -190,7 +200,7 @@ EOF
   echo 'SETUP_VAR=from-setup' >"$LB_HOME/opt/linuxbench-worker-setup.env"
   mkdir -p "$LB_HOME/opt/linuxbench-extra/tools-a" "$LB_HOME/opt/linuxbench-extra/tools-b"
   touch "$LB_HOME/opt/linuxbench-extra/not-a-tree.txt"
-  CT_FLEET_VENV="$TEST_VENV" FAKE_WORKER_EXIT=5 run "$WORKER_DIR/run-worker.sh"
+  LB_VENV="$TEST_VENV" FAKE_WORKER_EXIT=5 run "$WORKER_DIR/run-worker.sh"
   # exec: the job loop's exit status is the step's.
   [ "$status" -eq 5 ]
   local extra="$LB_HOME/opt/linuxbench-extra"
@@ -209,7 +219,7 @@ EOF
 @test "run-worker: without FLEET_ID it stops, naming the setting" {
   fake_worker_code
   fleet_env BUCKET=bucket-rw
-  CT_FLEET_VENV="$TEST_VENV" run "$WORKER_DIR/run-worker.sh"
+  LB_VENV="$TEST_VENV" run "$WORKER_DIR/run-worker.sh"
   [ "$status" -eq 1 ]
   assert_contains "$output" "FLEET_ID is not set"
   refute_contains "$output" "CODE_ROOT="
@@ -219,7 +229,7 @@ EOF
   fake_worker_code
   make_stub sudo
   fleet_env FLEET_ID=fleet-rw BUCKET=bucket-rw WORKER_USER=nobody
-  CT_FLEET_VENV="$TEST_VENV" run "$WORKER_DIR/run-worker.sh"
+  LB_VENV="$TEST_VENV" run "$WORKER_DIR/run-worker.sh"
   [ "$status" -eq 0 ]
   assert_equal "$(calls sudo)" "--preserve-env -u nobody $TEST_VENV/bin/python -m ct_fleet.worker"
   assert_equal "$(stat -c %U "$LB_HOME/var/lib/linuxbench/jobs")" nobody

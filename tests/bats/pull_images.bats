@@ -60,7 +60,7 @@ refute_secrets_in_output() {
   run "$SCRIPT"
   [ "$status" -eq 0 ]
   assert_in_order "$output" "step pull-images: start" "logged in to $REGISTRY as $ORG" \
-    "images: 2 pulled, total 2" "step pull-images: done in"
+    "images: 2 pulled, total 2" "step pull-images: ok in"
   assert_contains "$output" "pulled: $a in"
   assert_contains "$output" "pulled: $b in"
   refute_secrets_in_output

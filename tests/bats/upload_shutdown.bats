@@ -64,22 +64,46 @@ instance_states() {
   assert_contains "$output" "shutting down"
 }
 
+@test "shutdown-instance: the secrets file goes before the instance" {
+  make_stub shutdown
+  mkdir -p "$LB_HOME/etc/linuxbench"
+  echo "export GH_TOKEN=x" >"$LB_HOME/etc/linuxbench/secrets.env"
+  run "$WORKER_DIR/shutdown-instance.sh"
+  [ "$status" -eq 0 ]
+  [ ! -e "$LB_HOME/etc/linuxbench/secrets.env" ]
+}
+
 @test "shutdown-instance: LB_NO_SHUTDOWN=1 stays up" {
   make_stub shutdown
+  mkdir -p "$LB_HOME/etc/linuxbench"
+  echo "export GH_TOKEN=x" >"$LB_HOME/etc/linuxbench/secrets.env"
   LB_NO_SHUTDOWN=1 run "$WORKER_DIR/shutdown-instance.sh"
   [ "$status" -eq 0 ]
   assert_contains "$output" "LB_NO_SHUTDOWN=1: staying up"
   assert_not_called shutdown
+  [ -e "$LB_HOME/etc/linuxbench/secrets.env" ]
 }
 
-@test "shutdown-instance: a non-root user on EC2 goes through sudo" {
+@test "shutdown-instance: a non-root user goes through sudo, whatever else is set" {
   make_stub shutdown
   make_stub sudo
   make_stub id '[[ $1 == -u ]] && { echo 1000; exit 0; }; exec /usr/bin/id "$@"'
-  unset INSTANCE_ID
-  run "$WORKER_DIR/shutdown-instance.sh"
+  # INSTANCE_ID is no sign of a local instance: only LB_SHUTDOWN changes how to power off.
+  INSTANCE_ID=i-0123 run "$WORKER_DIR/shutdown-instance.sh"
   [ "$status" -eq 0 ]
   assert_equal "$(calls sudo)" "shutdown -h now"
+  assert_not_called shutdown
+}
+
+@test "shutdown-instance: LB_SHUTDOWN names the program, run as is (no sudo)" {
+  make_stub shutdown
+  make_stub sudo
+  make_stub my-poweroff
+  make_stub id '[[ $1 == -u ]] && { echo 1000; exit 0; }; exec /usr/bin/id "$@"'
+  LB_SHUTDOWN="$STUB_BIN/my-poweroff" run "$WORKER_DIR/shutdown-instance.sh"
+  [ "$status" -eq 0 ]
+  assert_equal "$(calls my-poweroff)" "-h now"
+  assert_not_called sudo
   assert_not_called shutdown
 }
 

@@ -50,9 +50,9 @@ from .common import (
     BuildFailed,
 )
 from .packer import (
+    AMI_STEP_TAG,
     PACKER_PHASES,
     PACKER_VERSION_RE,
-    STEP_DONE_RE,
     ManifestEntry,
     PackerPhases,
     Timings,
@@ -77,6 +77,7 @@ from .rotation import (
 
 __all__ = [
     "AMI_ID_RE",
+    "AMI_STEP_TAG",
     "AmiError",
     "BUILD_TAG",
     "BadInput",
@@ -98,7 +99,6 @@ __all__ = [
     "REGION_RE",
     "REPO",
     "RotateResult",
-    "STEP_DONE_RE",
     "Timings",
     "VAR_NAME_RE",
     "build_ami",

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BadInput
+from ..protocol import steplog
 from .common import AMI_ID_RE, AmiError
 
-# Printed by packer/scripts/lib.sh run_step; Packer prefixes it with the build name.
-STEP_DONE_RE = re.compile(r"\[ct-fleet-ami\] step (\S+): done in (\d+)s")
+# The tag of every line the provisioning scripts log (CT_TAG in packer/scripts/lib.sh).
+AMI_STEP_TAG = "ct-fleet-ami"
 
 
 PACKER_VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
@@ -58,8 +59,8 @@ class Timings:
 
 class PackerPhases:
     """Turns Packer's output into phases: a marker line closes the open phase and opens
-    the next one; the provisioning scripts' own "step X: done in Ns" lines are kept as
-    sub-phases of `packer: provision`."""
+    the next one; the provisioning scripts' own "step X: ok in Ns" lines (steplog) are kept
+    as sub-phases of `packer: provision`."""
 
     def __init__(self, timings: Timings, clock: Callable[[], float] = time.monotonic) -> None:
         self.timings = timings
@@ -69,9 +70,10 @@ class PackerPhases:
         self.steps: list[tuple[str, float]] = []
 
     def feed(self, line: str) -> None:
-        step = STEP_DONE_RE.search(line)
-        if step:
-            self.steps.append((f"  step {step.group(1)}", float(step.group(2))))
+        step = steplog.parse_step(line)
+        if step and step.tag == AMI_STEP_TAG:
+            if step.event == "ok" and step.seconds is not None:
+                self.steps.append((f"  step {step.name}", float(step.seconds)))
             return
         for marker, name in PACKER_PHASES:
             if marker in line and name != self.current:

@@ -10,6 +10,7 @@ runs its module without importing it twice.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __all__ = ["cli", "main"]
@@ -17,7 +18,7 @@ __all__ = ["cli", "main"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from . import main as _main
-
-        return getattr(_main, name)
+        # import_module, not `from . import main`: that looks the name up on this package
+        # first, which lands back here ("main" is in __all__) and recurses.
+        return getattr(importlib.import_module(f"{__name__}.main"), name)
     raise AttributeError(f"module 'ct_fleet.cli' has no attribute {name!r}")

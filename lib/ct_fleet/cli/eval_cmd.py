@@ -106,6 +106,8 @@ def eval_command(
     )
     if planned.cloud.bills and not _confirm_cost(planned):
         return
+    if planned.large and not _confirm_large(planned):
+        return
     hooks = RunHooks(
         info=lambda text: console.print(text, highlight=False, soft_wrap=True),
         warn=lambda text: err.print(f"[yellow]warning:[/] {text}", highlight=False),
@@ -117,10 +119,14 @@ def eval_command(
             hooks.on_progress = live.update
             result = execute(planned, hooks)
     except FleetInterrupted as exc:
+        again = f"rerun with --ec2-arg resume={fleet_id}" if planned.spec.config.new_fleet else "rerun the same command"
         if exc.leave_running:
-            err.print(f"fleet {fleet_id} left running: rerun the same command to resume it", highlight=False)
+            err.print(f"fleet {fleet_id} left running: {again} to resume it", highlight=False)
         else:
-            err.print(f"fleet {fleet_id} stopped; finished results are kept in {run_dir}/results", highlight=False)
+            err.print(
+                f"fleet {fleet_id} stopped; finished results are kept in {run_dir}/results ({again} to resume)",
+                highlight=False,
+            )
         sys.exit(130)
     _report(result)
     status = exit_status(result)
@@ -142,6 +148,16 @@ def _confirm_cost(planned: PlannedFleet) -> bool:
     return click.confirm(
         f"launch up to {est.workers} {cfg.instance_type} worker(s) for about ${est.total:.2f}?", default=False
     )
+
+
+def _confirm_large(planned: PlannedFleet) -> bool:
+    """Many jobs (often a typo in --epochs) run only when confirmed, or with auto_confirm."""
+    jobs = len(planned.spec.jobs)
+    if planned.spec.config.auto_confirm:
+        return True
+    if not sys.stdin.isatty():
+        raise BadInput(f"{jobs:,} jobs is a large run: confirm with --ec2-arg auto_confirm=true")
+    return click.confirm(f"start {jobs:,} jobs?", default=False)
 
 
 def _ask_leave_running() -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..cloud import Cloud, connect_aws
-from ..controller import config, credentials, observe
+from ..controller import config, credentials, observe, sweep
 from ..controller.run import DOTENV
 from ..errors import BadInput
 from .console import console
@@ -27,13 +27,22 @@ bucket_option = click.option("--bucket", default=config.Ec2Config().bucket, show
 
 @click.command(name="status")
 @click.option("--all-users", is_flag=True, help="everyone's fleets, not just yours")
+@click.option("--clean", is_flag=True, help="first delete worker secrets whose instances are gone")
 @region_option
-def cloud_status_command(all_users: bool, region: str | None) -> None:
+def cloud_status_command(all_users: bool, clean: bool, region: str | None) -> None:
     """Show running instances and fleet queues, grouped by fleet, with cost so far.
 
-    Queue columns: work waiting / in flight, done waiting, dead letters.
+    Queue columns: work waiting / in flight, done waiting, dead letters. With --clean,
+    secrets left in SSM by a controller that died before its teardown are deleted first
+    (those of instances that still run are kept).
     """
     cloud = _aws_cloud(region)
+    if clean:
+        swept = sweep.sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
+        for fleet_id, count in sorted(swept.items()):
+            console.print(f"deleted {count} secret(s) of fleet {fleet_id} (its instances are gone)", highlight=False)
+        if not swept:
+            console.print("no secrets left behind", highlight=False)
     me = None if all_users else credentials.launched_by(cloud.client("sts"))
     rows = observe.cloud_status(cloud.client("ec2"), cloud.client("sqs"), launched_by=me)
     console.print(cloud_status_table(rows, datetime.now(UTC)))

@@ -1,6 +1,8 @@
 """The `ct-fleet` command group: one function per command, in a module per command.
 
-Every command turns BadInput into one line on stderr and exit status 2.
+Every command turns BadInput (and click's usage errors) into one line on stderr and exit
+status 2. Tracebacks are for bugs only: an unexpected exception prints one line naming
+the file its full traceback was written to, and exits 1.
 """
 
 from __future__ import annotations
@@ -8,9 +10,16 @@ from __future__ import annotations
 import sys
 
 import click
+from rich.markup import escape
 
 from ..errors import BadInput
 from .console import err
+from .crash import write_crash_report
+
+
+def _one_line(text: object) -> str:
+    lines = str(text).strip().splitlines()
+    return lines[0][:400] if lines else ""
 
 
 class CtFleetGroup(click.Group):
@@ -20,8 +29,31 @@ class CtFleetGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BadInput as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(_one_line(exc))}", highlight=False, soft_wrap=True)
             sys.exit(BadInput.exit_code)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx else "ct-fleet"
+            err.print(
+                f"error: {_one_line(exc.format_message())} (see {where} --help)",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
+            sys.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            err.print("interrupted", highlight=False)
+            sys.exit(130)
+        except Exception as exc:
+            path = write_crash_report(exc)
+            err.print(
+                f"error: unexpected {type(exc).__name__}: {_one_line(exc)} (a bug; traceback in {path})",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
+            sys.exit(1)
 
 
 @click.group(cls=CtFleetGroup)

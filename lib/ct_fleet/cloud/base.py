@@ -71,8 +71,7 @@ class Cloud:
         if self.instances_run_here():
             env = dict(os.environ)
             env["AWS_REGION"] = self.region
-            # Local instances share this venv (its python, and the AWS CLI the scripts call).
-            env["CT_FLEET_VENV"] = sys.prefix
+            # The AWS CLI the scripts call is this venv's (the venv itself: instance_env).
             env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
             self.runner = LocalInstanceRunner(self.client("ec2"), instances_dir, env)
 

@@ -11,6 +11,7 @@ import base64
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,24 @@ from ..sandbox.cleanup import remove_sandboxes
 
 SHIMS_DIR = Path(__file__).resolve().parent / "shims"
 SPOT_NOTICE = "spot-interruption-notice"
+# What fetch-secrets.sh writes on an instance's disk (worker/lib.sh: LB_SECRETS_ENV). An EC2
+# instance's disk goes with it; a local instance's directory stays for debugging, so its
+# secrets are wiped when the instance is gone.
+SECRETS_FILE = Path("etc/linuxbench/secrets.env")
+
+
+def instance_env(home: Path, instance_id: str, venv: str = sys.prefix) -> dict[str, str]:
+    """What a local instance is told instead of what EC2 provides (the instance's inputs,
+    listed in worker/lib.sh): its own root directory, its id (there is no instance metadata
+    service), the venv it shares with this controller, and how it powers itself off."""
+    return {
+        "LB_HOME": str(home),
+        "INSTANCE_ID": instance_id,
+        "LB_VENV": venv,
+        "LB_VENV_PROVIDED": "1",
+        "LB_SHUTDOWN": str(SHIMS_DIR / "shutdown"),
+        "CT_SPOT_NOTICE_FILE": str(home / SPOT_NOTICE),
+    }
 
 
 class LocalInstanceRunner:
@@ -43,20 +62,27 @@ class LocalInstanceRunner:
             attr = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
             script = home / "user-data"
             script.write_bytes(base64.b64decode(attr.get("UserData", {}).get("Value", "")))
-            env = {
-                **self.env,
-                "LB_HOME": str(home),
-                "INSTANCE_ID": instance_id,
-                "PATH": f"{SHIMS_DIR}:{self.env['PATH']}",
-                "CT_SPOT_NOTICE_FILE": str(home / SPOT_NOTICE),
-            }
+            # The shim is also first on PATH: nothing a local instance runs can power off this machine.
+            env = {**self.env, **instance_env(home, instance_id), "PATH": f"{SHIMS_DIR}:{self.env['PATH']}"}
             with open(home / "console.log", "ab") as console:
+                # No terminal, as on EC2: an instance must not read (or be hung up with) the
+                # launcher's terminal, where the user answers the controller's prompts.
                 proc = subprocess.Popen(
-                    ["bash", str(script)], cwd=home, env=env, stdout=console, stderr=console, start_new_session=True
+                    ["bash", str(script)],
+                    cwd=home,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=console,
+                    stderr=console,
+                    start_new_session=True,
                 )
             (home / "pid").write_text(str(proc.pid))
             self.procs[instance_id] = proc.pid
             self._children[proc.pid] = proc
+
+    def wait(self, instance_id: str, timeout: float) -> int:
+        """Wait for an instance's user-data (started here) to end; its exit status."""
+        return self._children[self.procs[instance_id]].wait(timeout)
 
     def reap(self, live: list[str]) -> None:
         """Kill the process trees of instances no longer live in EC2 (terminated)."""
@@ -64,6 +90,9 @@ class LocalInstanceRunner:
             proc.poll()  # collect exited children so they do not linger as zombies
         for instance_id in set(self.procs) - set(live):
             self._kill(instance_id)
+        for home in self.dir.glob("*/"):
+            if home.name not in live and home.name not in self.procs:
+                _wipe_secrets(home)
 
     def _kill(self, instance_id: str) -> None:
         pid = self.procs.pop(instance_id, None)
@@ -76,11 +105,17 @@ class LocalInstanceRunner:
         child = self._children.pop(pid, None)
         if child:
             child.wait()
+        _wipe_secrets(self.dir / instance_id)
         remove_sandboxes(instance=instance_id)
 
     def stop_all(self) -> None:
         for instance_id in list(self.procs):
             self._kill(instance_id)
+
+
+def _wipe_secrets(home: Path) -> None:
+    for path in (home / SECRETS_FILE, (home / SECRETS_FILE).with_suffix(".env.tmp")):
+        path.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:

@@ -131,6 +131,10 @@ class MotoServer:
                 time.sleep(0.05)
             else:
                 os.kill(self.pid, 9)
+                try:
+                    os.waitpid(self.pid, 0)  # reap it, or it lingers as a zombie while we run
+                except ChildProcessError:
+                    pass
         except ProcessLookupError:
             pass
         self.pid = None

@@ -19,11 +19,7 @@ from typing import Any
 
 from ..errors import BadInput
 from ..protocol import extra_src_key
-
-# Never shipped from --extra-src trees: caches, VCS metadata, environments, build output, lockfiles.
-EXCLUDED_DIRS = {"__pycache__", ".git", "node_modules", ".venv", "venv", "build", "dist"}
-LOCKFILE_SUFFIXES = (".lock",)
-LOCKFILE_NAMES = {"package-lock.json", "yarn.lock", "pnpm-lock.yaml", "poetry.lock", "uv.lock", "Pipfile.lock"}
+from . import extra_src
 
 
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -71,20 +67,12 @@ def archive(repo: Path, sha: str, dest: Path) -> Path:
     return dest
 
 
-def _shipped(name: str) -> bool:
-    return name not in EXCLUDED_DIRS and name not in LOCKFILE_NAMES and not name.endswith(LOCKFILE_SUFFIXES)
-
-
 def pack_extra_src(src: Path, dest: Path) -> Path:
-    """Tar DIR as <basename>/..., leaving out caches, VCS data, environments, builds and lockfiles."""
-    src = src.resolve()
+    """Tar DIR as <basename>/..., shipping what extra_src.scan_tree lists (no caches, no credentials)."""
+    tree = extra_src.scan_tree(src)
     with tarfile.open(dest, "w:gz") as tar:
-        for root, dirs, files in os.walk(src):
-            dirs[:] = sorted(d for d in dirs if _shipped(d))
-            for name in sorted(files):
-                if _shipped(name) and not name.endswith((".pyc", ".pyo")):
-                    path = Path(root) / name
-                    tar.add(path, arcname=str(Path(src.name) / path.relative_to(src)), recursive=False)
+        for rel in tree.files:
+            tar.add(tree.root / rel, arcname=str(Path(tree.name) / rel), recursive=False)
     return dest
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import BadInput
+from . import ec2_rules
 
 
 def knob(default: Any, help: str) -> Any:
@@ -42,11 +43,18 @@ class Ec2Config:
     estimate: bool = knob(False, "print the cost estimate and launch nothing")
     auto_confirm: bool = knob(False, "skip the cost confirmation prompt")
     new_fleet: bool = knob(False, "start a fresh fleet instead of resuming one with the same id")
+    resume: str | None = knob(None, "id of a fleet to resume, e.g. one started with new_fleet=true (same inputs)")
     max_cost: float | None = knob(None, "stop launching and tear down when the cost so far reaches this (USD)")
     hourly_price: float | None = knob(
         None, "USD per instance-hour for estimates (default: the dated table in lib/ct_fleet/controller/prices.json)"
     )
     sample_time_limit: int = knob(3600, "seconds one sample may run before it is killed (class timeout)")
+    job_memory_mb: int = knob(
+        0, "MB of RSS one job may use before it is killed (class memory); 0: half the worker's RAM"
+    )
+    warm_runner: bool = knob(
+        True, "run Inspect jobs in children forked from a warm process (false: a fresh interpreter per job)"
+    )
     worker_setup: str | None = knob(None, "<extra-src basename>/<path> of a script run as root before jobs")
     worker_user: str | None = knob(None, "account that runs jobs on workers (added to docker, owns /opt/linuxbench)")
     visibility_timeout: int = knob(120, "seconds a received job stays hidden; workers extend it while the job runs")
@@ -68,41 +76,21 @@ class Ec2Config:
         """Fill the knobs left None ("per cloud") from the cloud's defaults, and the region."""
         chosen = {k: v for k, v in defaults.items() if getattr(self, k) is None}
         region = self.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        return replace(self, **chosen, region=region)
+        if region != self.region:
+            region = ec2_rules.check_value("region", region, where="AWS_REGION:")
+        cfg = replace(self, **chosen, region=region)
+        ec2_rules.check_config(cfg)
+        return cfg
 
 
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-
-
-def _base_type(annotation: Any) -> type:
-    hints = typing.get_type_hints(Ec2Config)
-    args = [a for a in typing.get_args(hints[annotation]) if a is not type(None)]
-    chosen: type = args[0] if args else hints[annotation]
-    return chosen
-
-
-def _coerce(key: str, raw: Any) -> Any:
-    kind = _base_type(key)
-    if raw is None or (isinstance(raw, str) and raw.lower() in ("none", "null", "")):
-        optional = type(None) in typing.get_args(typing.get_type_hints(Ec2Config)[key])
-        if optional:
-            return None
-        raise BadInput(f"--ec2-arg {key} needs a {kind.__name__} value")
-    if kind is bool:
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).lower()
-        if text in _TRUE | _FALSE:
-            return text in _TRUE
-        raise BadInput(f"--ec2-arg {key}={raw}: expected true or false")
-    try:
-        value = kind(raw)
-    except (TypeError, ValueError):
-        raise BadInput(f"--ec2-arg {key}={raw}: expected {'an' if kind is int else 'a'} {kind.__name__}") from None
-    if kind in (int, float) and value < 0:
-        raise BadInput(f"--ec2-arg {key}={raw}: must not be negative")
-    return value
+def _coerce(key: str, raw: Any, where: str = "--ec2-arg") -> Any:
+    if isinstance(raw, str):
+        raw = raw.strip()
+        if raw.lower() in ("none", "null", ""):
+            raw = None
+    if raw is None and type(None) not in typing.get_args(typing.get_type_hints(Ec2Config)[key]):
+        raise BadInput(f"{where} {key} needs a value (see `ct-fleet eval --help`)")
+    return ec2_rules.check_value(key, raw, where)
 
 
 def knob_names() -> list[str]:
@@ -124,7 +112,7 @@ def parse_ec2_args(pairs: typing.Iterable[str]) -> dict[str, Any]:
         if not sep:
             raise BadInput(f"--ec2-arg {pair!r}: write key=value")
         _check_key(key)
-        values[key] = _coerce(key, raw.strip())
+        values[key] = _coerce(key, raw)
     return values
 
 
@@ -135,7 +123,7 @@ def from_mapping(mapping: dict[str, Any], where: str) -> dict[str, Any]:
     values = {}
     for key, raw in mapping.items():
         _check_key(str(key))
-        values[str(key)] = _coerce(str(key), raw)
+        values[str(key)] = _coerce(str(key), raw, where=f"{where}:")
     return values
 
 

@@ -7,28 +7,44 @@ precedence over a profile in every AWS SDK, so having both is refused rather tha
 
 from __future__ import annotations
 
+import io
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError, NoCredentialsError, SSOError, TokenRetrievalError
+from dotenv.parser import parse_stream
 
 from ..errors import BadInput
+from .safe_yaml import read_text
 
 SECRET_NAMES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GH_TOKEN", "DOCKER_ORG_NAME", "DOCKER_ORG_PAT")
 KEY_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
+DOTENV_MAX_BYTES = 1 << 20
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def read_dotenv(path: Path) -> dict[str, str]:
+    """KEY=value lines as python-dotenv reads them (export, quotes, comments, CRLF, a BOM).
+
+    Values are taken literally (no ${VAR} expansion): a secret is passed on exactly as written.
+    """
+    if not path.exists():
+        return {}
+    text = read_text(path, max_bytes=DOTENV_MAX_BYTES, what=".env file").replace("\r\n", "\n")
     values: dict[str, str] = {}
-    if not path.is_file():
-        return values
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.removeprefix("export ").partition("=")
-        values[key.strip()] = value.strip().strip("'\"")
+    for binding in parse_stream(io.StringIO(text)):
+        line = binding.original.line
+        if binding.error:
+            raise BadInput(f"{path}:{line}: not a KEY=value line; quote the value or comment the line out with #")
+        if binding.key is None or binding.value is None:
+            continue  # a comment, a blank line, or a bare KEY
+        if not ENV_NAME.fullmatch(binding.key):
+            raise BadInput(f"{path}:{line}: {binding.key!r} is not a variable name (letters, digits and _)")
+        values[binding.key] = binding.value
     return values
 
 

@@ -8,23 +8,29 @@ durable record a local resume reads and the input of the merge.
 
 from __future__ import annotations
 
+import importlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import merge
 from ..cloud import Cloud
 from ..evallog import is_finished
-from ..protocol import DoneMessage, Manifest, WorkMessage, decode_reports, log_key, result_key
-from ..services import instances, queues, store
+from ..protocol import DoneMessage, FleetEnv, Manifest, WorkMessage, decode_reports, log_key, result_key, steplog
+from ..protocol.user_data import render_user_data
+from ..services import instances, queues, stop, store
 from ..services import secrets as fleet_secrets
-from . import cost, job_images, scaling
+from . import cost, interrupts, job_images, phases, scaling
+from .interrupts import Terminated
 from .plan import Job
 from .spec import FleetInterrupted, FleetSpec, Progress, RunResult
 from .tracker import JobTracker
+
+if TYPE_CHECKING:
+    from .. import merge
 
 DONE_POLL_PAUSE = 1.0
 STRAGGLER_GRACE = 30
@@ -72,6 +78,7 @@ class Controller:
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
         self.downloads = ThreadPoolExecutor(max_workers=8)
         self.downloads_in_flight: dict[str, Future[bool]] = {}
+        self._merge_preloaded = False
 
     # -- set-up ------------------------------------------------------------------------
     def completed_results(self) -> set[str]:
@@ -92,32 +99,29 @@ class Controller:
         return self.manifest.work_message(self.manifest_jobs[job.job_id])
 
     # -- the run -----------------------------------------------------------------------
-    def run(self, code_tarball: Path, user_data_settings: dict[str, str]) -> RunResult:
+    def run(self, code_tarball: Path, fleet_env: FleetEnv) -> RunResult:
+        """Drive the fleet to its end, tear it down, merge. Teardown runs on every way out:
+        an interrupt or an error stops the workers and deletes their secrets (unless the
+        user chose to leave them running), and raises FleetInterrupted on an interrupt."""
         start = time.monotonic()
-        self.results_dir.mkdir(parents=True, exist_ok=True)
-        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
-        done = self._resume(previous)
-        store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
-        pending = [job for job_id, job in self.jobs.items() if job_id not in done]
-        adopted, enqueued = self._queue(pending, previous)
-
-        stopped_reason = None
-        if pending:
-            if not adopted:
-                self._launch(self._first_launch_count(len(pending)), user_data_settings)
-            try:
-                stopped_reason = self._track(start, user_data_settings)
-            except KeyboardInterrupt:
-                leave = self.leave_running_on_interrupt()
-                if not leave:
-                    self.teardown(delete_queues=False)
-                raise FleetInterrupted(leave) from None
-        self.teardown(delete_queues=self.state.complete)
-        self._record_durations()
+        # Rendered (and checked: EC2's size limit) before anything is created.
+        user_data = render_user_data(fleet_env)
+        try:
+            done, adopted, enqueued, stopped_reason = self._drive(start, code_tarball, user_data)
+        except BaseException as exc:
+            self._stop_early(exc)
+            raise
+        try:
+            self.teardown(delete_queues=self.state.complete)
+            self._record_durations()
+            phases.reached(phases.MERGE, self.run_dir)
+            merged = self._merge()
+        except KeyboardInterrupt:
+            raise FleetInterrupted(False) from None
         return RunResult(
             fleet_id=self.spec.fleet_id,
             run_dir=self.run_dir,
-            merged=self._merge(),
+            merged=merged,
             state=self.state,
             jobs=len(self.jobs),
             resumed=len(done),
@@ -129,6 +133,43 @@ class Controller:
             enqueued=enqueued,
             adopted_workers=len(self.launched) if adopted else 0,
         )
+
+    def _drive(self, start: float, code_tarball: Path, user_data: str) -> tuple[set[str], bool, int, str | None]:
+        """Resume, enqueue, launch, track: (resumed jobs, adopted?, messages sent, stop reason)."""
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
+        stop.clear(self.s3, self.cfg.bucket, self.spec.fleet_id)  # an earlier end no longer holds
+        done = self._resume(previous)
+        store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
+        pending = [job for job_id, job in self.jobs.items() if job_id not in done]
+        adopted, enqueued = self._queue(pending, previous)
+        phases.reached(phases.ENQUEUE, self.run_dir)
+        stopped_reason = None
+        if pending:
+            if not adopted:
+                self._launch(self._first_launch_count(len(pending)), user_data)
+            stopped_reason = self._track(start, user_data)
+        return done, adopted, enqueued, stopped_reason
+
+    def _stop_early(self, exc: BaseException) -> None:
+        """The run ended before its end (interrupt or error): stop the fleet, or leave it running
+        when the user says so after Ctrl-C. Raises FleetInterrupted for an interrupt."""
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        leave = False
+        if interrupted and not isinstance(exc, Terminated) and self.launched:
+            try:
+                leave = self.leave_running_on_interrupt()
+            except BaseException:  # a second Ctrl-C or EOF at the prompt: stop
+                leave = False
+        if not leave:
+            try:
+                self.teardown(delete_queues=False)
+            except KeyboardInterrupt:
+                pass  # held off until teardown was done; the first interrupt is reported
+            except Exception as err:
+                self.warn(f"teardown failed ({type(err).__name__}: {err}); run `ct-fleet cloud status --clean`")
+        if interrupted:
+            raise FleetInterrupted(leave) from None
 
     def _resume(self, previous: Manifest | None) -> set[str]:
         """Jobs already done by an earlier run of this fleet (its manifest in S3 or on disk)."""
@@ -161,6 +202,8 @@ class Controller:
         return False, sent
 
     def _merge(self) -> list[merge.MergedTask]:
+        from .. import merge  # imports inspect_ai (seconds): only when there is something to merge
+
         results = sorted(self.results_dir.glob("*.eval"))
         if not results:
             return []
@@ -176,7 +219,7 @@ class Controller:
             pending, max_workers=self.cfg.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
         )
 
-    def _launch(self, count: int, settings: dict[str, str]) -> list[str]:
+    def _launch(self, count: int, user_data: str) -> list[str]:
         ami, _ = instances.resolve_ami(self.ec2, self.ssm, self.cfg)
         group = instances.ensure_security_group(self.ec2, self.cfg.security_group)
         ids = instances.launch(
@@ -186,35 +229,39 @@ class Controller:
             config=self.cfg,
             fleet_id=self.spec.fleet_id,
             launched_by=self.launched_by,
-            user_data=instances.render_user_data(settings),
+            user_data=user_data,
             security_group_id=group,
         )
+        # Known before anything else can fail: teardown terminates these even when EC2's
+        # listing does not show them yet.
+        self.launched.extend(ids)
+        now = time.time()
+        self.launch_times.update({i: now for i in ids})
         # Secrets must exist before a worker asks for them (it waits a while if not).
         fleet_secrets.put_for_instances(
             self.ssm, self.spec.fleet_id, ids, self.secrets, account=self.account, region=self.cloud.region
         )
         self.cloud.after_launch(ids)
-        self.launched.extend(ids)
-        now = time.time()
-        self.launch_times.update({i: now for i in ids})
         return ids
 
     def cost_so_far(self) -> float:
         return cost.cost_so_far(self.launch_times, time.time(), self.spec.hourly_price, self.end_times)
 
     # -- tracking ----------------------------------------------------------------------
-    def _track(self, start: float, settings: dict[str, str]) -> str | None:
+    def _track(self, start: float, user_data: str) -> str | None:
         last_progress = time.monotonic()
         last_activity = time.monotonic()
         last_fleet_check = 0.0
         warned_stale = False
         live: list[str] = list(self.launched)
+        phases.reached(phases.TRACKING, self.run_dir)
         while not self.state.complete:
+            if self.state.remaining == 0 and self.downloads_in_flight:
+                # Every job is reported: only its result is still coming (the end of the run).
+                self._collect_downloads(wait=True)
+                self._report(start, live)
+                continue
             messages = queues.receive(self.sqs, self.q.done, wait=1 if self.downloads_in_flight else 5)
-            if len(messages) < queues.BATCH:
-                # A part-full batch means the queue is drained: let reports pile up a little
-                # so that receives and deletes stay batched (calls per second, not per job).
-                time.sleep(DONE_POLL_PAUSE)
             before = len(self.state.final)
             for msg in messages:
                 for report in decode_reports(msg["Body"]):
@@ -222,6 +269,10 @@ class Controller:
             if messages:
                 queues.delete_batch(self.sqs, self.q.done, [m["ReceiptHandle"] for m in messages])
                 last_activity = time.monotonic()
+            if len(messages) < queues.BATCH and self.state.remaining:
+                # A part-full batch means the queue is drained: let reports pile up a little
+                # so that receives and deletes stay batched (calls per second, not per job).
+                time.sleep(DONE_POLL_PAUSE)
             self._collect_downloads()
             if len(self.state.final) > before:
                 last_progress = time.monotonic()
@@ -230,7 +281,7 @@ class Controller:
             now = time.monotonic()
             if now - last_fleet_check >= (self.cfg.check_interval or 5):
                 last_fleet_check = now
-                live, stop = self._check_fleet(settings)
+                live, stop = self._check_fleet(user_data)
                 if stop:
                     return stop
             self._report(start, live)
@@ -247,7 +298,7 @@ class Controller:
         self._collect_downloads(wait=True)
         return None
 
-    def _check_fleet(self, settings: dict[str, str]) -> tuple[list[str], str | None]:
+    def _check_fleet(self, user_data: str) -> tuple[list[str], str | None]:
         """One look at EC2 and the queues: reap, cost, dead letters, replacements, scaling."""
         live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
         self.cloud.poll(live)
@@ -261,7 +312,7 @@ class Controller:
         self.depths = queues.depths(self.sqs, self.q, roles=("work", "dlq"))
         if self.depths.get("dlq") or self.depths.get("dlq_in_flight"):
             self._drain_dlq()
-        return live, self._manage_workers(live, settings)
+        return live, self._manage_workers(live, user_data)
 
     def _on_done(self, msg: DoneMessage) -> None:
         if msg.type == "heartbeat":
@@ -274,6 +325,11 @@ class Controller:
         fetch = self.state.on_report(msg)
         if fetch is not None:
             self.downloads_in_flight[fetch] = self.downloads.submit(self._fetch_result, fetch)
+            if not self._merge_preloaded:
+                # The merge imports inspect_ai (seconds): load it while workers run, once
+                # they are past their own start, not after the last result.
+                self._merge_preloaded = True
+                threading.Thread(target=importlib.import_module, args=("ct_fleet.merge",), daemon=True).start()
 
     def _fetch_result(self, job_id: str) -> bool:
         key = result_key(self.spec.fleet_id, job_id)
@@ -301,7 +357,7 @@ class Controller:
                 self.state.dead_lettered(WorkMessage.from_json(msg["Body"]).job_id)
             queues.delete_batch(self.sqs, self.q.dlq, [m["ReceiptHandle"] for m in messages])
 
-    def _manage_workers(self, live: list[str], settings: dict[str, str]) -> str | None:
+    def _manage_workers(self, live: list[str], user_data: str) -> str | None:
         """Replace workers that died with work left; add workers while the fleet is CPU-bound."""
         now = time.monotonic()
         waiting = self.depths.get("work", 0)
@@ -324,25 +380,23 @@ class Controller:
                 f"{len(live)} worker(s) up with {waiting} job(s) waiting: launching {decision.count} "
                 f"replacement(s) ({self.replacements}/{self.cfg.max_replacements})"
             )
-            self._launch(decision.count, settings)
+            self._launch(decision.count, user_data)
         elif decision.action == "scale_up":
             self.last_scale_up = now
-            self._launch(decision.count, settings)
+            self._launch(decision.count, user_data)
         return None
 
     def _bootstrap_failure(self) -> str:
-        failed = ""
+        """Why workers keep dying: the failed step of the newest bootstrap log that has one."""
         for instance_id in reversed(self.launched):
             key = log_key(self.spec.fleet_id, instance_id)
             try:
                 text = self.s3.get_object(Bucket=self.cfg.bucket, Key=key)["Body"].read().decode(errors="replace")
             except Exception:
                 continue
-            for line in text.splitlines():
-                if "FAILED" in line:
-                    failed = line.strip()
-            if failed:
-                return f"workers keep dying: {failed} (log: s3://{self.cfg.bucket}/{key})"
+            failure = steplog.first_failure(text)
+            if failure:
+                return f"workers keep dying: {failure.describe()} (log: s3://{self.cfg.bucket}/{key})"
         return f"workers keep dying after {self.replacements} replacement(s); logs under s3://{self.cfg.bucket}/{self.spec.fleet_id}/logs/"
 
     def _report(self, start: float, live: list[str]) -> None:
@@ -390,18 +444,60 @@ class Controller:
 
     # -- teardown ----------------------------------------------------------------------
     def teardown(self, *, delete_queues: bool) -> None:
-        live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
+        """Terminate the fleet's workers and delete their secrets (and the queues when the work
+        is done). After a complete run the workers first get idle_timeout to exit by
+        themselves; an interrupt cuts that wait short, never the termination after it."""
+        interrupted: KeyboardInterrupt | None = None
+        try:
+            live = self._live_ids()
+        except Exception as exc:  # the launched ids are still known: terminate those
+            self.warn(f"could not list the fleet's instances ({type(exc).__name__}); terminating the ones launched")
+            live = []
         if delete_queues and live:
-            # The work is done: workers see the empty queue, upload their logs and shut down
-            # by themselves within idle_timeout. Only stragglers are terminated.
-            deadline = time.monotonic() + (self.cfg.idle_timeout or 0) + STRAGGLER_GRACE
-            while live and time.monotonic() < deadline:
-                time.sleep(1)
-                live = [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
-                self.cloud.poll(live)
-        instances.terminate(self.ec2, live)
-        self.cloud.poll([])
-        fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id)
-        if delete_queues:
-            queues.delete_queues(self.sqs, self.q)
-        self.downloads.shutdown(wait=True)
+            try:
+                live = self._wait_for_workers(live)
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        with interrupts.shielded(self.warn):
+            self._terminate_and_forget(live, delete_queues=delete_queues)
+        if interrupted is not None:
+            raise interrupted
+
+    def _live_ids(self) -> list[str]:
+        return [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
+
+    def _wait_for_workers(self, live: list[str]) -> list[str]:
+        """The work is done: tell the workers (protocol/stop.py). They drop what they still
+        run, upload their logs and shut down within seconds; stragglers (one still booting,
+        say) are terminated after STRAGGLER_GRACE."""
+        phases.reached(phases.END_WAIT, self.run_dir)
+        try:
+            stop.announce(self.s3, self.sqs, self.cfg.bucket, self.spec.fleet_id, self.q.work)
+        except Exception as ex:  # without the signal workers still leave after idle_timeout
+            self.warn(f"could not signal the end of the run to workers ({ex}); they leave when idle")
+        deadline = time.monotonic() + STRAGGLER_GRACE
+        while live and time.monotonic() < deadline:
+            time.sleep(1)
+            found = instances.live_instances(self.ec2, self.spec.fleet_id)
+            self.cloud.poll([inst["InstanceId"] for inst in found])
+            # An instance shutting down has uploaded its log and is leaving by itself.
+            live = [inst["InstanceId"] for inst in found if inst["State"]["Name"] != "shutting-down"]
+        return live
+
+    def _terminate_and_forget(self, live: list[str], *, delete_queues: bool) -> None:
+        """Every step is tried even if one fails; the first failure is raised at the end."""
+        failures: list[Exception] = []
+        targets = sorted(set(live) | set(self.launched))
+        for step in (
+            lambda: instances.terminate(self.ec2, targets),
+            lambda: self.cloud.poll([]),
+            lambda: fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id),
+            lambda: queues.delete_queues(self.sqs, self.q) if delete_queues and hasattr(self, "q") else None,
+        ):
+            try:
+                step()
+            except Exception as exc:
+                failures.append(exc)
+        self.downloads.shutdown(wait=True, cancel_futures=True)
+        if failures:
+            raise failures[0]

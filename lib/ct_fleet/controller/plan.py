@@ -12,13 +12,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import yaml
-
 from ..errors import BadInput
 from ..paths import TASK_SETS_DIR
 from ..settings import Setting
+from . import safe_yaml, schemas
 
-TASK_KEYS = {"env", "main_task", "side_task"}
+MAX_TASK_FILE_BYTES = 16 << 20
+MAX_TASKS = 100_000
+# More jobs than this is refused outright (a typo in --epochs, not a fleet); above
+# LARGE_RUN_JOBS the user is asked to confirm, as for the cost.
+MAX_JOBS = 200_000
+LARGE_RUN_JOBS = 2_000
 
 
 @dataclass(frozen=True, order=True)
@@ -47,9 +51,13 @@ def _short_hash(*parts: object, length: int = 16) -> str:
 
 def resolve_task_file(name: str) -> Path:
     """A bare name is a set in examples/task_sets/ (.yml, .yaml or .jsonl); anything else a path."""
+    if not name or "\x00" in name:
+        raise BadInput("--task-file needs a name or a path")
     path = Path(name).expanduser()
     if path.is_file():
         return path
+    if path.exists():
+        raise BadInput(f"--task-file {name}: not a file")
     for suffix in (".yml", ".yaml", ".jsonl"):
         candidate = TASK_SETS_DIR / f"{name}{suffix}"
         if candidate.is_file():
@@ -61,20 +69,12 @@ def resolve_task_file(name: str) -> Path:
 def _task_from_mapping(entry: object, where: str) -> TaskSpec:
     if not isinstance(entry, dict):
         raise BadInput(f"{where}: expected a mapping with env, main_task and optional side_task")
-    unknown = set(entry) - TASK_KEYS
-    if unknown:
-        raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: env, main_task, side_task")
-    for key in ("env", "main_task"):
-        if not isinstance(entry.get(key), str) or not entry[key]:
-            raise BadInput(f"{where}: {key} must be a non-empty string")
-    side = entry.get("side_task")
-    if side is not None and (not isinstance(side, str) or not side):
-        raise BadInput(f"{where}: side_task must be a non-empty string when given")
-    return TaskSpec(entry["env"], entry["main_task"], side)
+    task: schemas.TaskEntry = schemas.validate(schemas.TaskEntry, entry, where)
+    return TaskSpec(task.env, task.main_task, task.side_task)
 
 
 def load_task_file(path: Path) -> list[TaskSpec]:
-    text = path.read_text()
+    text = safe_yaml.read_text(path, max_bytes=MAX_TASK_FILE_BYTES, what="task file")
     if path.suffix == ".jsonl":
         tasks = []
         for number, line in enumerate(text.splitlines(), start=1):
@@ -82,23 +82,21 @@ def load_task_file(path: Path) -> list[TaskSpec]:
                 continue
             try:
                 entry = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BadInput(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+            except (json.JSONDecodeError, RecursionError) as exc:
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+                raise BadInput(f"{path}:{number}: not valid JSON ({reason})") from None
             tasks.append(_task_from_mapping(entry, f"{path}:{number}"))
     else:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f":{mark.line + 1}" if mark else ""
-            raise BadInput(f"{path}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-        if isinstance(data, dict) and "tasks" in data:
+        data = safe_yaml.load(text, str(path))
+        if isinstance(data, dict) and set(data) == {"tasks"}:
             data = data["tasks"]
         if not isinstance(data, list):
-            raise BadInput(f"{path}: expected a YAML list of tasks")
+            raise BadInput(f"{path}: expected a YAML list of tasks (or a mapping with one key, tasks)")
         tasks = [_task_from_mapping(entry, f"{path}: entry {i}") for i, entry in enumerate(data, start=1)]
     if not tasks:
         raise BadInput(f"{path}: no tasks")
+    if len(tasks) > MAX_TASKS:
+        raise BadInput(f"{path}: {len(tasks):,} tasks is over the limit of {MAX_TASKS:,}; split the file")
     return tasks
 
 
@@ -147,6 +145,11 @@ def dedupe(tasks: Iterable[TaskSpec]) -> list[TaskSpec]:
 def make_jobs(tasks: Sequence[TaskSpec], epochs: int, policy: str, setting: Setting) -> list[Job]:
     if epochs < 1:
         raise BadInput(f"--epochs must be at least 1 (got {epochs})")
+    if len(tasks) * epochs > MAX_JOBS:
+        raise BadInput(
+            f"{len(tasks):,} tasks x {epochs:,} epochs = {len(tasks) * epochs:,} jobs is over the limit of "
+            f"{MAX_JOBS:,}: lower --epochs or split the task set"
+        )
     jobs = []
     for task in tasks:
         sample_id = setting.sample_id(task.env, task.main_task, task.side_task)

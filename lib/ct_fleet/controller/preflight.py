@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +17,15 @@ from ..errors import BadInput
 from ..paths import REPO_ROOT, SETTINGS_DIR
 from ..protocol.keys import DOCKER_PARAM_PREFIX
 from ..settings import DEFAULT_SETTING, Setting
+from . import ec2_rules
+from .ec2_rules import shown
+from .extra_src import ExtraTree, scan_tree
+
+SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+REF_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+REF_NAME = re.compile(r"[A-Za-z_]\w*")
+MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.:@+/-]+")
+MAX_COMMAND = 10_000
 
 # Import roots on a worker besides the extra-src trees (see worker/run-worker.sh).
 SHIPPED_ROOTS = (REPO_ROOT / "lib", SETTINGS_DIR, REPO_ROOT)
@@ -31,25 +41,53 @@ def split_env_args(envs: Sequence[str]) -> tuple[str, list[str]]:
     settings = list(dict.fromkeys(e.split(":", 1)[0] for e in prefixed))
     if len(settings) > 1:
         raise BadInput(f"one setting per run: got {', '.join(settings)}; run each setting separately")
+    if not SETTING_NAME.fullmatch(settings[0]):
+        raise BadInput(f"-e {prefixed[0]!r}: {settings[0]!r} is not a setting name (letters, digits, _ and -)")
     return settings[0], [e.split(":", 1)[1] for e in prefixed]
 
 
-def check_extra_src(dirs: Sequence[Path], *, ec2: bool) -> list[Path]:
+def check_setting(setting: Setting) -> dict[str, dict[str, list[str]]]:
+    """The setting's catalog; BadInput when what was loaded under that name is not a setting."""
+    try:
+        catalog = setting.catalog()
+        setting.task_spec  # noqa: B018  (a setting names its Inspect task)
+    except (AttributeError, TypeError):
+        raise BadInput(
+            f"{setting.name!r} is not a setting (it has no catalog and task): check the name before the : in -e"
+        ) from None
+    if not isinstance(catalog, dict):
+        raise BadInput(f"setting {setting.name!r}: its catalog() returned {type(catalog).__name__}, not a mapping")
+    return catalog
+
+
+def check_model(model: str) -> None:
+    if not MODEL_NAME.fullmatch(model):
+        raise BadInput(f"--model {model!r}: write provider/model (e.g. anthropic/claude-sonnet-4-0, mockllm/model)")
+
+
+def check_command(command: str | None) -> None:
+    if command is None:
+        return
+    if not command.strip() or "\x00" in command or len(command) > MAX_COMMAND:
+        raise BadInput(f"--command: give a shell command of 1 to {MAX_COMMAND:,} characters that writes $CT_OUTPUT")
+
+
+def check_extra_src(dirs: Sequence[Path], *, ec2: bool) -> list[ExtraTree]:
     if not dirs:
         return []
     if not ec2:
         raise BadInput("--extra-src applies only with --ec2: local runs import from the working directory")
-    resolved = []
+    trees = []
     seen: dict[str, Path] = {}
     for path in dirs:
-        path = path.expanduser().resolve()
-        if not path.is_dir():
-            raise BadInput(f"--extra-src {path}: not a directory")
-        if path.name in seen:
-            raise BadInput(f"--extra-src {seen[path.name]} and {path} share the basename {path.name!r}: rename one")
-        seen[path.name] = path
-        resolved.append(path)
-    return resolved
+        tree = scan_tree(path)
+        if tree.name in seen:
+            raise BadInput(
+                f"--extra-src {seen[tree.name]} and {tree.root} share the basename {tree.name!r}: rename one"
+            )
+        seen[tree.name] = tree.root
+        trees.append(tree)
+    return trees
 
 
 def _module_file_exists(module: str, roots: Sequence[Path]) -> bool:
@@ -60,8 +98,8 @@ def _module_file_exists(module: str, roots: Sequence[Path]) -> bool:
 def check_ref(kind: str, ref: str, extra_src: Sequence[Path], *, ec2: bool) -> None:
     """A module:name reference must be importable where it will run."""
     module, sep, name = ref.partition(":")
-    if not sep or not module or not name:
-        raise BadInput(f"{kind} {ref!r}: write module:{'function' if kind == '--policy' else 'type'}")
+    if not sep or not REF_MODULE.fullmatch(module) or not REF_NAME.fullmatch(name):
+        raise BadInput(f"{kind} {ref!r}: write module:{'function' if kind == '--policy' else 'type'} (Python names)")
     if ec2:
         if not _module_file_exists(module, [*SHIPPED_ROOTS, *extra_src]):
             raise BadInput(
@@ -94,6 +132,10 @@ def worker_setup_digest(worker_setup: str | None, extra_src: Sequence[Path]) -> 
     script = roots[basename] / rel
     if not script.is_file():
         raise BadInput(f"worker_setup={worker_setup}: no such file {script}")
+    if not script.resolve().is_relative_to(roots[basename].resolve()):
+        raise BadInput(f"worker_setup={worker_setup}: {script} leads outside its extra-src tree (a symlink)")
+    if Path(rel) not in scan_tree(roots[basename]).files:
+        raise BadInput(f"worker_setup={worker_setup}: that file is left out of the shipped tree (cache or credential)")
     return hashlib.sha256(script.read_bytes()).hexdigest()[:16]
 
 
@@ -101,6 +143,10 @@ def docker_auth_params(environ: dict[str, str]) -> tuple[str, str]:
     name = environ.get("DOCKER_ORG_NAME_SSM_PARAM", f"{DOCKER_PARAM_PREFIX}name")
     pat = environ.get("DOCKER_ORG_PAT_SSM_PARAM", f"{DOCKER_PARAM_PREFIX}pat")
     for param in (name, pat):
+        if not ec2_rules.is_ssm_path(param):
+            raise BadInput(
+                f"Docker auth parameter {shown(param)}: not an SSM parameter path (/a/b of letters, digits and _.-)"
+            )
         if not param.startswith(DOCKER_PARAM_PREFIX):
             raise BadInput(
                 f"Docker auth parameter {param} must stay under {DOCKER_PARAM_PREFIX} (the worker policy allows only those)"

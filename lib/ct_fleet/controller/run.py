@@ -24,8 +24,9 @@ from ..errors import BadInput
 from ..paths import REPO_ROOT
 from ..protocol import START_CONCURRENCY, FleetEnv, secrets_prefix
 from ..settings import Setting, load_setting
-from . import code, config, cost, credentials, docker_prep, plan, preflight
+from . import code, config, cost, credentials, docker_prep, interrupts, plan, preflight, sweep
 from .loop import Controller
+from .resume import check_resume
 from .runconfig import load_run_config
 from .scaling import first_launch_count
 from .spec import FleetSpec, Progress, RunResult
@@ -81,6 +82,12 @@ class PlannedFleet:
     run_dir: Path
     runs_dir: Path
     docker_images: list[str] = field(default_factory=list)  # what its sandboxes run; [] needs no Docker
+    notes: list[str] = field(default_factory=list)  # warnings to show before the run starts
+
+    @property
+    def large(self) -> bool:
+        """So many jobs that the user is asked to confirm (a typo in --epochs costs hours)."""
+        return len(self.spec.jobs) > plan.LARGE_RUN_JOBS
 
     def estimate(self) -> cost.Estimate:
         """The cost estimate shown before launch (durations of earlier fleets when known)."""
@@ -108,7 +115,7 @@ def _tasks(
     setting_name: str, task_file: str | None, envs: Sequence[str], mains: Sequence[str], sides: Sequence[str]
 ) -> tuple[Setting, list[plan.TaskSpec]]:
     setting = load_setting(setting_name)
-    catalog = setting.catalog()
+    catalog = preflight.check_setting(setting)
     if task_file:
         if envs or mains or sides:
             raise BadInput("use either --task-file or -e/-t/-s, not both")
@@ -124,14 +131,18 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     defaults, config_args = load_run_config(request.config_path, request.attack)
     task_file = request.task_file or defaults.get("task_file")
     policy = request.policy or defaults.get("policy") or "honest"
-    epochs = request.epochs if request.epochs is not None else int(defaults.get("epochs", 1))
+    epochs = request.epochs if request.epochs is not None else defaults.get("epochs", 1)
     model = request.model or defaults.get("model") or "mockllm/model"
     built = config.build_config(config_args, config.parse_ec2_args(request.ec2_args))
     cloud = open_cloud(ec2=request.ec2, region=built.region or "us-east-1")
     cfg = built.with_defaults(cloud.defaults)
     cloud.region = cfg.region or cloud.region
     strict = cloud.requires_shipped_refs
-    extra = preflight.check_extra_src(request.extra_src, ec2=strict)
+    trees = preflight.check_extra_src(request.extra_src, ec2=strict)
+    extra = [tree.root for tree in trees]
+    preflight.check_model(model)
+    preflight.docker_auth_params(dict(os.environ))
+    preflight.check_command(request.command)
     setting_name, env_names = preflight.split_env_args(request.envs)
     setting, tasks = _tasks(setting_name, task_file, env_names, request.main_tasks, request.side_tasks)
     preflight.check_policy(policy, setting, extra, ec2=strict)
@@ -143,7 +154,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     setup_digest = preflight.worker_setup_digest(cfg.worker_setup, extra)
     jobs = plan.make_jobs(tasks, epochs, policy, setting)
     version = code.code_version(REPO_ROOT)
-    fleet_id = plan.fleet_id(
+    fleet_id = cfg.resume or plan.fleet_id(
         version.sha,
         policy,
         tasks,
@@ -158,6 +169,8 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         fresh=time.time_ns() if cfg.new_fleet else None,
         **cloud.fleet_identity(cfg),
     )
+    if cfg.resume:
+        check_resume(request.runs_dir / fleet_id, [job.job_id for job in jobs], version.sha)
     dotenv = credentials.read_dotenv(request.dotenv)
     cloud.check_credentials(dotenv)
     spec = FleetSpec(
@@ -186,6 +199,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         run_dir=request.runs_dir / fleet_id,
         runs_dir=request.runs_dir,
         docker_images=docker_prep.sandbox_images(setting, job_task_args),
+        notes=[note for tree in trees if (note := tree.note())],
     )
 
 
@@ -212,6 +226,9 @@ def fleet_env(spec: FleetSpec, cloud: Cloud, secrets: dict[str, str], extra_keys
         EXTRA_SRC_KEYS=" ".join(extra_keys),
         WORKER_USER=cfg.worker_user or "",
         WORKER_SETUP=cfg.worker_setup or "",
+        # a fleet of command jobs has no use for a process with inspect_ai imported
+        WARM_RUNNER=cfg.warm_runner and not spec.command,
+        JOB_MEMORY_MB=cfg.job_memory_mb,
     )
 
 
@@ -221,12 +238,20 @@ def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
     Raises FleetInterrupted on Ctrl-C (the fleet stopped, or deliberately left running).
     """
     hooks = hooks or RunHooks()
-    spec, cloud, run_dir = planned.spec, planned.cloud, planned.run_dir
-    cfg = spec.config
+    spec, run_dir = planned.spec, planned.run_dir
     if planned.untracked:
         hooks.warn(f"{planned.untracked} untracked file(s) will not ship to workers (git add them)")
+    for note in planned.notes:
+        hooks.warn(note)
     run_dir.mkdir(parents=True, exist_ok=True)
     tarball = code.archive(REPO_ROOT, spec.code_sha, run_dir / "code.tar.gz")
+    with interrupts.stop_signals():
+        return _execute(planned, hooks, tarball)
+
+
+def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult:
+    spec, cloud, run_dir = planned.spec, planned.cloud, planned.run_dir
+    cfg = spec.config
     cloud.start(run_dir, planned.dotenv)
     leave_running = False
     docker: docker_prep.DockerLease | None = None
@@ -234,6 +259,12 @@ def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
         if planned.docker_images and cloud.instances_run_here():
             docker = docker_prep.prepare(planned.setting, planned.docker_images, run_dir / "docker.log", hooks.info)
         cloud.prepare_account(cfg)
+        swept = sweep.sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
+        if swept:
+            hooks.warn(
+                f"deleted {sum(swept.values())} secret(s) left by stopped fleet(s) {', '.join(sorted(swept))} "
+                "(their controller died before its teardown)"
+            )
         cloud.attach_runner(run_dir / "instances")
         sts = cloud.client("sts")
         launched_by = credentials.launched_by(sts)
@@ -263,7 +294,7 @@ def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
             leave_running_on_interrupt=hooks.leave_running_on_interrupt,
         )
         try:
-            return controller.run(tarball, fleet_env(spec, cloud, secrets, extra_keys).to_env())
+            return controller.run(tarball, fleet_env(spec, cloud, secrets, extra_keys))
         except BaseException as exc:
             leave_running = bool(getattr(exc, "leave_running", False))
             raise
@@ -282,6 +313,10 @@ def run_fleet(request: FleetRequest | None = None, *, hooks: RunHooks | None = N
     planned = plan_fleet(request)
     if planned.cloud.bills and not planned.spec.config.auto_confirm:
         raise BadInput("run_fleet on a billing cloud needs ec2_args=['auto_confirm=true'] (no one to confirm the cost)")
+    if planned.large and not planned.spec.config.auto_confirm:
+        raise BadInput(
+            f"{len(planned.spec.jobs):,} jobs is a large run: pass ec2_args=['auto_confirm=true'] to start it"
+        )
     return execute(planned, hooks)
 
 

@@ -1,14 +1,16 @@
-"""YAML run configs (--config): option defaults and ec2_args, per attack."""
+"""YAML run configs (--config): option defaults and ec2_args, per attack (schema: schemas.RunConfig)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import BadInput
-from . import config
+from . import config, safe_yaml, schemas
+
+MAX_BYTES = 1 << 20
+
+OPTIONS = ("task_file", "policy", "epochs", "model")
 
 
 def load_run_config(path: Path | None, attack: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -17,28 +19,20 @@ def load_run_config(path: Path | None, attack: str | None) -> tuple[dict[str, An
         if attack:
             raise BadInput("--attack needs --config")
         return {}, {}
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise BadInput(f"{path}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"{path}: expected a mapping (task_file, policy, epochs, ec2_args, attacks)")
-    allowed = {"task_file", "policy", "epochs", "model", "ec2_args", "attacks"}
-    unknown = set(data) - allowed
-    if unknown:
-        raise BadInput(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
-    options = {k: data[k] for k in ("task_file", "policy", "epochs", "model") if k in data}
-    ec2_args = config.from_mapping(data.get("ec2_args") or {}, f"{path}: ec2_args")
-    attacks = data.get("attacks") or []
-    names = [str(a.get("name")) for a in attacks if isinstance(a, dict)]
+    data = safe_yaml.load(safe_yaml.read_text(path, max_bytes=MAX_BYTES, what="run config"), str(path)) or {}
+    run: schemas.RunConfig = schemas.validate(schemas.RunConfig, data, str(path))
+    options = {k: getattr(run, k) for k in OPTIONS if getattr(run, k) is not None}
+    ec2_args = config.from_mapping(run.ec2_args or {}, f"{path}: ec2_args")
+    attacks = run.attacks or []
+    names = [a.name for a in attacks]
     if attacks and attack is None and len(attacks) > 1:
         raise BadInput(f"{path} has several attacks: choose one with --attack ({', '.join(names)})")
     if attacks:
-        chosen = attacks[0] if attack is None else next((a for a in attacks if str(a.get("name")) == attack), None)
+        chosen = attacks[0] if attack is None else next((a for a in attacks if a.name == attack), None)
         if chosen is None:
             raise BadInput(f"no attack {attack!r} in {path}: choose one of {', '.join(names)}")
-        options.update({k: chosen[k] for k in ("policy", "epochs", "model", "task_file") if k in chosen})
-        ec2_args.update(config.from_mapping(chosen.get("ec2_args") or {}, f"{path}: attack {chosen.get('name')}"))
+        options.update({k: getattr(chosen, k) for k in OPTIONS if getattr(chosen, k) is not None})
+        ec2_args.update(config.from_mapping(chosen.ec2_args or {}, f"{path}: attack {chosen.name}: ec2_args"))
     elif attack:
         raise BadInput(f"{path} has no attacks")
     return options, ec2_args

@@ -10,16 +10,20 @@ chunks.
 `copy_raw_member` uses `zipfile.ZipFile` internals (`fp`, `_lock`, `_writing`,
 `_writecheck`, `filelist`, `NameToInfo`, `start_dir`, `_didModify`), the same ones
 `ZipFile.open(..., "w")` uses; `ZipFile.close()` then writes a normal central directory
-(with zip64 records when offsets or counts need them).
+(with zip64 records when offsets or counts need them). `open_flat_writer` keeps the
+entries' infos for that central directory in a temporary file instead of in memory.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import struct
+import tempfile
 import time
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -30,6 +34,7 @@ __all__ = [
     "RawMember",
     "copy_raw_member",
     "live_infos",
+    "open_flat_writer",
     "open_writer",
     "read_json",
     "write_member",
@@ -88,6 +93,61 @@ def read_json(zf: zipfile.ZipFile, name: str) -> Any:
 def open_writer(file: str | BinaryIO) -> zipfile.ZipFile:
     """A new archive whose written entries are zstd-compressed like Inspect's."""
     return zipfile.ZipFile(file, "w", allowZip64=True, **zipfile_compress_kwargs)
+
+
+class _SpooledInfos:
+    """A writer's `filelist` in a temporary file: the central directory needs every
+    entry's info at close, and 100,000 ZipInfo objects held in memory are ~40 MB."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile(prefix="ct-fleet-zipinfo-")
+        self._count = 0
+
+    def append(self, info: zipfile.ZipInfo) -> None:
+        self._file.seek(0, os.SEEK_END)
+        pickle.dump(info, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._count += 1
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[zipfile.ZipInfo]:
+        self._file.seek(0)
+        for _ in range(self._count):
+            yield pickle.load(self._file)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class _NoIndex(dict[str, zipfile.ZipInfo]):
+    """A writer's `NameToInfo` that keeps nothing (it only warns about duplicate names,
+    which the merge never writes)."""
+
+    def __setitem__(self, key: str, value: zipfile.ZipInfo) -> None:
+        pass
+
+
+class _FlatWriter(zipfile.ZipFile):
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            infos = self.filelist
+            if isinstance(infos, _SpooledInfos):
+                infos.close()
+
+
+def open_flat_writer(file: BinaryIO) -> zipfile.ZipFile:
+    """Like open_writer, with memory that does not grow with the number of entries.
+
+    Relies on ZipFile (3.11) touching `filelist` only through append, len and iteration
+    and `NameToInfo` only to look up and store names when it writes.
+    """
+    zf = _FlatWriter(file, "w", allowZip64=True, **zipfile_compress_kwargs)
+    zf.filelist = _SpooledInfos()  # type: ignore[assignment]
+    zf.NameToInfo = _NoIndex()
+    return zf
 
 
 def _new_info(name: str) -> zipfile.ZipInfo:

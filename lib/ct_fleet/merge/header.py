@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from .inspect_api import EvalError, EvalLog, EvalStats, deserializing_context
 from .results import should_fail
-from .scan import Group, Record
+from .scan import Group
 from .stats import merge_stats
 from .util import LISTED, canonical, id_sort_key, list_keys, short_id
 
 
 def selection(group: Group, sample_ids: Sequence[str | int] | None, epochs: int | None) -> tuple[list[str | int], int]:
     """Intended ids (original types where seen, dataset order) and epochs."""
-    seen: dict[str, str | int] = {}
-    for record in group.records.values():
-        seen.setdefault(str(record.sample_id), record.sample_id)
+    seen: dict[str, str | int] = dict(group.spool.seen_ids(group.index))
     if sample_ids is None:
         ids = sorted(seen.values(), key=id_sort_key)
     else:
@@ -26,7 +24,7 @@ def selection(group: Group, sample_ids: Sequence[str | int] | None, epochs: int 
             if str(sid) not in taken:
                 taken.add(str(sid))
                 ids.append(seen.get(str(sid), sid))
-    n_epochs = epochs if epochs is not None else max((k[1] for k in group.records), default=1)
+    n_epochs = epochs if epochs is not None else (group.spool.max_epoch(group.index) or 1)
     if n_epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {n_epochs}")
     return ids, n_epochs
@@ -38,12 +36,19 @@ def build_header(
     run_id: str,
     ids: list[str | int],
     n_epochs: int,
-    kept: list[Record],
 ) -> Any:
-    """The template header with the merged selection, stable ids and merged stats."""
+    """The template header with the merged selection, stable ids and merged stats (of the
+    inputs a kept sample comes from; of every input when none does)."""
     ev = group.header["eval"]
-    contributing = sorted({r.file for r in kept})
-    files = [group.files[i] for i in contributing] or group.files
+    invalidated = False
+
+    def files() -> Iterator[dict[str, Any]]:
+        nonlocal invalidated
+        for file_invalidated, stats in group.spool.contributing_files(group.index, n_epochs):
+            invalidated = invalidated or file_invalidated
+            yield stats
+
+    stats = merge_stats(files())
     id_parts = (group.key, out_path.stem, canonical([str(i) for i in ids]).decode(), str(n_epochs))
 
     eval_spec = dict(ev)
@@ -71,11 +76,11 @@ def build_header(
             "status": "started",
             "eval": eval_spec,
             "plan": group.header.get("plan") or {},
-            "invalidated": any(f.invalidated for f in files),
+            "invalidated": invalidated,
         },
         context=deserializing_context(),
     )
-    header.stats = EvalStats.model_validate(merge_stats(files), context=deserializing_context())
+    header.stats = EvalStats.model_validate(stats, context=deserializing_context())
     return header
 
 

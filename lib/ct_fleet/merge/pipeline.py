@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from .header import build_header, selection, set_status
-from .results import compute_results, metrics_table, score_rates
-from .scan import Group, Record, group_inputs
+from .results import compute_results, metrics_table
+from .scan import Group, group_inputs
+from .spool import Spool
 from .util import safe_stem, short_id
 from .write import write_log
 
@@ -50,26 +51,19 @@ def merge_eval_logs(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    groups = group_inputs(inputs)
-    stems = output_stems(groups, name)
-    run_id = short_id("run", *sorted(g.key for g in groups))
-    results = []
+    spool = Spool()
     try:
-        for group in groups:
-            results.append(
-                merge_group(
-                    group,
-                    out_dir / f"{stems[group.key]}.eval",
-                    run_id=run_id,
-                    sample_ids=sample_ids,
-                    epochs=epochs,
-                )
+        groups = group_inputs(inputs, spool)
+        stems = output_stems(groups, name)
+        run_id = short_id("run", *sorted(g.key for g in groups))
+        return [
+            merge_group(
+                group, out_dir / f"{stems[group.key]}.eval", run_id=run_id, sample_ids=sample_ids, epochs=epochs
             )
-            group.spool.close()
+            for group in groups
+        ]
     finally:
-        for group in groups:
-            group.spool.close()
-    return results
+        spool.close()
 
 
 def merge_dir(src: Path, out_dir: Path, **kw: Any) -> list[MergedTask]:
@@ -84,7 +78,7 @@ def merge_dir(src: Path, out_dir: Path, **kw: Any) -> list[MergedTask]:
             return True
         return False
 
-    inputs = [p for p in src.rglob("*.eval") if p.is_file() and outside_out(p)]
+    inputs = (p for p in src.rglob("*.eval") if p.is_file() and outside_out(p))
     return merge_eval_logs(inputs, out_dir, **kw)
 
 
@@ -105,43 +99,38 @@ def merge_group(
     epochs: int | None,
 ) -> MergedTask:
     ids, n_epochs = selection(group, sample_ids, epochs)
-
-    # kept records in output order (epoch-major, dataset order, as Inspect runs them)
-    kept: list[Record] = []
-    missing: list[tuple[str | int, int]] = []
-    for epoch in range(1, n_epochs + 1):
-        for sid in ids:
-            record = group.records.get((str(sid), epoch))
-            if record is None:
-                missing.append((sid, epoch))
-            else:
-                kept.append(record)
-    if len(group.records) > len(kept):
+    spool = group.spool
+    spool.set_intended(ids)
+    kept, failed = spool.count_kept(group.index, n_epochs)
+    outside = spool.count_records(group.index) - kept
+    if outside:
         logger.warning(
             "%s: %d sample(s) outside the intended %d ids x %d epochs left out",
             group.header["eval"].get("task"),
-            len(group.records) - len(kept),
+            outside,
             len(ids),
             n_epochs,
         )
-    errors = [(r.sample_id, r.epoch, r.error or "") for r in kept if r.error is not None]
+    missing = list(spool.missing(group.index, n_epochs))
+    errors = list(spool.errors(group.index, n_epochs))
+    assert len(errors) == failed
 
-    header = build_header(group, out_path, run_id, ids, n_epochs, kept)
+    header = build_header(group, out_path, run_id, ids, n_epochs)
     total = len(ids) * n_epochs
-    results, reductions = compute_results(header, kept, total, len(kept) - len(errors))
-    header.results = results
+    computed = compute_results(header, group, n_epochs, total, kept - failed)
+    header.results = computed.results
     set_status(header, total, missing, errors)
-    write_log(out_path, header, reductions, group, kept)
+    write_log(out_path, header, computed.reductions, group, n_epochs)
 
     return MergedTask(
         path=out_path,
         task=header.eval.task,
         status=header.status,
         samples_expected=total,
-        samples_present=len(kept),
+        samples_present=kept,
         missing=missing,
         errors=errors,
         duplicates_dropped=group.duplicates_dropped,
-        metrics=metrics_table(results),
-        score_rates=score_rates(kept),
+        metrics=metrics_table(computed.results),
+        score_rates=computed.score_rates,
     )

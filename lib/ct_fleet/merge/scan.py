@@ -1,16 +1,13 @@
 """Pass 1 of the merge: read each input's header and summaries, keep one record per
-(str(sample id), epoch), park summaries and entry locations in a spool file."""
+(str(sample id), epoch) in the spool (merge/spool.py), which also holds each input's stats."""
 
 from __future__ import annotations
 
 import json
 import logging
-import pickle
-import tempfile
 import zipfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,93 +15,27 @@ from ..evallog import zipio
 from ..evallog.layout import HEADER_JSON, JOURNAL_SUMMARIES, SAMPLES_DIR, SUMMARIES_JSON, dumps
 from ..evallog.zipio import RawMember
 from .identity import identity_key
+from .spool import Spool
 from .util import error_text, timestamp
 
 logger = logging.getLogger("ct_fleet.merge")
 
 
-class Spool:
-    """An append-only temporary file: pass 1 parks each sample's summary and zip entry
-    location (and each input's stats) here, keeping only an offset in memory."""
-
-    def __init__(self) -> None:
-        self._file = tempfile.TemporaryFile(prefix="ct-fleet-merge-")
-        self._end = 0
-
-    def put(self, value: Any) -> tuple[int, int]:
-        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        self._file.seek(self._end)
-        self._file.write(data)
-        offset = self._end
-        self._end += len(data)
-        return offset, len(data)
-
-    def get(self, offset: int, length: int) -> Any:
-        self._file.seek(offset)
-        return pickle.loads(self._file.read(length))
-
-    def close(self) -> None:
-        self._file.close()
-
-
-@dataclass(slots=True)
-class Record:
-    """One sample of one input: enough to choose it; its summary and entry are spooled."""
-
-    file: int  # index into Group.files
-    sample_id: str | int
-    epoch: int
-    error: str | None
-    completed_at: datetime
-    spool: Spool
-    offset: int
-    length: int
-
-    def _load(self) -> tuple[bytes, RawMember]:
-        loaded: tuple[bytes, RawMember] = self.spool.get(self.offset, self.length)
-        return loaded
-
-    @property
-    def summary(self) -> bytes:
-        """Compact JSON of the sample summary."""
-        return self._load()[0]
-
-    @property
-    def member(self) -> RawMember:
-        return self._load()[1]
-
-
-@dataclass(slots=True)
-class FileStats:
-    started_at: str
-    completed_at: str
-    model_usage: dict[str, Any]
-    role_usage: dict[str, Any]
-    connection_limit_history: list[Any]
-
-
-@dataclass(slots=True)
-class FileInfo:
-    path: str
-    invalidated: bool
-    spool: Spool
-    offset: int
-    length: int
-
-    def stats(self) -> FileStats:
-        stats: FileStats = self.spool.get(self.offset, self.length)
-        return stats
-
-
 @dataclass
 class Group:
+    """One task identity: its template header and counters; its rows live in the spool."""
+
     key: str
+    index: int  # the group's id in the spool
     header: dict[str, Any]  # template: the first input's header (inputs sorted by path)
-    spool: Spool = field(default_factory=Spool)
-    files: list[FileInfo] = field(default_factory=list)
-    records: dict[tuple[str, int], Record] = field(default_factory=dict)
-    duplicates_dropped: int = 0
+    spool: Spool
+    files: int = 0
+    samples_seen: int = 0  # sample rows read, duplicates included
     created: str = ""  # earliest eval.created over all inputs
+
+    @property
+    def duplicates_dropped(self) -> int:
+        return self.samples_seen - self.spool.count_records(self.index)
 
 
 def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], RawMember]]] | None:
@@ -141,14 +72,10 @@ def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], Ra
         return None
 
 
-def better(new: Record, old: Record) -> bool:
-    """No error beats an error; then the newest completed_at; ties keep the first seen."""
-    return (new.error is None, new.completed_at) > (old.error is None, old.completed_at)
-
-
-def group_inputs(inputs: Iterable[Path]) -> list[Group]:
+def group_inputs(inputs: Iterable[Path], spool: Spool) -> list[Group]:
+    """Pass 1: every input's header and summaries into the spool, grouped by task identity."""
     groups: dict[str, Group] = {}
-    for path in sorted({Path(p) for p in inputs}, key=str):
+    for path in spool.sorted_inputs(inputs):
         scanned = scan_file(path)
         if scanned is None:
             continue
@@ -156,48 +83,34 @@ def group_inputs(inputs: Iterable[Path]) -> list[Group]:
         key = identity_key(header)
         group = groups.get(key)
         if group is None:
-            group = groups[key] = Group(key=key, header=header)
+            group = groups[key] = Group(key=key, index=len(groups), header=header, spool=spool)
         stats = header.get("stats") or {}
         created = header["eval"].get("created", "")
         if created and (not group.created or timestamp(created) < timestamp(group.created)):
             group.created = created
-        offset, length = group.spool.put(
-            FileStats(
-                started_at=stats.get("started_at") or "",
-                completed_at=stats.get("completed_at") or "",
-                model_usage=stats.get("model_usage") or {},
-                role_usage=stats.get("role_usage") or {},
-                connection_limit_history=stats.get("connection_limit_history") or [],
-            )
+        file_index = spool.add_file(
+            group.index,
+            str(path),
+            bool(header.get("invalidated")),
+            {
+                "started_at": stats.get("started_at") or "",
+                "completed_at": stats.get("completed_at") or "",
+                "model_usage": stats.get("model_usage") or {},
+                "role_usage": stats.get("role_usage") or {},
+                "connection_limit_history": stats.get("connection_limit_history") or [],
+            },
         )
-        group.files.append(
-            FileInfo(
-                path=str(path),
-                invalidated=bool(header.get("invalidated")),
-                spool=group.spool,
-                offset=offset,
-                length=length,
-            )
-        )
-        file_index = len(group.files) - 1
+        group.files += 1
         for row, member in samples:
-            offset, length = group.spool.put((dumps(row), member))
-            record = Record(
-                file=file_index,
-                sample_id=row["id"],
-                epoch=int(row["epoch"]),
-                error=error_text(row.get("error")),
-                completed_at=timestamp(row.get("completed_at")),
-                spool=group.spool,
-                offset=offset,
-                length=length,
+            group.samples_seen += 1
+            spool.add_record(
+                group.index,
+                row["id"],
+                int(row["epoch"]),
+                file_index,
+                error_text(row.get("error")),
+                timestamp(row.get("completed_at")),
+                dumps(row),
+                member,
             )
-            rkey = (str(record.sample_id), record.epoch)
-            current = group.records.get(rkey)
-            if current is None:
-                group.records[rkey] = record
-            else:
-                group.duplicates_dropped += 1
-                if better(record, current):
-                    group.records[rkey] = record
     return list(groups.values())

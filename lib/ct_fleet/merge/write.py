@@ -4,26 +4,29 @@ from __future__ import annotations
 
 import os
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..evallog import zipio
 from ..evallog.layout import HEADER_JSON, REDUCTIONS_JSON, START_JSON, SUMMARIES_JSON
 from .inspect_api import to_json_safe
-from .scan import Group, Record
+from .scan import Group
+from .spool import Kept
 from .util import json_array
 
 
-def write_log(out_path: Path, header: Any, reductions: Any, group: Group, kept: list[Record]) -> None:
+def write_log(out_path: Path, header: Any, reductions: Any, group: Group, epochs: int) -> None:
     """start.json, the samples' compressed bytes, summaries, reductions, header.json last;
-    into a temporary file renamed into place."""
+    into a temporary file renamed into place. Samples and summaries stream from the spool."""
     tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as out_file, zipio.open_writer(out_file) as out:
+        with open(tmp, "wb") as out_file, zipio.open_flat_writer(out_file) as out:
             start = {"version": header.version, "eval": header.eval, "plan": header.plan}
             zipio.write_member(out, START_JSON, to_json_safe(start, indent=None))
-            copy_samples(out, group, kept)
-            zipio.write_member_chunks(out, SUMMARIES_JSON, json_array(r.summary for r in kept))
+            copy_samples(out, group.spool.kept(group.index, epochs, with_summary=False))
+            summaries = (k.summary for k in group.spool.kept(group.index, epochs))
+            zipio.write_member_chunks(out, SUMMARIES_JSON, json_array(summaries))
             if reductions is not None:
                 zipio.write_member(out, REDUCTIONS_JSON, to_json_safe(reductions, indent=None))
             zipio.write_member(out, HEADER_JSON, to_json_safe(header, indent=None))
@@ -35,16 +38,16 @@ def write_log(out_path: Path, header: Any, reductions: Any, group: Group, kept: 
         tmp.unlink(missing_ok=True)
 
 
-def copy_samples(out: zipfile.ZipFile, group: Group, kept: list[Record]) -> None:
+def copy_samples(out: zipfile.ZipFile, kept: Iterable[Kept]) -> None:
     src: BinaryIO | None = None
-    src_index = -1
+    src_path = ""
     try:
         for record in kept:
-            if record.file != src_index:
+            if record.path != src_path:
                 if src is not None:
                     src.close()
-                src = open(group.files[record.file].path, "rb")  # noqa: SIM115 (closed in finally)
-                src_index = record.file
+                src = open(record.path, "rb")  # noqa: SIM115 (closed in finally)
+                src_path = record.path
             assert src is not None
             zipio.copy_raw_member(out, src, record.member)
     finally:

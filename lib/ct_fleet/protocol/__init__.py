@@ -4,12 +4,16 @@
 - messages: work, done and heartbeat messages (versioned)
 - manifest: the fleet manifest and the one place work messages are built
 - fleet_env: the settings a worker boots with (fleet.env), with one set of defaults
+- user_data: the EC2 user-data that carries fleet.env and the boot kit to a worker
+- steplog: the bash step lines (lib/bash/ct.sh) of worker and AMI logs, and their parser
+- stop: the end-of-run signal (a stop message on the work queue, a marker in S3)
 """
 
 from .fleet_env import START_CONCURRENCY, FleetEnv
 from .keys import (
     QUEUE_ROLES,
     artifact_key,
+    done_marker_key,
     extra_src_key,
     fleet_of_queue,
     log_key,
@@ -36,6 +40,7 @@ __all__ = [
     "Outcome",
     "WorkMessage",
     "artifact_key",
+    "done_marker_key",
     "decode_reports",
     "encode_reports",
     "extra_src_key",

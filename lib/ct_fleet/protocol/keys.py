@@ -1,6 +1,6 @@
 """Names both sides derive from a fleet id: S3 keys, SQS queue names, SSM paths.
 
-S3:   {fleet_id}/manifest.json, {fleet_id}/{job_id}.eval,
+S3:   {fleet_id}/manifest.json, {fleet_id}/{job_id}.eval, {fleet_id}/fleet-done.json,
       {fleet_id}/logs/{instance_id}-bootstrap.log, artifacts/{sha}.tar.gz,
       artifacts/extra-{basename}-{digest}.tar.gz
 SQS:  lb-fleet-{fleet_id}-work / -done / -dlq (work redrives to dlq after max receives)
@@ -47,6 +47,11 @@ def result_job_id(fleet_id: str, key: str) -> str | None:
 
 def manifest_key(fleet_id: str) -> str:
     return f"{fleet_id}/manifest.json"
+
+
+def done_marker_key(fleet_id: str) -> str:
+    """The end-of-run marker (protocol/stop.py); not a .eval, so never taken for a result."""
+    return f"{fleet_id}/fleet-done.json"
 
 
 def logs_prefix(fleet_id: str, instance_id: str = "") -> str:

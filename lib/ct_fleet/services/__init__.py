@@ -5,4 +5,5 @@
 - store: S3 bucket, manifest, code artifacts, results, logs
 - instances: EC2 launch with tags and user-data, listing, teardown, AMI lookup
 - secrets: per-instance SSM SecureStrings
+- stop: the end-of-run signal (marker in S3, stop message on the work queue)
 """

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import shlex
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from ..errors import BadInput
-from ..paths import WORKER_SCRIPTS
 
 if TYPE_CHECKING:
     from ..controller.config import Ec2Config
 MANAGED_BY = "ct-fleet"
 LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
-
-
-def render_user_data(settings: Mapping[str, str]) -> str:
-    """worker/user-data.sh with the fleet's (non-secret) settings as export lines."""
-    lines = "\n".join(f"export {key}={shlex.quote(str(value))}" for key, value in sorted(settings.items()))
-    return (WORKER_SCRIPTS / "user-data.sh").read_text().replace("@FLEET_ENV@", lines)
 
 
 def _ssm_value(ssm: Any, name: str) -> str | None:

@@ -118,3 +118,16 @@ def download_result(s3: Any, bucket: str, key: str, dest: Path) -> bool:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+# Below this a result goes up in one PutObject; above, in parts (upload_file). A
+# one-sample log is KBs to a few MB, and upload_file's thread pool costs ~20-50 ms a call.
+SINGLE_PUT_LIMIT = 64 * 2**20
+
+
+def upload_result(s3: Any, bucket: str, key: str, path: Path) -> None:
+    if path.stat().st_size <= SINGLE_PUT_LIMIT:
+        with open(path, "rb") as body:
+            s3.put_object(Bucket=bucket, Key=key, Body=body)
+    else:
+        s3.upload_file(str(path), bucket, key)

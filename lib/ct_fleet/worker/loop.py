@@ -7,8 +7,10 @@ exists is reported as a duplicate instead of being run again, the result key is 
 the job id, and the work message is deleted only after the result and the done message
 are stored. A job that fails on something worth retrying (infrastructure, model API
 pressure) is left on the queue; after max receives SQS moves it to the dead-letter queue.
-The worker exits when the queue has stayed empty for idle_timeout seconds with nothing
-in flight, or at once (releasing its messages) on a spot interruption notice.
+The worker exits on the end-of-run signal (protocol/stop.py: a stop message on the work
+queue, or the fleet-done marker), dropping any redundant attempt still running; when the
+queue has stayed empty for idle_timeout seconds with nothing in flight; or at once
+(releasing its messages) on a spot interruption notice.
 """
 
 from __future__ import annotations
@@ -33,12 +35,19 @@ import psutil
 
 from ..evallog import read_header, sample_error
 from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
+from ..protocol.stop import MARKER_POLL, is_stop
 from ..sandbox import cleanup, digests
-from ..services import queues, session, store
+from ..services import queues, session, stop, store
 from .concurrency import Concurrency
 from .reporter import Reporter
+from .supervise import JobProcess, PopenJob, supervise
+from .warm import WarmRunner
 
 log = logging.getLogger("ct_fleet.worker")
+
+# Seconds past 1.5 x its time limit before a job is killed: Inspect's own limit ends a
+# sample cleanly first; this stops a job whose sandbox or event loop hangs.
+KILL_GRACE = 60.0
 
 RATE_LIMIT = re.compile(r"rate.?limit|\b429\b|overloaded|too many requests|RateLimitError", re.I)
 
@@ -58,6 +67,9 @@ class WorkerSettings:
     report_interval: float = 1.0
     spot_notice_file: Path | None = None
     spot: bool = False
+    warm_runner: bool = True
+    job_memory_mb: int = 0  # 0: no cap
+    kill_grace: float = KILL_GRACE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "WorkerSettings":
@@ -80,7 +92,15 @@ class WorkerSettings:
             work_dir=Path(env.get("WORK_DIR") or tempfile.mkdtemp(prefix="ct-worker-")),
             spot_notice_file=Path(notice) if notice else None,
             spot=fleet.SPOT,
+            warm_runner=fleet.WARM_RUNNER,
+            job_memory_mb=fleet.JOB_MEMORY_MB or default_job_memory_mb(),
         )
+
+
+def default_job_memory_mb() -> int:
+    """Half the machine's memory: a leaking job is killed before the kernel's OOM killer
+    picks a victim, which could be the worker itself."""
+    return int(psutil.virtual_memory().total / 2**20 / 2)
 
 
 @dataclass
@@ -111,10 +131,14 @@ class Worker:
         self.in_flight: dict[str, InFlight] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+        # Set on the end-of-run signal (protocol/stop.py): in-flight jobs are redundant then.
+        self.fleet_done = threading.Event()
+        self.left_because = ""  # how this worker learned that the fleet is done
         self.slot_freed = threading.Event()
         self.worker_id = f"{settings.instance_id}/{os.getpid()}"
         self._last_extend = 0.0
         self.reporter = Reporter(self.sqs, self.done_url, self.work_url, settings.report_interval)
+        self.warm = WarmRunner(settings.code_root) if settings.warm_runner else None
 
     # -- reporting ---------------------------------------------------------------------
     def _report(self, job: WorkMessage, attempt: Attempt, received_at: float, receive_count: int) -> DoneMessage:
@@ -164,8 +188,7 @@ class Worker:
         # The job's identity is in the environment for command templates and for
         # settings that want it (fault drills in tests key on it; compose files label
         # sandbox containers with it, for _remove_sandboxes).
-        env = {
-            **os.environ,
+        job_env = {
             "PYTHONUNBUFFERED": "1",
             "CT_FLEET_ID": job.fleet_id,
             "CT_INSTANCE_ID": self.s.instance_id,
@@ -174,23 +197,27 @@ class Worker:
             "CT_EPOCH": str(job.epoch),
             "CT_OUTPUT": str(out),
         }
-        if job.kind == "command":
-            # A command job needs no Python of its own: run the template directly.
-            cmd = ["bash", "-c", job.command or ""]
-        else:
-            cmd = [sys.executable, "-m", "ct_fleet.worker.runner", job.to_json(), str(out)]
         stderr_path = out.with_suffix(".stderr")
-        with open(stderr_path, "wb") as err:
-            proc = subprocess.Popen(cmd, cwd=self.s.code_root, env=env, stdout=err, stderr=err)
-            try:
-                code = proc.wait(timeout=job.time_limit * 1.5 + 60 if job.time_limit else None)
-            except subprocess.TimeoutExpired:
-                _kill_tree(proc.pid)
-                proc.wait()
-                self._remove_sandboxes(job)
-                return Attempt(
-                    "failed", "timeout", f"killed after {job.time_limit * 1.5 + 60:.0f}s", attempt.started_at
+        proc: JobProcess
+        if job.kind != "command" and self.warm is not None:
+            proc = self.warm.start(job, out, stderr_path, job_env)
+        else:
+            if job.kind == "command":
+                # A command job needs no Python of its own: run the template directly.
+                cmd = ["bash", "-c", job.command or ""]
+            else:
+                cmd = [sys.executable, "-m", "ct_fleet.worker.runner", job.to_json(), str(out)]
+            with open(stderr_path, "wb") as err:
+                popen = subprocess.Popen(
+                    cmd, cwd=self.s.code_root, env={**os.environ, **job_env}, stdout=err, stderr=err
                 )
+            proc = PopenJob(popen)
+        limit = job.time_limit * 1.5 + self.s.kill_grace if job.time_limit else None
+        ended = supervise(proc, time_limit=limit, memory_limit_mb=self.s.job_memory_mb or None, cancel=self.fleet_done)
+        if ended.killed:
+            self._remove_sandboxes(job)
+            return Attempt("failed", ended.killed, ended.detail, attempt.started_at)
+        code = ended.code
         images = digests.pop_sidecar(out)
         attempt.extra = {"images": images} if images else {}
         tail = stderr_path.read_text(errors="replace")[-4000:]
@@ -231,8 +258,12 @@ class Worker:
             else:
                 out = self.s.work_dir / f"{job.job_id}.eval"
                 attempt = self._run_subprocess(job, out)
+                if self.fleet_done.is_set():
+                    # Every job had a final outcome before this attempt ended: drop it.
+                    log.info("job %s epoch %s: dropped at the end of the run", job.sample_id, job.epoch)
+                    return
                 if attempt.outcome in ("success", "sample_error"):
-                    self.s3.upload_file(str(out), self.s.bucket, job.result_key)
+                    store.upload_result(self.s3, self.s.bucket, job.result_key, out)
                     out.unlink(missing_ok=True)
             report = self._report(job, attempt, received_at, receive_count)
             if attempt.outcome == "retry":
@@ -258,8 +289,14 @@ class Worker:
         """Extend visibility of running jobs so a live long job is never handed out twice."""
         period = max(1.0, self.s.visibility_timeout / 3)
         last_beat = 0.0
+        last_marker_check = time.time()
         while not self.stopping.wait(min(period, 5.0)):
             now = time.time()
+            if now - last_marker_check >= MARKER_POLL:
+                last_marker_check = now
+                if self._marker_says_done():
+                    self.end_of_run("the fleet-done marker")
+                    return
             with self.lock:
                 due = [f.receipt_handle for f in self.in_flight.values()]
             if due and now - self._last_extend >= period:
@@ -276,6 +313,30 @@ class Worker:
                 last_beat = now
             if self._spot_notice():
                 self._release_all()
+
+    # -- the end of the run --------------------------------------------------------------
+    def _marker_says_done(self) -> bool:
+        try:
+            return stop.is_done(self.s3, self.s.bucket, self.s.fleet_id)
+        except Exception:
+            log.exception("could not look for the fleet-done marker")
+            return False
+
+    def _pass_on(self, msg: dict[str, Any]) -> None:
+        try:
+            stop.pass_on(self.sqs, self.work_url, self.s.fleet_id, msg["ReceiptHandle"])
+        except Exception:
+            log.exception("could not pass the stop message on; the marker still tells the others")
+
+    def end_of_run(self, how: str) -> None:
+        """Every job is final: stop taking jobs, end the redundant ones running, leave."""
+        if self.fleet_done.is_set():
+            return
+        log.info("fleet is done (%s): leaving", how)
+        self.left_because = how
+        self.fleet_done.set()
+        self.stopping.set()
+        self.slot_freed.set()
 
     def _spot_notice(self) -> bool:
         if self.s.spot_notice_file is not None:
@@ -312,6 +373,12 @@ class Worker:
     # -- main loop ---------------------------------------------------------------------
     def run(self) -> int:
         self.s.work_dir.mkdir(parents=True, exist_ok=True)
+        if self._marker_says_done():  # booted after the end: nothing to do
+            log.info("fleet is done (the fleet-done marker): leaving")
+            return 0
+        if self.warm is not None:
+            # inspect_ai's import and the warm-up eval overlap the first receive
+            self.warm.prestart()
         keeper = threading.Thread(target=self._keep_hidden, daemon=True)
         keeper.start()
         reporter = threading.Thread(target=self.reporter.run, args=(self.stopping,), daemon=True)
@@ -338,6 +405,11 @@ class Worker:
                     log.exception("receive failed; retrying")
                     time.sleep(2)
                     continue
+                stops = [m for m in messages if is_stop(m["Body"])]
+                if stops:
+                    self._pass_on(stops[0])
+                    self.end_of_run("a stop message")
+                    break
                 for msg in messages:
                     with self.lock:
                         # Reserve the slot now so the next receive sees it taken.
@@ -348,16 +420,6 @@ class Worker:
         self.stopping.set()
         reporter.join()
         self.reporter.flush()  # the reports of the last jobs
+        if self.warm is not None:
+            self.warm.close()
         return 0
-
-
-def _kill_tree(pid: int) -> None:
-    try:
-        parent = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    for proc in [*parent.children(recursive=True), parent]:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass

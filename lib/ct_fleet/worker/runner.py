@@ -2,25 +2,28 @@
 
     python -m ct_fleet.worker.runner '<work message json>' OUT
 
-The worker starts this in a fresh subprocess per job, from the code root, so a crash,
-a leak or a hung sandbox takes down one job and not the worker. Inspect jobs run the
-setting's task for the one sample with epochs=1; the log is then relabelled as the job's
-epoch so the merged run holds every (sample, epoch); the images its Docker sandboxes ran
-are left beside OUT (sandbox.digests) for the worker's done report. Command jobs run a shell template
-(for other eval CLIs) that must write the .eval to $CT_OUTPUT.
+This is the per-process runner: a fresh interpreter per job, from the code root, so a
+crash, a leak or a hung sandbox takes down one job and not the worker. The warm runner
+(worker/forkserver.py) calls the same `run_inspect` in a child forked from a process
+that has inspect_ai imported and the task built already (`build_task`). Inspect jobs run
+the setting's task for the one sample with epochs=1; the log is then relabelled as the
+job's epoch so the merged run holds every (sample, epoch); the images its Docker
+sandboxes ran are left beside OUT (sandbox.digests) for the worker's done report. Command
+jobs run a shell template (for other eval CLIs) that must write the .eval to $CT_OUTPUT.
 Exit status: 0 when OUT holds a finished log (even if the sample failed), else non-zero.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..protocol import WorkMessage
 from ..sandbox.digests import job_images, write_sidecar
@@ -38,15 +41,38 @@ def _sandbox(ref: str | None) -> str | None:
     return kind
 
 
-def run_inspect(job: WorkMessage, out: Path) -> None:
+def task_key(job: WorkMessage) -> str:
+    """Jobs with equal keys run the same built task (what a warm runner caches)."""
+    return json.dumps([job.task_spec, job.task_args, job.sandbox], sort_keys=True, default=str)
+
+
+def build_task(job: WorkMessage) -> Any:
+    """The job's Inspect task, built as `inspect eval` builds it from a spec and task args.
+
+    Uses inspect's task loader (`inspect_ai._eval.loader.load_tasks`, private; pinned at
+    0.3.285): a Task built by it and passed to eval() resolves to the same task file,
+    registry name and args as the spec itself (tests/test_warm_runner.py pins the parity).
+    """
+    from inspect_ai._eval.loader import load_tasks
+
+    _sandbox(job.sandbox)
+    tasks = load_tasks([job.task_spec], job.task_args)
+    if len(tasks) != 1:
+        raise RuntimeError(f"{job.task_spec} names {len(tasks)} tasks, expected one")
+    return tasks[0]
+
+
+def run_inspect(job: WorkMessage, out: Path, task: Any = None) -> None:
+    """Run the job's one sample into OUT; `task` is the job's built task, if already built."""
     from inspect_ai import eval as inspect_eval
 
     from ..evallog.relabel import relabel_epoch
 
     with tempfile.TemporaryDirectory(prefix="ct-job-") as log_dir:
         logs = inspect_eval(
-            job.task_spec,
-            task_args=job.task_args,
+            job.task_spec if task is None else task,
+            # a built task carries its args already (eval() would warn about them)
+            task_args=job.task_args if task is None else {},
             model=job.model,
             sample_id=[job.sample_id],
             epochs=1,

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# ct.sh: the one bash helper library of ct-fleet. Sourced, never run: by worker/lib.sh,
+# packer/scripts/lib.sh and ops/lib.sh, the small area files that add their own paths and
+# helpers. Every function here and in the area files is named ct_*. It ships in the code
+# artifact (git archive), and Packer stages it on the AMI builder at the same path
+# relative to packer/scripts/, so `../../lib/bash/ct.sh` finds it from either place.
+#
+# Log lines, on stderr: "<UTC time> [<tag>] <message>", time as 2024-05-01T09:00:01Z, tag
+# CT_TAG when set, else the script's name. Step lines (ct_step) are log lines whose
+# message is one of
+#   step <name>: start
+#   step <name>: ok in <seconds>s
+#   step <name>: FAILED (exit <status>) after <seconds>s
+# and ct_die's is "ERROR: <message>". lib/ct_fleet/protocol/steplog.py is their one parser
+# (the AMI build's step timings, the controller's reason for workers that keep dying):
+# change the format there and here together.
+# shellcheck disable=SC2034  # CT_* variables are read by the scripts that source this file
+
+# Open steps, innermost last: name, tag and start time of each.
+CT_STEP_NAMES=()
+CT_STEP_TAGS=()
+CT_STEP_STARTS=()
+# Functions to run at exit (ct_at_exit), and the status the script exits with.
+CT_EXIT_HANDLERS=()
+CT_EXIT_STATUS=0
+
+ct_tag() {
+  printf '%s' "${CT_TAG:-${0##*/}}"
+}
+
+ct_log() {
+  printf '%s [%s] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(ct_tag)" "$*" >&2
+}
+
+ct_die() {
+  ct_log "ERROR: $*"
+  exit 1
+}
+
+# A bad command line: the message and a pointer to --help, exit status 2.
+ct_usage_error() {
+  printf '%s: %s (see %s --help)\n' "${0##*/}" "$*" "${0##*/}" >&2
+  exit 2
+}
+
+# ct_step NAME COMMAND [ARGS...]: run COMMAND as a named, timed step. Call it as a plain
+# command: set -e then stops the step at its first failing command, and the EXIT handler
+# below logs the FAILED line of every open step (innermost first) before the script ends.
+# Under `if`/`||` bash switches set -e off inside the step; the FAILED line is logged
+# all the same and the status returned.
+ct_step() {
+  local name=$1 rc
+  shift
+  [[ $name =~ ^[^[:space:]:]+$ ]] || ct_die "ct_step: a step name has no spaces or colons, got '$name'"
+  ct_log "step $name: start"
+  CT_STEP_NAMES+=("$name")
+  CT_STEP_TAGS+=("$(ct_tag)")
+  CT_STEP_STARTS+=("$SECONDS")
+  "$@"
+  rc=$?
+  ct_step_end "$rc"
+  return "$rc"
+}
+
+# Close the innermost open step with status RC.
+ct_step_end() {
+  local rc=$1 i=$((${#CT_STEP_NAMES[@]} - 1)) name tag elapsed
+  ((i >= 0)) || return 0
+  name=${CT_STEP_NAMES[i]} tag=${CT_STEP_TAGS[i]}
+  elapsed=$((SECONDS - CT_STEP_STARTS[i]))
+  unset 'CT_STEP_NAMES[i]' 'CT_STEP_TAGS[i]' 'CT_STEP_STARTS[i]'
+  if ((rc == 0)); then
+    CT_TAG=$tag ct_log "step $name: ok in ${elapsed}s"
+  else
+    CT_TAG=$tag ct_log "step $name: FAILED (exit $rc) after ${elapsed}s"
+  fi
+}
+
+# ct_at_exit FUNCTION: run FUNCTION when the script exits (after the FAILED lines of open
+# steps), with CT_EXIT_STATUS set. The library owns the EXIT trap: scripts add handlers
+# here instead of setting their own trap, which would replace it.
+ct_at_exit() {
+  CT_EXIT_HANDLERS+=("$1")
+}
+
+ct_on_exit() {
+  CT_EXIT_STATUS=$?
+  local handler
+  while ((${#CT_STEP_NAMES[@]})); do
+    ct_step_end "$CT_EXIT_STATUS"
+  done
+  for handler in "${CT_EXIT_HANDLERS[@]+"${CT_EXIT_HANDLERS[@]}"}"; do
+    "$handler" || true
+  done
+  return "$CT_EXIT_STATUS"
+}
+trap ct_on_exit EXIT
+
+# The AWS CLI command line for ARGS, in CT_AWS_ARGV. AWS CLI v1 reads neither
+# AWS_ENDPOINT_URL (a moto server: the embedded cloud, tests) nor AWS_REGION, so both go
+# on the command line; v2 takes the options as well.
+ct_aws_argv() {
+  CT_AWS_ARGV=(aws)
+  [[ -n ${AWS_ENDPOINT_URL:-} ]] && CT_AWS_ARGV+=(--endpoint-url "$AWS_ENDPOINT_URL")
+  [[ -n ${AWS_REGION:-} ]] && CT_AWS_ARGV+=(--region "$AWS_REGION")
+  CT_AWS_ARGV+=("$@")
+}
+
+ct_aws() {
+  ct_aws_argv "$@"
+  "${CT_AWS_ARGV[@]}"
+}
+
+# ct_retry ATTEMPTS DELAY COMMAND [ARGS...]: for network calls that fail transiently.
+ct_retry() {
+  local attempts=$1 delay=$2 n=1
+  shift 2
+  until "$@"; do
+    if ((n >= attempts)); then
+      ct_log "giving up after $n attempts: $*"
+      return 1
+    fi
+    ct_log "attempt $n/$attempts failed, retrying in ${delay}s: $*"
+    sleep "$delay"
+    n=$((n + 1))
+  done
+}
+
+# ct_require NAME...: stop unless every named variable is set and not empty;
+# CT_REQUIRE_HINT (optional) says where the setting should have come from.
+ct_require() {
+  local name
+  for name in "$@"; do
+    [[ -n ${!name:-} ]] || ct_die "$name is not set${CT_REQUIRE_HINT:+ ($CT_REQUIRE_HINT)}"
+  done
+}
+
+# ct_tee_log FILE: from here on, this script's output (and its children's) also goes to
+# FILE. Once per process tree: a script started under it (user-data starts bootstrap) sees
+# CT_LOG_FILE and does not tee a second time.
+ct_tee_log() {
+  local file=$1
+  [[ ${CT_LOG_FILE:-} == "$file" ]] && return 0
+  mkdir -p "$(dirname "$file")"
+  exec > >(tee -a "$file") 2>&1
+  export CT_LOG_FILE=$file
+}

@@ -1,0 +1,338 @@
+"""The warm runner's server: inspect_ai imported once, each task built once, every job
+run in a child forked from here.
+
+    python -m ct_fleet.worker.forkserver SOCKET_DIR      (started by worker/warm.py)
+
+Why a process of its own: fork() is only safe from a process with no other thread
+running (a thread that holds a lock at fork time leaves the child deadlocked on it),
+and the worker runs many. This process stays single-threaded: one select loop accepts a
+connection per job, builds the job's task unless it has already (cached by
+runner.task_key), forks, answers with the child's pid and, once the child has exited,
+with its exit status.
+
+The child is the job as the per-process runner runs it: in the worker's process group
+(killing an instance's group ends its jobs), killed by the kernel if the server dies,
+the job's environment variables, stdout and stderr to the job's log file, the code root as
+cwd; it calls runner.run_inspect with the built task and exits 0 when OUT holds a
+finished log. A crash, a leak or a hung sandbox ends that child only.
+
+Before the first job the server runs one throwaway eval of a no-op task, so that what
+inspect imports and caches on a process's first eval (seconds) is not paid by every
+child; what a job's own task, sandbox or model imports lazily the children report back,
+and the server imports it too. Should any of that (or a task) leave a thread running
+here, the server stops forking and runs each further job as
+`python -m ct_fleet.worker.runner`: cold, but safe.
+
+The server exits when its stdin closes (the worker is done, or died), killing any child
+left. Wire format, one JSON object per line: request {"job": <work message JSON>,
+"out": path, "log": path, "cwd": path, "env": {name: value}}; replies {"pid": n} then
+{"exit": code} (a negative code is the signal that ended the child), or {"exit": 1}
+alone when the job could not be started (the reason is in its log file).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import gc
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ..protocol import WorkMessage
+from . import runner
+from .supervise import kill_tree
+
+SOCKET_NAME = "warm.sock"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+# Seconds the warm-up eval's helper threads (anyio's worker threads) get to finish.
+THREADS_GRACE = 30.0
+
+
+def log(message: str) -> None:
+    print(f"ct-fleet warm runner: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Child:
+    conn: socket.socket
+    cold: subprocess.Popen[bytes] | None = None  # set when run as a fresh interpreter
+
+
+@dataclass
+class Pending:
+    conn: socket.socket
+    buf: bytes = b""
+
+
+@dataclass
+class ForkServer:
+    sock_dir: Path
+    tasks: dict[str, Any] = field(default_factory=dict)
+    children: dict[int, Child] = field(default_factory=dict)
+    pending: dict[int, Pending] = field(default_factory=dict)  # fd -> connection not yet read
+    cold: bool = False
+
+    def __post_init__(self) -> None:
+        self.sel = selectors.DefaultSelector()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.wake_r, self.wake_w = os.pipe()
+
+    # -- set-up ------------------------------------------------------------------------
+    def listen(self) -> None:
+        """Bind first: requests wait in the backlog while inspect_ai is being imported."""
+        path = self.sock_dir / SOCKET_NAME
+        tmp = self.sock_dir / f".{SOCKET_NAME}.{os.getpid()}"
+        self.listener.bind(str(tmp))
+        self.listener.listen(256)
+        os.replace(tmp, path)  # the client connects once the name exists
+
+    def preload(self) -> None:
+        """Import inspect_ai and run one throwaway eval here, so that what inspect imports
+        and caches on its first eval (model providers pull in the anthropic and openai
+        SDKs: seconds) is paid once, not by every child."""
+        import inspect_ai
+        from inspect_ai.dataset import Sample
+
+        with tempfile.TemporaryDirectory(prefix="ct-warm-up-") as log_dir, contextlib.redirect_stdout(sys.stderr):
+            inspect_ai.eval(
+                inspect_ai.Task(dataset=[Sample(id="warm-up", input="warm-up")], name="ct_fleet_warm_up"),
+                model="mockllm/ct-fleet-warm-up",  # not a job's model: no cached model is shared
+                log_dir=log_dir,
+                display="none",
+            )
+        deadline = time.monotonic() + THREADS_GRACE
+        while threading.active_count() > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _import(self, names: list[str] | tuple[str, ...]) -> None:
+        for name in names:
+            if name in sys.modules or name.startswith("__"):
+                continue
+            try:
+                importlib.import_module(name)
+            except BaseException as ex:  # a module that fails here fails in the child too
+                if isinstance(ex, KeyboardInterrupt):
+                    raise
+        if threading.active_count() > 1 and not self.cold:
+            self.cold = True
+            log("a preloaded module left a thread running: further jobs run in fresh interpreters")
+
+    # -- the loop ----------------------------------------------------------------------
+    def serve(self) -> None:
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        self.sel.register(self.listener, selectors.EVENT_READ, "accept")
+        self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        self.sel.register(sys.stdin.fileno(), selectors.EVENT_READ, "stdin")
+        while True:
+            for key, _ in self.sel.select(timeout=5.0):
+                if key.data == "accept":
+                    conn, _ = self.listener.accept()
+                    self.pending[conn.fileno()] = Pending(conn)
+                    self.sel.register(conn, selectors.EVENT_READ, "request")
+                elif key.data == "request":
+                    self._read_request(key.fd)
+                elif key.data == "watch":
+                    self._client_gone(key.fd)
+                elif key.data == "wake":
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self.wake_r, 4096)
+                elif key.data == "stdin" and not os.read(sys.stdin.fileno(), 4096):
+                    self.shutdown()
+                    return
+            self._reap()
+
+    def _read_request(self, fd: int) -> None:
+        pending = self.pending[fd]
+        data = pending.conn.recv(65536)
+        pending.buf += data
+        if not data or b"\n" in pending.buf:
+            self.sel.unregister(pending.conn)
+            del self.pending[fd]
+            if not data:
+                pending.conn.close()
+                return
+            self._start(pending.conn, json.loads(pending.buf.split(b"\n", 1)[0]))
+
+    def _start(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        job = WorkMessage.from_json(request["job"])
+        key = runner.task_key(job)
+        if key not in self.tasks:
+            try:
+                self.tasks[key] = runner.build_task(job)
+            except Exception:
+                with open(request["log"], "a") as out:
+                    out.write(f"building the task of job {job.job_id} failed:\n{traceback.format_exc()}")
+                _send(conn, {"exit": 1})
+                conn.close()
+                return
+            self._import([])  # the check for threads a task may have started
+        if self.cold:
+            pid, child = self._spawn_cold(request, conn)
+        else:
+            pid, child = self._fork(request, job, self.tasks[key], conn), Child(conn)
+        self.children[pid] = child
+        _send(conn, {"pid": pid})
+        # An early EOF from the client means the worker gave up on the job: kill it.
+        self.sel.register(conn, selectors.EVENT_READ, "watch")
+
+    def _client_gone(self, fd: int) -> None:
+        for pid, child in self.children.items():
+            if child.conn.fileno() == fd:
+                with contextlib.suppress(OSError):
+                    if child.conn.recv(1):
+                        return  # clients send nothing more; ignore stray bytes
+                self.sel.unregister(child.conn)
+                kill_tree(pid)
+                return
+
+    def _reap(self) -> None:
+        for pid, child in list(self.children.items()):
+            if child.cold is not None:
+                code = child.cold.poll()
+            else:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                code = os.waitstatus_to_exitcode(status) if done else None
+            if code is None:
+                continue
+            del self.children[pid]
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(child.conn)
+            with contextlib.suppress(OSError):
+                _send(child.conn, {"exit": code})
+            child.conn.close()
+            self._learn(pid)
+
+    def _learn(self, pid: int) -> None:
+        report = self.sock_dir / f"{pid}.modules"
+        if self.cold or not report.exists():
+            return
+        names = report.read_text().split()
+        report.unlink()
+        self._import(names)
+
+    def shutdown(self) -> None:
+        for pid in list(self.children):
+            kill_tree(pid)
+        for pid, child in self.children.items():
+            if child.cold is not None:
+                child.cold.wait()
+            else:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+
+    # -- starting a job ----------------------------------------------------------------
+    def _fork(self, request: dict[str, Any], job: WorkMessage, task: Any, conn: socket.socket) -> int:
+        # Everything imported and built so far moves to the collector's permanent
+        # generation: a child's collections then never walk (and so never copy-on-write)
+        # the server's pages.
+        gc.freeze()
+        server = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            _die_with(server)
+            self._child(request, job, task, conn)
+        return pid
+
+    def _child(self, request: dict[str, Any], job: WorkMessage, task: Any, conn: socket.socket) -> NoReturn:
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, signal.SIG_DFL)
+            # The server's sockets and pipes are not the job's: a client must see EOF
+            # when the server dies, not when its last child exits.
+            self.sel.close()
+            self.listener.close()
+            conn.close()
+            for other in [*(p.conn for p in self.pending.values()), *(c.conn for c in self.children.values())]:
+                other.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            out = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(out, 1)
+            os.dup2(out, 2)
+            os.close(null)
+            os.close(out)
+            os.chdir(request["cwd"])
+            os.environ.update(request["env"])
+            before = set(sys.modules)
+            runner.run_inspect(job, Path(request["out"]), task)
+            new = sorted(set(sys.modules) - before)
+            if new:
+                report = self.sock_dir / f"{os.getpid()}.modules"
+                report.with_suffix(".tmp").write_text("\n".join(new))
+                report.with_suffix(".tmp").replace(report)
+            code = 0
+        except SystemExit as ex:
+            code = ex.code if isinstance(ex.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            # What a normal interpreter exit does (inspect registers cleanups), then no
+            # more: the server's own state must not run down a second time.
+            with contextlib.suppress(BaseException):
+                atexit._run_exitfuncs()
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+
+    def _spawn_cold(self, request: dict[str, Any], conn: socket.socket) -> tuple[int, Child]:
+        with open(request["log"], "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ct_fleet.worker.runner", request["job"], request["out"]],
+                cwd=request["cwd"],
+                env={**os.environ, **request["env"]},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                process_group=0,
+            )
+        return proc.pid, Child(conn, cold=proc)
+
+
+def _die_with(server: int) -> None:
+    """Have the kernel SIGKILL this child when the server dies (Linux). A job stays in the
+    server's process group, so killing an instance's group ends it too; this covers a
+    server killed on its own, whose children would otherwise run on, orphaned."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != server:  # it died before the prctl took effect
+        os._exit(1)
+
+
+def _send(conn: socket.socket, message: dict[str, Any]) -> None:
+    conn.sendall(json.dumps(message).encode() + b"\n")
+
+
+def main(argv: list[str]) -> int:
+    server = ForkServer(Path(argv[1]))
+    server.listen()
+    server.preload()
+    if threading.active_count() > 1:
+        server.cold = True
+        log("importing inspect_ai left a thread running: jobs run in fresh interpreters")
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,139 @@
+"""The end-of-run signal: once the controller has every result, workers leave at once
+(idle ones on the stop message, busy ones on the fleet-done marker) instead of waiting
+out idle_timeout, and a whole local run ends within seconds of its last result."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ct_fleet.protocol import WorkMessage, queue_names
+from ct_fleet.protocol.stop import MARKER_POLL, is_stop
+from ct_fleet.services import queues, session, stop, store
+from ct_fleet.worker.loop import Worker, WorkerSettings
+from fleet_helpers import FAST, LOCAL, fleet_dir, merged_pairs
+
+REPO = Path(__file__).resolve().parents[1]
+BUCKET = "end-of-run-test"
+IDLE_TIMEOUT = 600  # far longer than any bound below: only the signal ends these workers
+
+
+def settings(fleet_id: str, n: int, tmp: Path) -> WorkerSettings:
+    return WorkerSettings(
+        fleet_id=fleet_id,
+        bucket=BUCKET,
+        instance_id=f"i-{n}",
+        code_root=REPO,
+        max_concurrency=1,
+        idle_timeout=IDLE_TIMEOUT,
+        visibility_timeout=60,
+        heartbeat_interval=30,
+        retry_backoff=1,
+        work_dir=tmp / f"w{n}",
+    )
+
+
+def test_idle_and_busy_workers_leave_on_the_signal(aws_env: dict[str, str], tmp_path: Path) -> None:
+    session.reset()
+    fleet_id = "endofrun1"
+    sqs, s3 = session.client("sqs"), session.client("s3")
+    store.ensure_bucket(s3, BUCKET, create=True)
+    q = queues.ensure_queues(sqs, fleet_id, visibility_timeout=60, max_receive_count=2)
+    long_job = WorkMessage(
+        fleet_id=fleet_id,
+        job_id="long",
+        sample_id="s",
+        epoch=1,
+        task_spec="",
+        task_args={},
+        model="",
+        code_sha="",
+        result_key=f"{fleet_id}/long.eval",
+        time_limit=0,
+        kind="command",
+        command="sleep 600",
+    )
+    queues.send_batch(sqs, q.work, [long_job.to_json()])
+    # More workers than max_receive_count: a stop message received by each in turn would
+    # be moved to the dead-letter queue if it were not passed on as a fresh copy.
+    workers = [Worker(settings(fleet_id, n, tmp_path)) for n in range(4)]
+    threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while not any(w.in_flight for w in workers):
+        assert time.monotonic() < deadline, "no worker took the job"
+        time.sleep(0.1)
+    (busy,) = [w for w in workers if w.in_flight]
+    time.sleep(1)  # the job's process is up
+    job_procs = [p for p in psutil.Process().children(recursive=True) if "sleep" in " ".join(p.cmdline())]
+    assert job_procs
+
+    stop.announce(s3, sqs, BUCKET, fleet_id, q.work)
+    signalled = time.monotonic()
+    left: dict[str, float] = {}
+    for w, t in zip(workers, threads, strict=True):
+        t.join(timeout=MARKER_POLL + 30)
+        assert not t.is_alive(), f"worker {w.s.instance_id} did not leave"
+        left[w.s.instance_id] = time.monotonic() - signalled
+    assert all(w.fleet_done.is_set() for w in workers)
+    # Idle workers left on the message; the busy one on the marker, its job killed.
+    assert {w.left_because for w in workers if w is not busy} == {"a stop message"}, left
+    assert "marker" in busy.left_because, left
+    assert all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in job_procs)
+    assert queues.receive(sqs, q.dlq, wait=0) == []
+    remaining = queues.receive(sqs, q.work, wait=1)
+    assert any(is_stop(m["Body"]) for m in remaining)  # the last copy, left for nobody
+    assert not list((tmp_path / "w0").glob("*.eval"))  # a cancelled job uploads nothing
+
+
+def test_a_worker_that_boots_after_the_end_leaves_at_once(aws_env: dict[str, str], tmp_path: Path) -> None:
+    session.reset()
+    fleet_id = "endofrun2"
+    sqs, s3 = session.client("sqs"), session.client("s3")
+    store.ensure_bucket(s3, BUCKET, create=True)
+    q = queues.ensure_queues(sqs, fleet_id, visibility_timeout=60, max_receive_count=2)
+    stop.announce(s3, sqs, BUCKET, fleet_id, q.work)
+    queues.receive(sqs, q.work, wait=1, visibility=600)  # someone else holds the message
+    started = time.monotonic()
+    assert Worker(settings(fleet_id, 0, tmp_path)).run() == 0
+    assert time.monotonic() - started < 10
+    stop.clear(s3, BUCKET, fleet_id)
+    assert not stop.is_done(s3, BUCKET, fleet_id)
+    assert queue_names(fleet_id)["work"] in q.work
+
+
+def _times(log: str, pattern: str) -> list[float]:
+    found = []
+    for line in log.splitlines():
+        match = re.match(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO " + pattern, line)
+        if match:
+            found.append(datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return found
+
+
+@pytest.mark.e2e
+def test_a_local_run_ends_within_seconds_of_its_last_result(tmp_path: Path) -> None:
+    from fleet_helpers import finish, start
+
+    runs = tmp_path / "runs"
+    proc = start(
+        runs, "--task-file", "smoke", "--epochs", "2", *FAST, *LOCAL, "--ec2-arg", f"idle_timeout={IDLE_TIMEOUT}"
+    )
+    code, out, err = finish(proc, timeout=IDLE_TIMEOUT - 60)  # waiting out idle_timeout fails this
+    assert code == 0, out + err
+    assert len(set(merged_pairs(runs))) == 8
+    logs = [p.read_text() for p in fleet_dir(runs).glob("instances/*/var/log/linuxbench-bootstrap.log")]
+    assert logs
+    last_job = max(t for log in logs for t in _times(log, r"job "))
+    for log in logs:
+        (left,) = _times(log, r"fleet is done \(")
+        assert left >= last_job  # ordering: the signal follows the last result
+        assert left - last_job < 60  # a generous bound; idle_timeout is 600 s
+        assert "log uploaded to s3://" in log and "[shutdown] shutting down" in log

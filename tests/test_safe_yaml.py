@@ -1,0 +1,48 @@
+"""The YAML reader of run configs and task files: plain YAML only, bounded, UTF-8."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ct_fleet.controller import safe_yaml
+from ct_fleet.errors import BadInput
+
+
+def test_plain_yaml_reads_as_usual():
+    assert safe_yaml.load("a: 1\nb: [x, y]\nc: {d: true}\n", "f.yml") == {"a": 1, "b": ["x", "y"], "c": {"d": True}}
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("a: &x 1\nb: *x\n", r"f.yml:1: YAML anchors \(&name\) are not allowed"),
+        ("base: {a: 1}\nother:\n  <<: {a: 2}\n", r"f.yml:3: YAML merge keys"),
+        ("a: 1\na: 2\n", r"f.yml:2: duplicate key 'a'"),
+        ("a: [1\n", r"f.yml:2: not valid YAML"),
+        ("a: !!python/name:os.system\n", r"not valid YAML"),
+        ("[" * 3000 + "]" * 3000, r"f.yml"),
+        ("? [1, 2]\n: x\n", r"a mapping key must be text"),
+    ],
+)
+def test_what_a_config_never_needs_is_refused(text: str, message: str):
+    with pytest.raises(BadInput, match=message):
+        safe_yaml.load(text, "f.yml")
+
+
+def test_read_text_bounds_and_decodes(tmp_path: Path):
+    path = tmp_path / "f.yml"
+    path.write_bytes(b"\xef\xbb\xbfa: 1\n")
+    assert safe_yaml.read_text(path, max_bytes=100, what="run config") == "a: 1\n"
+    path.write_bytes(b"a: 1\n" * 100)
+    with pytest.raises(BadInput, match="over the 100-byte limit"):
+        safe_yaml.read_text(path, max_bytes=100, what="run config")
+    path.write_bytes(b"a: 1\nb: \xff\n")
+    with pytest.raises(BadInput, match=r"f.yml:2: the run config is not UTF-8"):
+        safe_yaml.read_text(path, max_bytes=100, what="run config")
+    path.write_bytes(b"a\x00b")
+    with pytest.raises(BadInput, match="NUL bytes"):
+        safe_yaml.read_text(path, max_bytes=100, what="run config")
+    with pytest.raises(BadInput, match="cannot read"):
+        safe_yaml.read_text(tmp_path / "missing.yml", max_bytes=100, what="run config")
