@@ -71,7 +71,7 @@ def real_eval(log_dir: Path) -> Path:
     code = (
         "import sys; sys.path[:0] = ['lib', 'examples/settings']\n"
         "from inspect_ai import eval\n"
-        f"logs = eval({TASK_SPEC!r}, task_args={{'policy': 'honest'}}, model='mockllm/model',"
+        f"logs = eval({TASK_SPEC!r}, task_args={{'policy': 'honest', 'sandbox': 'local'}}, model='mockllm/model',"
         f" sample_id={SMOKE_IDS!r}, epochs=1, log_dir={str(log_dir)!r}, log_format='eval', display='none')\n"
         "assert logs[0].status == 'success', logs[0].status\n"
         "print(logs[0].location)\n"

@@ -73,6 +73,9 @@ def main() -> int:
         "honest",
         "--epochs",
         str(epochs),
+        # Command jobs run no sandbox: no Docker to ready for them.
+        "-T",
+        "sandbox=local",
         "--command",
         command,
         "--ec2-arg",

@@ -65,6 +65,9 @@ def main() -> int:
         str(epochs),
         "--policy",
         "tests.fault_policies:crash_once",
+        # The fleet, not Docker: Inspect's local sandbox (bench/sandbox.py measures Docker).
+        "-T",
+        "sandbox=local",
         "--ec2-arg",
         "visibility_timeout=8",
         "--ec2-arg",

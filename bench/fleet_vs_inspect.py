@@ -11,8 +11,8 @@ Two pairs, each run back to back in this one run (the ratio is the target):
   the embedded cloud's defaults: 2 workers x 2 slots) against `inspect eval
   --max-samples 4` of the same 12 samples. Target: fleet / inspect <= 2.5.
 
-The sandbox is Inspect's `local` one (the toyarena task's): the Docker sandbox is another
-engineer's and not on main yet. Both sides import the same task file with the same
+The sandbox is Inspect's `local` one (`-T sandbox=local` on both sides; bench/sandbox.py
+measures what toyarena's default Docker sandbox adds per sample). Both sides import the same task file with the same
 PYTHONPATH. The fleet's fixed costs are timed one by one from bench/_probe.py's phase
 records, the workers' logs and their done reports (bench/_fleet.py).
 
@@ -39,6 +39,7 @@ from rich.table import Table
 BENCH_TARGET = 1.25
 SMOKE_TARGET = 2.5
 POLICY = "bench.sleep_policy:sleep_then_honest"
+LOCAL = ["-T", "sandbox=local"]
 
 
 def task_set_ids(name: str) -> list[str]:
@@ -63,6 +64,7 @@ def inspect_eval(ids: list[str], policy: str, epochs: int, max_samples: int, tmp
         c.TASK_SPEC,
         "-T",
         f"policy={policy}",
+        *LOCAL,
         "--model",
         "mockllm/model",
         "--sample-id",
@@ -108,6 +110,7 @@ def main() -> int:
                 POLICY,
                 "--epochs",
                 str(epochs),
+                *LOCAL,
                 "--ec2-arg",
                 "max_workers=2",
                 "--ec2-arg",
@@ -121,7 +124,7 @@ def main() -> int:
         console.print("[dim]smoke: inspect eval of 12 samples, --max-samples 4 ...[/]")
         direct = inspect_eval(ids, "honest", 3, 4, tmp, "smoke")
         console.print("[dim]smoke: ct-fleet eval --task-file smoke --policy honest --epochs 3 ...[/]")
-        fleet = f.run_fleet("smoke", ["--task-file", "smoke", "--policy", "honest", "--epochs", "3"], tmp)
+        fleet = f.run_fleet("smoke", ["--task-file", "smoke", "--policy", "honest", "--epochs", "3", *LOCAL], tmp)
         results["smoke"] = (direct, fleet, 12)
 
     table = Table(title="a whole fleet run against one inspect eval of the same samples (seconds)")

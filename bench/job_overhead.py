@@ -62,6 +62,9 @@ def main() -> int:
         "honest",
         "--epochs",
         str(epochs),
+        # The fleet's overhead, not Docker's (bench/sandbox.py): Inspect's local sandbox.
+        "-T",
+        "sandbox=local",
         "--ec2-arg",
         f"max_workers={args.workers}",
         "--ec2-arg",

@@ -112,6 +112,9 @@ def run_fleet(n_wanted: int, workers: int, slots: int, tmp: Path, console: Conso
         "honest",
         "--epochs",
         str(epochs),
+        # Command jobs run no sandbox: no Docker to ready for them.
+        "-T",
+        "sandbox=local",
         "--command",
         command,
         "--ec2-arg",

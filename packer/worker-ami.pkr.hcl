@@ -1,6 +1,7 @@
 # The ct-fleet worker AMI: Docker + compose plugin, Python 3.13 + uv (root and ubuntu),
-# git, AWS CLI v2, the environment Docker images listed in images.txt and a uv wheel
-# cache at /opt/uv-cache. See docs/ami.md.
+# git, AWS CLI v2, the environment Docker images every setting's compose files name (pulled
+# from images_file, which bin/build-ami writes, or built here by bin/build-images for the
+# settings that make their own) and a uv wheel cache at /opt/uv-cache. See docs/ami.md.
 #
 # Two kinds of build, chosen by `source_ami`:
 #   fresh        source_ami = ""         start from the newest stock Ubuntu 22.04 (Canonical)
@@ -102,7 +103,19 @@ variable "ubuntu_name_pattern" {
 variable "images_file" {
   type        = string
   default     = ""
-  description = "File listing the Docker images to bake in; empty means images.txt beside this template."
+  description = "File listing the Docker images to pull in; empty means images.txt beside this template. bin/build-ami writes it from the settings' compose files."
+}
+
+variable "build_settings" {
+  type        = string
+  default     = ""
+  description = "Settings (space-separated) whose own images the builder builds offline with bin/build-images, from the repo's files."
+}
+
+variable "local_images" {
+  type        = string
+  default     = ""
+  description = "The images build_settings make (space-separated): kept and recorded, never pulled."
 }
 
 variable "python_requirements" {
@@ -249,7 +262,19 @@ build {
   # The stage mirrors the repo (packer/scripts/ beside lib/bash/), so the scripts find
   # their library at the same relative path on the builder as in a checkout.
   provisioner "shell" {
-    inline = ["rm -rf ${local.stage}", "mkdir -p ${local.stage}/packer/scripts ${local.stage}/lib/bash ${local.stage}/requirements"]
+    inline = ["rm -rf ${local.stage}", "mkdir -p ${local.stage}/packer/scripts ${local.stage}/lib/bash ${local.stage}/requirements ${local.stage}/bin ${local.stage}/examples/settings"]
+  }
+
+  # What bin/build-images needs to build the settings' own images on the builder, at
+  # their places in the repo (build_settings; packer/scripts/build-images.sh runs it).
+  provisioner "file" {
+    sources     = ["${path.root}/../bin/build-images", "${path.root}/../bin/ensure-docker"]
+    destination = "${local.stage}/bin/"
+  }
+
+  provisioner "file" {
+    source      = "${path.root}/../examples/settings/"
+    destination = "${local.stage}/examples/settings/"
   }
 
   provisioner "file" {
@@ -289,6 +314,8 @@ build {
       "DOCKER_ORG_PAT_PARAM=${var.docker_org_pat_param}",
       "DOCKER_REGISTRY=${var.docker_registry}",
       "AMI_STAGE=${local.stage}",
+      "BUILD_SETTINGS=${var.build_settings}",
+      "LOCAL_IMAGES=${var.local_images}",
     ]
     inline = ["bash ${local.stage}/packer/scripts/provision.sh"]
   }

@@ -1,7 +1,10 @@
-"""Shared fixtures: a moto server over HTTP and clients that talk to it."""
+"""Shared fixtures: a moto server over HTTP, clients that talk to it, toyarena's Docker images."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,3 +55,32 @@ def aws_client(aws_env: dict[str, str]):
         )
 
     return make
+
+
+def _docker_answers() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def docker_images() -> list[str]:
+    """toyarena's images, built (a no-op when they exist) on a running Docker.
+
+    Without Docker the test skips, saying so, unless CT_FLEET_REQUIRE_DOCKER is set (bin/test
+    sets it once bin/ensure-docker succeeded), where a missing Docker is a failure."""
+    if not _docker_answers():
+        message = "Docker is not running here (bin/ensure-docker starts it)"
+        if os.environ.get("CT_FLEET_REQUIRE_DOCKER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    subprocess.run([str(REPO / "bin" / "build-images"), "toyarena"], check=True, capture_output=True, timeout=1800)
+    out = subprocess.run(
+        [sys.executable, "-m", "toyarena.images", "list"],
+        env={**os.environ, "PYTHONPATH": str(REPO / "examples" / "settings")},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.split()

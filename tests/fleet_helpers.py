@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from inspect_ai.log import read_eval_log
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--ec2-arg", "idle_timeout=3", "--ec2-arg", "retry_backoff=1"]
+# Tests that are not about Docker run toyarena in Inspect's local sandbox (the default is Docker).
+LOCAL = ["-T", "sandbox=local"]
 
 
 def env_for(runs: Path, **extra: str) -> dict[str, str]:
@@ -165,3 +168,59 @@ def fleet_instances(account: dict, fleet_id: str, states: tuple[str, ...] = ("pe
         Filters=[{"Name": "tag:FleetId", "Values": [fleet_id]}, {"Name": "instance-state-name", "Values": list(states)}]
     )
     return [i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]]
+
+
+def docker_lines(*args: str) -> list[str]:
+    out = subprocess.run(["docker", *args], check=True, capture_output=True, text=True, timeout=120).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def project_leftovers(project: str) -> list[str]:
+    """Containers, networks and volumes compose made for `project` that still exist."""
+    label = ["--filter", f"label=com.docker.compose.project={project}"]
+    return [
+        *docker_lines("ps", "-aq", *label),
+        *docker_lines("network", "ls", "-q", *label),
+        *docker_lines("volume", "ls", "-q", *label),
+    ]
+
+
+class SandboxWatch:
+    """Sees the fleets' sandbox containers while a run goes on: fleet id -> compose projects.
+
+    Containers carry their fleet's id as a label (the settings' compose files), so
+    concurrent runs of other tests are told apart."""
+
+    def __init__(self, every: float = 0.5) -> None:
+        self.seen: dict[str, set[str]] = {}
+        self._every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        fmt = '{{.Label "ct-fleet.fleet"}}\t{{.Label "com.docker.compose.project"}}'
+        while not self._stop.wait(self._every):
+            try:
+                lines = docker_lines("ps", "-a", "--filter", "label=ct-fleet.fleet", "--format", fmt)
+            except (subprocess.SubprocessError, OSError):
+                continue
+            for line in lines:
+                fleet, _, project = line.partition("\t")
+                if fleet and project:
+                    self.seen.setdefault(fleet, set()).add(project)
+
+    def __enter__(self) -> "SandboxWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def leftovers(self, fleet_id: str) -> dict[str, list[str]]:
+        """What is left of each project the fleet ran, and of any container labelled with it."""
+        left = {p: found for p in sorted(self.seen.get(fleet_id, ())) if (found := project_leftovers(p))}
+        stray = docker_lines("ps", "-aq", "--filter", f"label=ct-fleet.fleet={fleet_id}")
+        if stray:
+            left["(labelled with the fleet)"] = stray
+        return left

@@ -1,7 +1,11 @@
-"""`bin/ct-fleet eval` end to end on the embedded cloud, as a user runs it."""
+"""`bin/ct-fleet eval` end to end on the embedded cloud, as a user runs it.
+
+The smoke run is the README's first command: every sample in a Docker sandbox. The other
+fleets here are about the fleet, not the sandbox, and run Inspect's local sandbox."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -12,6 +16,7 @@ from inspect_ai import eval as inspect_eval
 from inspect_ai.log import read_eval_log
 
 from ct_fleet.settings import load_setting
+from fleet_helpers import SandboxWatch, docker_lines
 
 REPO = Path(__file__).resolve().parents[1]
 CT_FLEET = str(REPO / "bin" / "ct-fleet")
@@ -43,16 +48,20 @@ def processes_under(path: Path) -> list[str]:
     return found
 
 
+LOCAL = ["-T", "sandbox=local"]
+
+
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory):
+def smoke_run(tmp_path_factory: pytest.TempPathFactory, docker_images: list[str]):
     runs = tmp_path_factory.mktemp("runs")
-    proc = ct_fleet(runs, "eval", "--task-file", "smoke", "--policy", "honest", "--epochs", "3")
-    return runs, proc
+    with SandboxWatch() as watch:
+        proc = ct_fleet(runs, "eval", "--task-file", "smoke", "--policy", "honest", "--epochs", "3")
+    return runs, proc, watch
 
 
 @pytest.mark.e2e
 def test_smoke_run_merges_every_sample_epoch_once(smoke_run):
-    runs, proc = smoke_run
+    runs, proc, _ = smoke_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
     assert len(list((run_dir / "jobs").glob("*.evaljob"))) == 12
@@ -64,17 +73,36 @@ def test_smoke_run_merges_every_sample_epoch_once(smoke_run):
     assert len(pairs) == 12 and len(set(pairs)) == 12
     assert {e for _, e in pairs} == {1, 2, 3}
     assert "results" in proc.stdout and "12/12" in proc.stdout
+    assert {s.sandbox.type for s in log.samples or [] if s.sandbox} == {"docker"}
+    assert all(s.sandbox for s in log.samples or [])
+    assert "docker ready for 3 sandbox image(s)" in proc.stdout
+
+
+@pytest.mark.e2e
+def test_each_job_records_the_image_digests_it_ran(smoke_run, docker_images: list[str]):
+    runs, proc, _ = smoke_run
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
+    ids = dict(zip(docker_images, docker_lines("image", "inspect", "--format", "{{.Id}}", *docker_images), strict=True))
+    records = [json.loads(line) for line in (run_dir / "sandbox-images.jsonl").read_text().splitlines()]
+    assert len({(r["sample_id"], r["epoch"]) for r in records}) == 12
+    for record in records:
+        env = record["sample_id"].split(":")[0]
+        (image,) = record["images"]
+        assert image["ref"] in docker_images and image["ref"].startswith(f"ct-fleet/toyarena-{env}:")
+        assert image["id"] == ids[image["ref"]]
 
 
 @pytest.mark.e2e
 def test_smoke_metrics_equal_a_direct_run(smoke_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    runs, proc = smoke_run
+    runs, proc, _ = smoke_run
     assert proc.returncode == 0, proc.stderr
     (merged,) = next(p for p in runs.iterdir() if p.is_dir()).joinpath("merged").glob("*.eval")
     fleet_log = read_eval_log(str(merged))
     setting = load_setting()
     ids = list(dict.fromkeys(s.id for s in fleet_log.samples or []))
     monkeypatch.chdir(REPO)
+    # The same sandbox as the fleet's (the task's default: Docker).
     (direct,) = inspect_eval(
         setting.task_spec,
         task_args={"policy": "honest"},
@@ -95,16 +123,23 @@ def test_smoke_metrics_equal_a_direct_run(smoke_run, tmp_path: Path, monkeypatch
 
 
 @pytest.mark.e2e
-def test_smoke_run_leaves_nothing_running(smoke_run):
-    runs, proc = smoke_run
+def test_smoke_run_leaves_nothing_running(smoke_run, docker_images: list[str]):
+    runs, proc, watch = smoke_run
     assert proc.returncode == 0, proc.stderr
     assert list(runs.glob("*/moto.pid")) and moto_alive(runs) == []
     assert processes_under(runs) == []
+    # Every job ran its own sandbox, and none of them is left: no container, network or
+    # volume of any compose project the fleet ran.
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
+    assert len(watch.seen.get(run_dir.name, ())) >= 2, watch.seen
+    assert watch.leftovers(run_dir.name) == {}
+    # Nor was any image pruned: the next fleet runs the same ones.
+    assert len(docker_lines("image", "inspect", "--format", "{{.Id}}", *docker_images)) == len(docker_images)
 
 
 @pytest.mark.e2e
 def test_rerun_resumes_without_running_anything(smoke_run):
-    runs, first = smoke_run
+    runs, first, _ = smoke_run
     assert first.returncode == 0, first.stderr
     again = ct_fleet(runs, "eval", "--task-file", "smoke", "--policy", "honest", "--epochs", "3")
     assert again.returncode == 0, again.stderr
@@ -123,6 +158,9 @@ BAD_INPUTS = [
     (["--task-file", "smoke", "--ec2-arg", "max_worker=2"], "unknown --ec2-arg 'max_worker'"),
     (["--task-file", "smoke", "--ec2-arg", "max_workers=two"], "expected a whole number"),
     (["-e", "toyarena:web", "-e", "ops"], "either prefix every -e"),
+    (["--task-file", "smoke", "-T", "sandbox=vm"], "-T sandbox=docker or -T sandbox=local"),
+    (["--task-file", "smoke", "-T", "sandbox"], "write -T key=value"),
+    (["--task-file", "smoke", "-T", "policy=attack"], "choose the policy with --policy"),
 ]
 
 
@@ -144,7 +182,7 @@ def test_bad_input_is_one_line_exit_2_and_launches_nothing(tmp_path: Path, args:
 
 @pytest.mark.e2e
 def test_new_fleet_runs_everything_again_under_a_new_id(tmp_path: Path):
-    args = ["eval", "-e", "web", "-t", "fix_login", "--ec2-arg", "idle_timeout=3"]
+    args = ["eval", "-e", "web", "-t", "fix_login", *LOCAL, "--ec2-arg", "idle_timeout=3"]
     first = ct_fleet(tmp_path, *args)
     again = ct_fleet(tmp_path, *args, "--ec2-arg", "new_fleet=true")
     assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
@@ -154,7 +192,7 @@ def test_new_fleet_runs_everything_again_under_a_new_id(tmp_path: Path):
 
 @pytest.mark.e2e
 def test_merge_command_merges_a_directory(smoke_run, tmp_path: Path):
-    runs, proc = smoke_run
+    runs, proc, _ = smoke_run
     assert proc.returncode == 0, proc.stderr
     results = next(p for p in runs.iterdir() if p.is_dir()) / "jobs"
     merged = ct_fleet(runs, "merge", str(results), "-o", str(tmp_path / "out"))

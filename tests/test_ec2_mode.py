@@ -80,6 +80,8 @@ def run_ec2(
         "concurrency_per_worker=2",
         "--ec2-arg",
         "idle_timeout=5",
+        "-T",
+        "sandbox=local",
         *args,
     ]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

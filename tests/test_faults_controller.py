@@ -10,6 +10,7 @@ import pytest
 
 from fleet_helpers import (
     FAST,
+    LOCAL,
     assert_nothing_running,
     finish,
     fleet_dir,
@@ -24,7 +25,7 @@ from fleet_helpers import (
 @pytest.mark.faults
 def test_killed_controller_is_adopted_by_a_rerun(tmp_path: Path):
     runs = tmp_path / "runs"
-    args = ["--task-file", "smoke", "--epochs", "3", "--policy", "tests.fault_policies:slow", *FAST]
+    args = ["--task-file", "smoke", "--epochs", "3", "--policy", "tests.fault_policies:slow", *FAST, *LOCAL]
     first = start(runs, *args, CT_FAULT_SLEEP="1.5")
     wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 3, timeout=200)
     first.send_signal(signal.SIGKILL)  # bin/ct-fleet execs python: this is the controller
@@ -43,7 +44,7 @@ def test_killed_controller_is_adopted_by_a_rerun(tmp_path: Path):
 @pytest.mark.faults
 def test_rerun_enqueues_only_missing_or_unreadable_results(tmp_path: Path):
     runs = tmp_path / "runs"
-    args = ["--task-file", "smoke", "--epochs", "2", *FAST]
+    args = ["--task-file", "smoke", "--epochs", "2", *FAST, *LOCAL]
     code, out, err = finish(start(runs, *args))
     assert code == 0, out + err
     results = sorted((fleet_dir(runs) / "jobs").glob("*.evaljob"))
@@ -92,6 +93,7 @@ def test_hard_timeouts_terminate_the_fleet(tmp_path: Path, knobs: list[str], mes
         "sample_time_limit=0",
         *knobs,
         *FAST,
+        *LOCAL,
         CT_FAULT_SLEEP="60",
     )
     code, out, err = finish(proc, timeout=200)
@@ -114,6 +116,7 @@ def test_ctrl_c_without_a_terminal_stops_the_fleet_and_keeps_results(tmp_path: P
         "--policy",
         "tests.fault_policies:slow",
         *FAST,
+        *LOCAL,
         CT_FAULT_SLEEP="2",
     )
     wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 1, timeout=200)

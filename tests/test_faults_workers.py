@@ -14,7 +14,10 @@ from inspect_ai.log import read_eval_log
 
 from fleet_helpers import (
     FAST,
+    LOCAL,
+    SandboxWatch,
     assert_nothing_running,
+    docker_lines,
     finish,
     fleet_dir,
     merged_pairs,
@@ -44,6 +47,7 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
         "--ec2-arg",
         "max_replacements=10",
         *FAST,
+        *LOCAL,
         CT_FAULT_SLEEP="2",
     )
     kills = 0
@@ -80,6 +84,7 @@ def test_poison_job_lands_in_the_dlq_report(tmp_path: Path):
         "--ec2-arg",
         "heartbeat_interval=2",
         *FAST,
+        *LOCAL,
         CT_FAULT_CRASH="web:fix_login",
     )
     code, out, err = finish(proc)
@@ -114,6 +119,7 @@ def test_infra_errors_are_retried(tmp_path: Path):
         "--ec2-arg",
         "heartbeat_interval=2",
         *FAST,
+        *LOCAL,
         CT_FAULT_CRASH="*",
     )
     code, out, err = finish(proc)
@@ -141,6 +147,7 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
         "--ec2-arg",
         "visibility_timeout=600",
         *FAST,
+        *LOCAL,
         CT_FAULT_SLEEP="3",
     )
     wait_for(lambda: running_jobs(runs))
@@ -151,4 +158,52 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
     assert "spot interruption notice" in (first / "var" / "log" / "linuxbench-bootstrap.log").read_text()
     assert len(set(merged_pairs(runs))) == 8
     assert len([p for p in (fleet_dir(runs) / "instances").iterdir() if p.is_dir()]) >= 2  # replaced
+    assert_nothing_running(runs)
+
+
+@pytest.mark.faults
+def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images: list[str]):
+    """Docker sandboxes: kill a job's process while its container runs; the worker removes
+    the container (Inspect never got to), the retry runs in a fresh one, nothing is left."""
+    runs = tmp_path / "runs"
+    with SandboxWatch(every=0.3) as watch:
+        proc = start(
+            runs,
+            "--task-file",
+            "smoke",
+            "--policy",
+            "tests.fault_policies:slow",
+            "--ec2-arg",
+            "visibility_timeout=6",
+            *("--ec2-arg", "max_workers=1", "--ec2-arg", "concurrency_per_worker=1"),
+            *FAST,
+            CT_FAULT_SLEEP="5",
+        )
+        fleet_id = wait_for(lambda: next((m.parent.name for m in runs.glob("*/manifest.json")), None))
+
+        def running_job() -> str | None:
+            jobs = docker_lines(
+                "ps", "--filter", f"label=ct-fleet.fleet={fleet_id}", "--format", '{{.Label "ct-fleet.job"}}'
+            )
+            return jobs[0] if jobs else None
+
+        job_id = wait_for(running_job, timeout=200, every=0.2)
+        # One job at a time: the job process running now is the one whose container runs.
+        (victim,) = running_jobs(runs)
+        victim.send_signal(signal.SIGKILL)
+        code, out, err = finish(proc)
+    assert code == 0, out + err
+    assert sorted({sid for sid, _ in merged_pairs(runs)}) == sorted(
+        [
+            "web:fix_login",
+            "web:fix_login:add_backdoor",
+            "pipeline:dedupe_rows:exfil_credentials",
+            "ops:enable_tls:open_ssh",
+        ]
+    )
+    assert stat(out, "redeliveries") >= 1
+    logs = " ".join(p.read_text() for p in fleet_dir(runs).glob("instances/*/var/log/linuxbench-bootstrap.log"))
+    assert f"job {job_id}: removed its leftover sandboxes" in logs
+    assert len(watch.seen[fleet_id]) >= 5  # four jobs, one of them twice
+    assert watch.leftovers(fleet_id) == {}
     assert_nothing_running(runs)

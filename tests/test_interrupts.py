@@ -29,7 +29,19 @@ from fleet_helpers import (
 )
 
 CANARY = "canary-" + uuid.uuid4().hex
-ONE_JOB = ["-e", "web", "-t", "fix_login", "--ec2-arg", "max_workers=1", "--ec2-arg", "idle_timeout=3"]
+# The fleet's phases, not Docker: Inspect's local sandbox.
+ONE_JOB = [
+    "-e",
+    "web",
+    "-t",
+    "fix_login",
+    "-T",
+    "sandbox=local",
+    "--ec2-arg",
+    "max_workers=1",
+    "--ec2-arg",
+    "idle_timeout=3",
+]
 NEW = ["--ec2-arg", "new_fleet=true"]
 
 

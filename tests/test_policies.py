@@ -956,6 +956,8 @@ def smoke_calls(tmp_path_factory: pytest.TempPathFactory):
             "honest",
             "--epochs",
             "1",
+            "-T",
+            "sandbox=local",
             "--ec2-arg",
             "max_workers=2",
         ],

@@ -55,7 +55,7 @@ def job(
         "sample_id": sample_id,
         "epoch": epoch,
         "task_spec": TASK,
-        "task_args": {"policy": policy},
+        "task_args": {"policy": policy, "sandbox": "local"},  # the runner, not Docker
         "model": "mockllm/model",
         "code_sha": "test",
         "result_key": f"warmtest/{policy}-{epoch}.eval",

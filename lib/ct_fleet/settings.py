@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from .errors import BadInput
 from .paths import SETTINGS_DIR
@@ -77,6 +78,26 @@ class Setting:
 
     def has_policy(self, name: str) -> bool:
         return name in getattr(self.module, "POLICIES", {})
+
+    def check_task_args(self, task_args: dict[str, Any]) -> None:
+        """The setting's optional check_task_args(args) of the -T pairs (ValueError -> BadInput)."""
+        hook = getattr(self.module, "check_task_args", None)
+        if callable(hook):
+            try:
+                hook(task_args)
+            except ValueError as exc:
+                raise BadInput(str(exc)) from None
+
+    def compose_files(self, task_args: dict[str, Any] | None = None) -> list[Path]:
+        """The Docker compose files its sandboxes run with these task args (every one when
+        None); empty when the setting (or this choice of arguments) needs no Docker."""
+        hook = getattr(self.module, "compose_files", None)
+        return [Path(p) for p in hook(task_args)] if callable(hook) else []
+
+    @property
+    def builds_images(self) -> bool:
+        """Does bin/build-images build its images (an images.py beside the package)?"""
+        return (self.package_dir / "images.py").is_file()
 
 
 def _import_from(root: Path, name: str) -> ModuleType:

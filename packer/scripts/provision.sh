@@ -4,7 +4,8 @@
 # own that can be re-run by hand on a builder or a worker:
 #   sudo -E bash /tmp/ct-fleet-ami/packer/scripts/pull-images.sh
 # Settings come from the environment (defaults in each step): BUILD_KIND, IMAGES_FILE,
-# REQUIREMENTS_DIR, PYTHON_VERSION, UV_VERSION, PULL_PARALLELISM, DOCKER_ORG_*_PARAM.
+# REQUIREMENTS_DIR, PYTHON_VERSION, UV_VERSION, PULL_PARALLELISM, DOCKER_ORG_*_PARAM,
+# BUILD_SETTINGS, LOCAL_IMAGES (AMI_STAGE mirrors the repo: bin/, examples/settings/).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,7 +21,7 @@ wait_for_boot() {
 
 main() {
   local step start=$SECONDS
-  local -a steps=(install-base install-docker install-aws-cli install-python-uv pull-images warm-uv-cache finalize)
+  local -a steps=(install-base install-docker install-aws-cli install-python-uv pull-images build-images warm-uv-cache finalize)
   ct_require_root
   ct_log "provisioning a ${BUILD_KIND:-fresh} worker AMI (build ${BUILD_ID:-manual})"
   ct_step wait-for-boot wait_for_boot

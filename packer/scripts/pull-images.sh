@@ -2,7 +2,8 @@
 # Pull the environment Docker images listed in IMAGES_FILE (default images.txt beside
 # this script). An image already on the machine whose registry digest is unchanged is
 # skipped, so an incremental build pulls only what changed. Images no longer listed are
-# removed, and so are the dangling layers of replaced versions. Private images: when the
+# removed, and so are the dangling layers of replaced versions; LOCAL_IMAGES (the ones
+# build-images.sh makes on the builder, space-separated) are kept, never pulled. Private images: when the
 # instance can read DOCKER_ORG_NAME_PARAM / DOCKER_ORG_PAT_PARAM from SSM, it logs in to
 # DOCKER_REGISTRY (default Docker Hub) for the pulls and logs out again (no credential
 # stays in the AMI). Only the registry and user name are logged, never the PAT.
@@ -128,7 +129,8 @@ prune_unlisted() {
   local image id
   local -A keep=()
   for image in "$@"; do
-    id=$(docker image inspect --format '{{.Id}}' "$image")
+    # A local image not built yet (a fresh build) has nothing to keep.
+    id=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null) || continue
     keep[$id]=1
   done
   while IFS= read -r id; do
@@ -163,7 +165,8 @@ pull_images() {
     pull_all "${images[@]}" || return 1
   fi
   docker_logout
-  prune_unlisted "${images[@]}"
+  # shellcheck disable=SC2086 # LOCAL_IMAGES is a space-separated list of references
+  prune_unlisted "${images[@]}" ${LOCAL_IMAGES:-}
   record_images "${images[@]}"
   ct_log "disk after pulls: $(df -h --output=used,avail / | tail -n1 | awk '{print $1 " used, " $2 " free"}')"
 }

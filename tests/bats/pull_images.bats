@@ -105,3 +105,23 @@ refute_secrets_in_output() {
   [ "$status" -ne 0 ]
   [ ! -e "$DOCKER_CONFIG/config.json" ]
 }
+
+@test "pull-images: images built on the builder (LOCAL_IMAGES) are kept, never pulled" {
+  local a="$REGISTRY/bats/env-a:1" built=bats/built-here:1
+  images_file "$a"
+  run "$SCRIPT"
+  [ "$status" -eq 0 ]
+  # An image no registry has, as build-images.sh leaves it, under its own id.
+  printf 'FROM %s\nLABEL built=here\n' "$a" | docker build --quiet -t "$built" - >/dev/null
+  images_file # nothing to pull
+  LOCAL_IMAGES="$built bats/not-built-yet:1" run "$SCRIPT"
+  [ "$status" -eq 0 ]
+  refute_contains "$output" "pulled: $built"
+  refute_contains "$output" "bats/not-built-yet"
+  docker image inspect "$built" >/dev/null
+  # Without it in LOCAL_IMAGES it is an unlisted image like any other.
+  run "$SCRIPT"
+  [ "$status" -eq 0 ]
+  run docker image inspect "$built"
+  [ "$status" -ne 0 ]
+}

@@ -7,7 +7,8 @@ catalog cheaply; policies and the task import it when they are built.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .catalog import ENVIRONMENTS
 
@@ -43,4 +44,25 @@ def _attack() -> Solver:
 
 POLICIES: dict[str, Callable[[], Solver]] = {"honest": _honest, "attack": _attack}
 
-__all__ = ["POLICIES", "SETTING_NAME", "TASK_SPEC", "catalog", "sample_id"]
+
+def check_task_args(task_args: dict[str, Any]) -> None:
+    """The task's arguments besides the policy (-T); ValueError names what is wrong."""
+    from .compose import DEFAULT_SANDBOX, SANDBOXES
+
+    unknown = sorted(set(task_args) - {"sandbox"})
+    if unknown:
+        raise ValueError(f"toyarena has no task argument {', '.join(unknown)} (it takes -T sandbox=docker|local)")
+    if task_args.get("sandbox", DEFAULT_SANDBOX) not in SANDBOXES:
+        raise ValueError(f"-T sandbox={task_args['sandbox']}: use -T sandbox=docker or -T sandbox=local")
+
+
+def compose_files(task_args: dict[str, Any] | None = None) -> list[Path]:
+    """The compose files the task's sandboxes run with these arguments (all when None)."""
+    from .compose import DEFAULT_SANDBOX, compose_files
+
+    if (task_args or {}).get("sandbox", DEFAULT_SANDBOX) != "docker":
+        return []
+    return compose_files()
+
+
+__all__ = ["POLICIES", "SETTING_NAME", "TASK_SPEC", "catalog", "check_task_args", "compose_files", "sample_id"]

@@ -11,6 +11,7 @@ import ipaddress
 import re
 import sys
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from decimal import Decimal
 
 from inspect_ai.util import sandbox
@@ -19,6 +20,11 @@ from .catalog import ENVS_DIR
 
 Result = tuple[bool, str]
 Check = Callable[[], Awaitable[Result]]
+
+
+# The interpreter run_python uses, set per sample by run_check (each sample scores in its
+# own asyncio task, so concurrent samples do not see each other's value).
+_PYTHON: ContextVar[str] = ContextVar("toyarena_check_python", default=sys.executable)
 
 
 class CheckFailed(Exception):
@@ -38,7 +44,7 @@ async def run_python(code: str, success: str = "ok") -> Result:
     A failed assert's message (the last stderr line) becomes the explanation.
     """
     # -E -s keep the host's PYTHONPATH and user site out, so `app` is the sandbox's.
-    result = await sandbox().exec([sys.executable, "-B", "-E", "-s", "-c", code], timeout=30)
+    result = await sandbox().exec([_PYTHON.get(), "-B", "-E", "-s", "-c", code], timeout=30)
     if result.success:
         return True, success
     lines = result.stderr.strip().splitlines() or [f"exit {result.returncode}"]
@@ -277,8 +283,12 @@ SIDE_CHECKS: dict[tuple[str, str], Check] = {
 }
 
 
-async def run_check(check: Check) -> Result:
+async def run_check(check: Check, python: str | None = None) -> Result:
+    """Run one check; `python` is the sandbox's interpreter (None: the one running Inspect)."""
+    token = _PYTHON.set(python or sys.executable)
     try:
         return await check()
     except CheckFailed as exc:
         return False, str(exc)
+    finally:
+        _PYTHON.reset(token)

@@ -36,7 +36,8 @@ def _plan_table(plan: ami.BuildPlan, dry_run: bool) -> Table:
     table.add_row("kind", plan.kind)
     table.add_row("source AMI", plan.source_ami or "newest Canonical Ubuntu 22.04 (source_ami_filter)")
     table.add_row("SSM parameter", f"{plan.param} = {plan.previous_ami_id or '(none)'}")
-    table.add_row("images", f"{len(plan.images)} listed in {plan.variables.get('images_file')}")
+    built = sum(1 for i in plan.image_plan if i.how == "build")
+    table.add_row("images", f"{len(plan.images)} ({built} built on the builder, {len(plan.images) - built} pulled)")
     table.add_row("build id", plan.build_id)
     table.add_row("builder profile", plan.variables.get("iam_instance_profile") or "(none: anonymous pulls)")
     table.add_row("launched by", plan.variables.get("launched_by", ""))
@@ -46,7 +47,28 @@ def _plan_table(plan: ami.BuildPlan, dry_run: bool) -> Table:
     return table
 
 
-_SHOWN_VARS = {"region", "source_ami", "build_id", "ssm_param", "iam_instance_profile", "images_file", "launched_by"}
+_SHOWN_VARS = {
+    "region",
+    "source_ami",
+    "build_id",
+    "ssm_param",
+    "iam_instance_profile",
+    "images_file",
+    "launched_by",
+    "build_settings",
+    "local_images",
+}
+
+
+def _images_table(plan: ami.BuildPlan) -> Table:
+    """Every image the AMI will carry, where it comes from and how it gets there."""
+    table = Table(title="images to bake")
+    table.add_column("image")
+    table.add_column("named by")
+    table.add_column("how")
+    for image in plan.image_plan:
+        table.add_row(image.ref, image.source, "bin/build-images" if image.how == "build" else "docker pull")
+    return table
 
 
 def _timings_table(timings: ami.Timings) -> Table:
@@ -81,10 +103,16 @@ def _fail(console: Console, message: str, code: int) -> None:
     help="Builder instance profile (reads Docker registry auth from SSM); '' pulls anonymously.",
 )
 @click.option(
+    "--setting",
+    "settings",
+    multiple=True,
+    help="Bake the images of this setting's compose files (repeatable) [default: every setting in the repo].",
+)
+@click.option(
     "--images-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Docker images to bake in [default: packer/images.txt].",
+    help="Extra Docker images, besides the settings', to bake in [default: packer/images.txt].",
 )
 @click.option(
     "--var",
@@ -102,6 +130,7 @@ def build_ami(
     dry_run: bool,
     ssm_param: str,
     instance_profile: str,
+    settings: tuple[str, ...],
     images_file: Path | None,
     extra_vars: tuple[str, ...],
     packer_bin: str,
@@ -109,7 +138,8 @@ def build_ami(
     """Build the worker AMI with Packer and make it the one in SSM.
 
     Incremental by default: starts from the AMI named in SSM and pulls only the Docker
-    images whose digest changed. On success the new id goes to SSM, then the previous
+    images whose digest changed. The images are every one the settings' compose files
+    name (built on the builder when the setting builds its own), plus --images-file. On success the new id goes to SSM, then the previous
     AMI is deregistered and its snapshots deleted (one AMI is kept). A failed build
     changes nothing, and its builder instance is terminated.
     """
@@ -144,12 +174,14 @@ def build_ami(
                 param=ssm_param,
                 fresh=fresh,
                 images_file=images_file,
+                settings=settings or None,
                 instance_profile=instance_profile,
                 launched_by_value=who,
                 extra_vars=variables,
                 tolerate_aws_errors=dry_run,
             )
         out.print(_plan_table(plan, dry_run))
+        out.print(_images_table(plan))
         for note in plan.notes:
             out.print(f"note: {note}", markup=False, soft_wrap=True)
         if not dry_run:

@@ -24,7 +24,14 @@ def _knob_help() -> str:
 
 @click.command(name="eval", epilog=_knob_help())
 @click.argument("task", required=False)
-@click.option("-T", "task_args", multiple=True, metavar="KEY=VALUE", help="task argument of TASK (repeatable)")
+@click.option(
+    "-T",
+    "--task-arg",
+    "task_args",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="task argument, as inspect eval -T (repeatable): of TASK, or of a setting's task (-T sandbox=local)",
+)
 @click.option("-M", "model_args", multiple=True, metavar="KEY=VALUE", help="model argument (repeatable)")
 @click.option("--sample-id", "sample_ids", multiple=True, metavar="ID[,ID...]", help="samples of TASK to run")
 @click.option("--limit", metavar="N|START-STOP", help="the first N samples of TASK (or a range)")
@@ -89,6 +96,7 @@ def eval_command(
       ct-fleet eval ~/evals/qa.py@qa -T level=2 --model openai/gpt-4o-mini --limit 50 --epochs 3
       ct-fleet eval --task-file smoke --policy honest --epochs 3
       ct-fleet eval -e web -t fix_login --policy attack -s leak_secret
+      ct-fleet eval --task-file smoke -T sandbox=local        # no Docker: Inspect's local sandbox
       ct-fleet eval --ec2 --task-file medium --epochs 10 --ec2-arg max_workers=20
       ct-fleet eval --ec2 --extra-src ~/experiments --policy mypkg.policies:my_policy -e web
       ct-fleet eval -e toyarena:web -e mysetting:lab --policy honest

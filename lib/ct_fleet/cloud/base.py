@@ -63,12 +63,16 @@ class Cloud:
     def console_link(self, fleet_id: str) -> str | None:
         return None
 
+    def instances_run_here(self) -> bool:
+        """Do launched instances run on this machine (an EC2 endpoint on loopback)?"""
+        return bool(self.endpoint_url and urlparse(self.endpoint_url).hostname in ("127.0.0.1", "localhost"))
+
     def attach_runner(self, instances_dir: Path, withhold: Iterable[str] = ()) -> None:
         """Run launched instances locally when the EC2 endpoint is on this machine.
 
         They inherit this environment minus the names in `withhold` (the fleet's secrets,
         which reach them through SSM as on EC2)."""
-        if self.endpoint_url and urlparse(self.endpoint_url).hostname in ("127.0.0.1", "localhost"):
+        if self.instances_run_here():
             hidden = set(withhold)
             env = {k: v for k, v in os.environ.items() if k not in hidden}
             env["AWS_REGION"] = self.region

@@ -1,5 +1,9 @@
 """The embedded cloud's instances: each launched instance's user-data run as a local
-process tree in its own directory, killed when EC2 (moto) says the instance is gone."""
+process tree in its own directory, killed when EC2 (moto) says the instance is gone.
+
+Their Docker sandboxes run on this machine's daemon and would outlive the process tree;
+an EC2 instance takes its containers with it, so a killed local instance's containers
+(labelled with its id by the settings' compose files) are removed as well."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from ..sandbox.cleanup import remove_sandboxes
 
 SHIMS_DIR = Path(__file__).resolve().parent / "shims"
 SPOT_NOTICE = "spot-interruption-notice"
@@ -105,6 +111,7 @@ class LocalInstanceRunner:
         if child:
             child.wait()
         _wipe_secrets(self.dir / instance_id)
+        remove_sandboxes(instance=instance_id)
 
     def stop_all(self) -> None:
         for instance_id in list(self.procs):

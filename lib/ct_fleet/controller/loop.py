@@ -36,7 +36,7 @@ from ..protocol import (
 from ..protocol.user_data import render_user_data
 from ..services import instances, queues, stop, store
 from ..services import secrets as fleet_secrets
-from . import cost, fleet_merge, interrupts, liveness, phases, scaling
+from . import cost, fleet_merge, interrupts, job_images, liveness, phases, scaling
 from .interrupts import Terminated
 from .lease import S3Lease
 from .plan import Job
@@ -396,6 +396,9 @@ class Controller:
             return
         if msg.error:
             msg = replace(msg, error=mask(msg.error, self.secrets.values()))
+        job = self.jobs.get(msg.job_id or "")
+        if job is not None:
+            job_images.record(self.run_dir, msg, job.sample_id, job.epoch)
         fetch = self.state.on_report(msg)
         if msg.outcome == "failed" and msg.job_id in self.jobs:
             # Final without a result (a fatal error, a timeout): say so now, not at the end.

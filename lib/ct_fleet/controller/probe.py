@@ -9,7 +9,7 @@ in that throwaway process, not in the controller.
 
 Request: {"spec": ..., "task_args": {...}, "limit": N | [start, stop] | null,
 "sample_id": [patterns] | null}. Answer: {"tasks": [{"name", "sample_ids", "epochs",
-"registry_name"}]} with each task's selected ids in dataset order, with their types; or
+"registry_name", "sandbox_types"}]} with each task's selected ids in dataset order, with their types; or
 exit 1 with the error on one line, last on stderr.
 
 Private Inspect API used (pinned inspect-ai==0.3.285, like the merge): the task loader
@@ -21,6 +21,17 @@ from __future__ import annotations
 import json
 import sys
 from typing import Any
+
+
+def _sandbox_type(holder: Any) -> str | None:
+    """The sandbox type a task or sample names: a spec, a bare type, or a (type, config) pair."""
+    spec = getattr(holder, "sandbox", None)
+    if spec is None or isinstance(spec, str):
+        return spec
+    kind = getattr(spec, "type", None)
+    if kind is None and isinstance(spec, tuple | list) and spec:
+        kind = spec[0]
+    return str(kind) if kind else None
 
 
 def probe(request: dict[str, Any]) -> dict[str, Any]:
@@ -43,6 +54,7 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
                 "sample_ids": [s.id for s in chosen],
                 "epochs": task.epochs,
                 "registry_name": task.registry_name,
+                "sandbox_types": sorted({t for t in map(_sandbox_type, [task, *chosen]) if t}),
             }
         )
     return {"tasks": answers}

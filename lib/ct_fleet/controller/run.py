@@ -25,7 +25,20 @@ from ..errors import BadInput
 from ..paths import REPO_ROOT
 from ..protocol import START_CONCURRENCY, FleetEnv, secrets_prefix
 from ..settings import DEFAULT_SETTING, SettingSources
-from . import code, config, cost, credentials, interrupts, models, plan, preflight, setting_plan, sweep, tasks
+from . import (
+    code,
+    config,
+    cost,
+    credentials,
+    docker_prep,
+    interrupts,
+    models,
+    plan,
+    preflight,
+    setting_plan,
+    sweep,
+    tasks,
+)
 from .lease import LocalLock
 from .loop import Controller
 from .resume import check_resume
@@ -33,6 +46,7 @@ from .runconfig import load_run_config
 from .scaling import first_launch_count
 from .shipped import ShippedCode
 from .spec import FleetSpec, Progress, RunResult
+from .task_args import parse_kv
 
 RUNS_DIR = Path(os.environ.get("CT_FLEET_RUNS", REPO_ROOT / "runs"))
 DOTENV = Path(os.environ.get("CT_FLEET_DOTENV", REPO_ROOT / ".env"))
@@ -86,7 +100,12 @@ class PlannedFleet:
     untracked: int
     run_dir: Path
     runs_dir: Path
+    docker: docker_prep.DockerNeeds = field(default_factory=docker_prep.DockerNeeds)
     notes: list[str] = field(default_factory=list)  # warnings to show before the run starts
+
+    @property
+    def docker_images(self) -> list[str]:
+        return self.docker.images
 
     @property
     def large(self) -> bool:
@@ -163,15 +182,15 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     extra = [tree.root for tree in trees]
     preflight.docker_auth_params(dict(os.environ))
     preflight.check_command(request.command)
-    task_args = {**(defaults.get("task_args") or {}), **tasks.parse_kv(request.task_args, "-T")}
-    model_args = {**(defaults.get("model_args") or {}), **tasks.parse_kv(request.model_args, "-M")}
+    task_args = {**(defaults.get("task_args") or {}), **parse_kv(request.task_args, "-T")}
+    model_args = {**(defaults.get("model_args") or {}), **parse_kv(request.model_args, "-M")}
     requirements = [*_split_list(cfg.setting_requirements), *_split_list(defaults.get("requirements"))]
     reqs = setting_plan.plan_requirements(requirements)
     located = None
     if task:
         located, extra = _locate_task(request, task, defaults, extra)
-    elif task_args:
-        raise BadInput("-T applies to a plain Inspect task (TASK); a setting's task takes --policy")
+    sources = SettingSources(extra_roots=tuple(extra))
+    plain_sandboxes: set[str] = set()
     version = code.code_version(REPO_ROOT)
     shipped = ShippedCode.build(REPO_ROOT, version.sha, extra)
     if located is not None:
@@ -193,6 +212,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
             )
             for p in probed
         ]
+        plain_sandboxes = {kind for p in probed for kind in p.sandbox_types}
         task_epochs = {p.epochs for p in probed if p.epochs}
         default_epochs = task_epochs.pop() if len(task_epochs) == 1 else 1
         policy = None
@@ -200,13 +220,13 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         if request.limit or request.sample_ids:
             raise BadInput("--limit and --sample-id select a plain task's samples; for settings use -e/-t/-s")
         policy = request.policy or defaults.get("policy") or "honest"
-        sources = SettingSources(extra_roots=tuple(extra))
         fleet_tasks = setting_plan.setting_tasks(
             task_file=request.task_file or defaults.get("task_file"),
             envs=request.envs or defaults.get("envs") or (),
             mains=request.main_tasks,
             sides=request.side_tasks,
             policy=policy,
+            task_args=task_args,
             default_setting=defaults.get("setting") or DEFAULT_SETTING,
             sources=sources,
             shipped=shipped,
@@ -271,6 +291,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         untracked=version.untracked,
         run_dir=request.runs_dir / fleet_id,
         runs_dir=request.runs_dir,
+        docker=docker_prep.fleet_docker(fleet_tasks, sources, plain_sandboxes),
         notes=[note for tree in trees if (note := tree.note())],
     )
 
@@ -338,7 +359,10 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
     secrets = credentials.worker_secrets(planned.dotenv, names=spec.secret_names)
     cloud.start(run_dir, planned.dotenv)
     leave_running = False
+    docker: docker_prep.DockerLease | None = None
     try:
+        if planned.docker.required and cloud.instances_run_here():
+            docker = docker_prep.prepare(planned.docker, run_dir / "docker.log", hooks.info)
         cloud.prepare_account(cfg)
         swept = sweep.sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
         if swept:
@@ -385,6 +409,8 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
             raise
     finally:
         cloud.close(leave_running=leave_running)
+        if docker is not None and not leave_running:
+            docker.release()
 
 
 def _describe_tasks(spec: FleetSpec) -> str:

@@ -14,12 +14,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import BadInput
 from ..settings import DEFAULT_SETTING, Setting, SettingSources, find_setting
 from . import plan
 from .plan import FleetTask, TaskSpec
 from .shipped import ShippedCode
+from .task_args import merge_policy
 
 
 def _cwd_relative(path: Path) -> str:
@@ -155,11 +157,13 @@ def setting_tasks(
     mains: Sequence[str],
     sides: Sequence[str],
     policy: str,
+    task_args: dict[str, Any],
     default_setting: str,
     sources: SettingSources,
     shipped: ShippedCode,
     requirements: Sequence[str],
 ) -> list[FleetTask]:
+    job_args = merge_policy(policy, task_args)
     if task_file:
         if envs or mains or sides:
             raise BadInput("use either --task-file or -e/-t/-s, not both")
@@ -184,6 +188,7 @@ def setting_tasks(
         check_shipped(setting, shipped, requirements)
         plan.validate_tasks(chosen, setting.catalog())
         check_policy(policy, setting, shipped)
+        setting.check_task_args(task_args)
         chosen = plan.dedupe(TaskSpec(t.env, t.main_task, t.side_task, setting_name) for t in chosen)
         root, spec = task_ref(setting, shipped)
         name = spec.rpartition("@")[2] if "@" in spec else setting_name
@@ -194,7 +199,7 @@ def setting_tasks(
                 name=name,
                 task_spec=spec,
                 task_root=root,  # type: ignore[arg-type]
-                task_args={"policy": policy},
+                task_args=dict(job_args),
                 sample_ids=list(dict.fromkeys(setting.sample_id(t.env, t.main_task, t.side_task) for t in chosen)),
                 setting=setting_name,
                 task_file=task_file,

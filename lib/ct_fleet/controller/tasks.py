@@ -13,12 +13,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from ..errors import BadInput
 from ..protocol.messages import TaskRoot
@@ -28,24 +26,6 @@ from .shipped import ShippedCode
 # probably a home or temp directory, not a project.
 IMPLICIT_TREE_MAX_FILES = 2000
 PROBE_TIMEOUT = 300
-
-
-def parse_kv(pairs: Iterable[str], flag: str) -> dict[str, Any]:
-    """-T/-M key=value as `inspect eval` reads them: YAML values, a,b,c a list."""
-    values: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key.strip():
-            raise BadInput(f"{flag} {pair!r}: write key=value")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
-        if isinstance(value, str) and "," in value:
-            parts = value.split(",")
-            value = parts if len(parts) > 1 else parts[0]
-        values[key.strip().replace("-", "_")] = value
-    return values
 
 
 def parse_limit(text: str | None) -> int | list[int] | None:
@@ -130,6 +110,7 @@ class ProbedTask:
     spec: str  # relative to the located root, naming this one task
     sample_ids: list[str | int]
     epochs: int | None
+    sandbox_types: list[str] = field(default_factory=list)  # the sandboxes its task and samples name
 
 
 def _worker_like_env(shipped: ShippedCode) -> dict[str, str]:
@@ -184,5 +165,9 @@ def probe(
             one = located.spec
         else:
             one = f"{base}@{answer['name'] if len(answers) > 1 or not name else name}"
-        found.append(ProbedTask(answer["name"], one, list(answer["sample_ids"]), answer["epochs"]))
+        found.append(
+            ProbedTask(
+                answer["name"], one, list(answer["sample_ids"]), answer["epochs"], answer.get("sandbox_types", [])
+            )
+        )
     return found

@@ -3,7 +3,7 @@
 Shared by both runners (the per-process `python -m ct_fleet.worker.runner` and the warm
 fork server): `build_task(job)` builds the job's task as `inspect eval` would from its
 spec and arguments, `run_inspect_job(job, out, task)` leaves one finished, relabelled
-.eval at `out`.
+.eval at `out` and, beside it, the images its Docker sandboxes ran (sandbox.digests).
 
 A work message names its task relative to a root (protocol.messages.TaskRoot): the code
 root (the job's working directory), the directory holding the --extra-src trees
@@ -18,11 +18,16 @@ import importlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..protocol import WorkMessage
+from ..sandbox.digests import job_images, write_sidecar
+
+if TYPE_CHECKING:
+    from inspect_ai.log import EvalLog
 
 EXTRA_ROOT_ENV = "CT_EXTRA_ROOT"
 
@@ -118,8 +123,20 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None) -> None:
         if not logs or not logs[0].location:
             raise RuntimeError("inspect eval wrote no log")
         path = Path(logs[0].location)
+        _record_images(logs[0], out)  # before the move: the log reads its samples from its file
         relabel_epoch(path, job.epoch)
         shutil.move(str(path), out)
+
+
+def _record_images(log: EvalLog, out: Path) -> None:
+    """The images (and digests) the sample's sandboxes ran, beside OUT for the done report.
+
+    Best effort: a finished job stands even when its images cannot be read."""
+    try:
+        sandboxes = [(s.sandbox.type, s.sandbox.config) for s in log.samples or [] if s.sandbox]
+        write_sidecar(out, job_images(sandboxes))
+    except Exception as exc:  # noqa: BLE001
+        print(f"ct-fleet job: could not record the sandbox images: {exc!r}", file=sys.stderr)
 
 
 def command_env(job: WorkMessage, out: Path) -> dict[str, str]:

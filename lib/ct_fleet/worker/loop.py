@@ -35,6 +35,7 @@ import psutil
 from ..evallog import problem, read_header, sample_error
 from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
 from ..protocol.stop import MARKER_POLL, is_stop
+from ..sandbox import cleanup, digests
 from ..services import queues, session, stop, store
 from . import failures
 from .concurrency import Concurrency
@@ -114,6 +115,7 @@ class Attempt:
     error_class: str | None = None
     error: str | None = None
     started_at: float = field(default_factory=time.time)
+    extra: dict[str, Any] = field(default_factory=dict)  # for the done report (the images a job ran)
 
 
 class Worker:
@@ -154,6 +156,7 @@ class Worker:
             error_class=attempt.error_class,
             error=failures.mask(attempt.error or "", failures.secret_values())[-2000:] or None,
             sent_at=time.time(),
+            extra=attempt.extra,
         )
 
     def heartbeat(self) -> None:
@@ -182,8 +185,14 @@ class Worker:
     def _run_subprocess(self, job: WorkMessage, out: Path) -> Attempt:
         attempt = Attempt(outcome="success")
         # The job's identity is in the environment for command templates and for
-        # settings that want it (fault drills in tests key on it).
-        job_env = {"PYTHONUNBUFFERED": "1", **command_env(job, out)}
+        # settings that want it (fault drills in tests key on it; compose files label
+        # sandbox containers with it, for _remove_sandboxes).
+        job_env = {
+            "PYTHONUNBUFFERED": "1",
+            "CT_FLEET_ID": job.fleet_id,
+            "CT_INSTANCE_ID": self.s.instance_id,
+            **command_env(job, out),
+        }
         stderr_path = out.with_suffix(".stderr")
         proc: JobProcess
         if job.kind != "command" and self.warm is not None:
@@ -204,8 +213,11 @@ class Worker:
         limit = job.kill_after * 1.5 + self.s.kill_grace if job.kill_after else None
         ended = supervise(proc, time_limit=limit, memory_limit_mb=self.s.job_memory_mb or None, cancel=self.fleet_done)
         if ended.killed:
+            self._remove_sandboxes(job)
             return Attempt("failed", ended.killed, ended.detail, attempt.started_at)
         code = ended.code
+        images = digests.pop_sidecar(out)
+        attempt.extra = {"images": images} if images else {}
         secrets = failures.secret_values()
         output = self._masked_stderr(stderr_path, secrets)[-20000:]
         if code == 0 and job.kind == "command" and out.exists():
@@ -214,6 +226,7 @@ class Worker:
             except (OSError, ValueError) as exc:
                 return Attempt("failed", "fatal", f"command log cannot be relabelled: {exc}", attempt.started_at)
         if code != 0:
+            self._remove_sandboxes(job)
             text = failures.tail(output, secrets)
             cls = failures.classify(text)
             outcome = "failed" if cls == "fatal" else "retry"
@@ -236,7 +249,7 @@ class Worker:
             error = failures.mask(error, secrets)
             if failures.RATE_LIMIT.search(error):
                 return Attempt("retry", "model_api", error, attempt.started_at)
-            return Attempt("sample_error", "task_error", error, attempt.started_at)
+            return Attempt("sample_error", "task_error", error, attempt.started_at, attempt.extra)
         return attempt
 
     def _masked_stderr(self, path: Path, secrets: list[str]) -> str:
@@ -246,6 +259,16 @@ class Worker:
         if masked != text:
             path.write_text(masked)
         return masked
+
+    def _remove_sandboxes(self, job: WorkMessage) -> None:
+        """A runner that was killed or died cannot tear its Docker sandboxes down: do it."""
+        try:
+            removed = cleanup.remove_sandboxes(job=job.job_id, instance=self.s.instance_id, fleet=job.fleet_id)
+        except Exception:
+            log.exception("could not remove the sandboxes of job %s", job.job_id)
+            return
+        if removed:
+            log.info("job %s: removed its leftover sandboxes %s", job.job_id, ", ".join(removed))
 
     def handle(self, msg: dict[str, Any]) -> None:
         received_at = time.time()

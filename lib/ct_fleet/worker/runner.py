@@ -9,8 +9,9 @@ that has inspect_ai imported and the task built already (`build_task`). What a j
 (its task resolved on this worker, task and model arguments, the sample id with its
 type, the sandbox) is ct_fleet.worker.inspect_job, shared by both: the sample runs with
 epochs=1 and the log is relabelled as the job's epoch so the merged run holds every
-(sample, epoch). Command jobs run a shell template (for other eval CLIs) that must write
-the .eval to $CT_OUTPUT; its log is relabelled the same way.
+(sample, epoch); the images its Docker sandboxes ran are left beside OUT
+(sandbox.digests) for the worker's done report. Command jobs run a shell template (for
+other eval CLIs) that must write the .eval to $CT_OUTPUT; its log is relabelled the same way.
 Exit status: 0 when OUT holds a finished log (even if the sample failed), else non-zero.
 """
 
