@@ -296,6 +296,8 @@ CASES = [
         env={"DOCKER_ORG_NAME_SSM_PARAM": "/linuxbench/docker-org-name\nFLEET_ENV\nid"},
     ),
     Case("docker param outside prefix", [], "must stay under", env={"DOCKER_ORG_PAT_SSM_PARAM": "/other/pat"}),
+    Case("docker registry injection", [], "write a registry host", env={"DOCKER_REGISTRY": "ghcr.io\n$(id)"}),
+    Case("docker registry with a path", [], "write a registry host", env={"DOCKER_REGISTRY": "https://ghcr.io/x"}),
     # -- --extra-src trees
     Case("extra-src root", ["--extra-src", "/"], "not the file system root"),
     Case("extra-src missing", ["--extra-src", "{dir}/nothing"], "not a directory"),

@@ -202,4 +202,4 @@ def test_merge_command_merges_a_directory(smoke_run, tmp_path: Path):
     empty = tmp_path / "empty"
     empty.mkdir()
     none = ct_fleet(runs, "merge", str(empty))
-    assert none.returncode == 2 and "no .eval files" in none.stderr
+    assert none.returncode == 2 and "no readable .eval files" in none.stderr

@@ -7,13 +7,14 @@ from __future__ import annotations
 import re
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 import psutil
 import pytest
 
-from ct_fleet.protocol import WorkMessage, queue_names
+from ct_fleet.protocol import WorkMessage, decode_reports, queue_names
 from ct_fleet.protocol.stop import MARKER_POLL, is_stop
 from ct_fleet.services import queues, session, stop, store
 from ct_fleet.worker.loop import Worker, WorkerSettings
@@ -107,6 +108,41 @@ def test_a_worker_that_boots_after_the_end_leaves_at_once(aws_env: dict[str, str
     stop.clear(s3, BUCKET, fleet_id)
     assert not stop.is_done(s3, BUCKET, fleet_id)
     assert queue_names(fleet_id)["work"] in q.work
+
+
+def test_a_busy_worker_is_not_idle(aws_env: dict[str, str], tmp_path: Path) -> None:
+    """Idle time counts from the last job, not the last receive: a one-slot worker whose
+    jobs each outlast idle_timeout runs them all, then leaves on an empty queue."""
+    session.reset()
+    fleet_id = "endofrun3"
+    sqs, s3 = session.client("sqs"), session.client("s3")
+    store.ensure_bucket(s3, BUCKET, create=True)
+    q = queues.ensure_queues(sqs, fleet_id, visibility_timeout=60, max_receive_count=2)
+    jobs = [
+        WorkMessage(
+            fleet_id=fleet_id,
+            job_id=f"j{n}",
+            sample_id=f"s{n}",
+            epoch=1,
+            task_spec="",
+            task_args={},
+            model="",
+            code_sha="",
+            result_key=f"{fleet_id}/j{n}.eval",
+            time_limit=0,
+            kind="command",
+            command="sleep 3",  # writes no log: each attempt ends as a retry, which is enough here
+        )
+        for n in range(2)
+    ]
+    queues.send_batch(sqs, q.work, [j.to_json() for j in jobs])
+    worker = Worker(replace(settings(fleet_id, 0, tmp_path), idle_timeout=1, retry_backoff=600))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    reports = [r for m in queues.receive(sqs, q.done, max_messages=10, wait=1) for r in decode_reports(m["Body"])]
+    assert sorted(r.job_id for r in reports if r.type == "done") == ["j0", "j1"]
 
 
 def _times(log: str, pattern: str) -> list[float]:

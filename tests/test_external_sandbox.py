@@ -8,6 +8,7 @@ transcript, so the logs show which sandbox ran every sample."""
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -67,9 +68,11 @@ def test_an_extra_src_sandbox_type_runs_every_job(moto_server, tmp_path: Path, d
     runs = account["runs"]
     assert code == 0, out + err
     (run_dir,) = [p for p in runs.iterdir() if (p / "manifest.json").exists()]
-    results = sorted((run_dir / "results").glob("*.eval"))
+    results = sorted((run_dir / "jobs").glob("*.evaljob"))
     assert len(results) == 4
-    for path in results:
+    for job_log in results:
+        # Inspect reads a log by its suffix: per-job logs are .eval files under another name.
+        path = shutil.copy(job_log, tmp_path / f"{job_log.stem}.eval")
         log = read_eval_log(str(path), resolve_attachments=True)
         assert log.eval.sandbox is not None and log.eval.sandbox.type == "ctsbx_docker"
         (sample,) = log.samples or []

@@ -17,13 +17,13 @@ import pytest
 
 from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
 from ct_fleet.evallog import zipio
-from fleet_helpers import FAST, assert_nothing_running, finish, fleet_dir, merged_pairs, start, wait_for
+from fleet_helpers import FAST, LOCAL, assert_nothing_running, finish, fleet_dir, merged_pairs, start, wait_for
 
 
 @pytest.fixture(scope="module")
 def good_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs = tmp_path_factory.mktemp("source")
-    code, out, err = finish(start(runs, "--task-file", "smoke", *FAST))
+    code, out, err = finish(start(runs, "--task-file", "smoke", *FAST, *LOCAL))
     assert code == 0, out + err
     return fleet_dir(runs) / "jobs"
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleet_helpers import (
+    LOCAL,
     REPO,
     assert_nothing_running,
     ec2_account,
@@ -149,12 +150,12 @@ def test_the_next_eval_of_any_fleet_sweeps_secrets_of_dead_fleets(account):
     account["client"]("ec2").terminate_instances(InstanceIds=fleet_instances(account, fleet_id))
     for pid_file in account["runs"].glob(f"{fleet_id}/instances/*/pid"):
         try:
-            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+            os.killpg(int(pid_file.read_text().split()[0]), signal.SIGKILL)
         except ProcessLookupError:
             pass
     # Another fleet (other tasks), stopped at once: its start is what sweeps.
     other = start_ec2(
-        account, "-e", "ops", "-t", "enable_tls", "--ec2-arg", "new_fleet=true", CT_FLEET_PAUSE_AT="enqueue"
+        account, "-e", "ops", "-t", "enable_tls", *LOCAL, "--ec2-arg", "new_fleet=true", CT_FLEET_PAUSE_AT="enqueue"
     )
     other_id = paused_fleet(account, "enqueue")
     assert other_id != fleet_id

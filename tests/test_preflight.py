@@ -93,6 +93,15 @@ def test_worker_setup_digest_follows_content(tmp_path: Path):
         preflight.worker_setup_digest("other/setup.sh", [tree])
 
 
+def test_docker_registry_is_a_host_and_port():
+    assert preflight.docker_registry({}) == ""
+    assert preflight.docker_registry({"DOCKER_REGISTRY": "127.0.0.1:5000"}) == "127.0.0.1:5000"
+    assert preflight.docker_registry({"DOCKER_REGISTRY": " ghcr.io "}) == "ghcr.io"
+    for bad in ("ghcr.io/org", "-x.io", "a b", "host:port", "ghcr.io;id"):
+        with pytest.raises(BadInput, match="write a registry host"):
+            preflight.docker_registry({"DOCKER_REGISTRY": bad})
+
+
 def test_docker_params_stay_under_their_prefix():
     assert preflight.docker_auth_params({}) == ("/linuxbench/docker-org-name", "/linuxbench/docker-org-pat")
     assert preflight.docker_auth_params({"DOCKER_ORG_PAT_SSM_PARAM": "/linuxbench/docker-org-pat2"})[1].endswith("pat2")

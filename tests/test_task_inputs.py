@@ -60,7 +60,7 @@ PLAN_CASES = [
     ({"task": "{good}", "limit": "2", "sample_ids": ["1"]}, "either --limit or --sample-id"),
     ({"task": "{good}", "limit": "0"}, "--limit 0: write a count"),
     ({"task": "{good}", "sample_ids": ["nope"]}, "No matches in dataset"),
-    ({"envs": ["web"], "task_args": ["x=1"]}, "-T applies to a plain Inspect task"),
+    ({"envs": ["web"], "task_args": ["x=1"]}, "toyarena has no task argument x"),
     ({"task_file": "smoke", "policy": f"tests.{UNTRACKED}:pol"}, "neither tracked in this repo"),
     ({"envs": ["os:path"]}, "setting 'os' found in no source"),  # importable, but not a setting
     ({"envs": ["toyarena:web", "toyarena:nowhere"]}, "unknown env 'nowhere'"),

@@ -170,14 +170,16 @@ def from_environment(payload: str, canary: Path, monkeypatch: pytest.MonkeyPatch
     text = payload.replace(CANARY, str(canary))
     monkeypatch.setenv("DOCKER_ORG_NAME_SSM_PARAM", f"{preflight.DOCKER_PARAM_PREFIX}name{text}")
     monkeypatch.setenv("DOCKER_ORG_PAT_SSM_PARAM", f"{preflight.DOCKER_PARAM_PREFIX}pat{text}")
+    monkeypatch.setenv("DOCKER_REGISTRY", f"registry.example{text}")
     try:
         name, pat = preflight.docker_auth_params(dict(os.environ))
+        registry = preflight.docker_registry(dict(os.environ))
     except BadInput as exc:
         # Refused before anything is created: the value never reaches user-data at all
         # (the fields themselves are still sent hostile values through FleetEnv above).
         assert "\n" not in str(exc).split(":", 1)[0]
         return {}
-    return {"DOCKER_ORG_NAME_SSM_PARAM": name, "DOCKER_ORG_PAT_SSM_PARAM": pat}
+    return {"DOCKER_ORG_NAME_SSM_PARAM": name, "DOCKER_ORG_PAT_SSM_PARAM": pat, "DOCKER_REGISTRY": registry}
 
 
 def test_every_string_setting_is_covered() -> None:

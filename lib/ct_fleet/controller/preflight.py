@@ -21,6 +21,10 @@ from .extra_src import ExtraTree, scan_tree
 
 MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.:@+/-]+")
 MAX_COMMAND = 10_000
+# A registry as `docker login` takes it: host (a DNS name or IPv4) and an optional port.
+REGISTRY = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?::[0-9]{1,5})?"
+)
 
 
 def check_model(model: str) -> None:
@@ -68,6 +72,14 @@ def worker_setup_digest(worker_setup: str | None, extra_src: Sequence[Path]) -> 
     if Path(rel) not in scan_tree(roots[basename]).files:
         raise BadInput(f"worker_setup={worker_setup}: that file is left out of the shipped tree (cache or credential)")
     return hashlib.sha256(script.read_bytes()).hexdigest()[:16]
+
+
+def docker_registry(environ: dict[str, str]) -> str:
+    """DOCKER_REGISTRY, the private registry workers log in to (empty: Docker Hub)."""
+    registry = environ.get("DOCKER_REGISTRY", "").strip()
+    if registry and not REGISTRY.fullmatch(registry):
+        raise BadInput(f"DOCKER_REGISTRY={shown(registry)}: write a registry host, optionally :port (e.g. ghcr.io)")
+    return registry
 
 
 def docker_auth_params(environ: dict[str, str]) -> tuple[str, str]:

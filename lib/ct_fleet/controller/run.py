@@ -181,6 +181,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     trees = preflight.check_extra_src(request.extra_src)
     extra = [tree.root for tree in trees]
     preflight.docker_auth_params(dict(os.environ))
+    preflight.docker_registry(dict(os.environ))
     preflight.check_command(request.command)
     task_args = {**(defaults.get("task_args") or {}), **parse_kv(request.task_args, "-T")}
     model_args = {**(defaults.get("model_args") or {}), **parse_kv(request.model_args, "-M")}
@@ -320,6 +321,7 @@ def fleet_env(
         SPOT=cfg.spot,
         DOCKER_ORG_NAME_SSM_PARAM=docker_name,
         DOCKER_ORG_PAT_SSM_PARAM=docker_pat,
+        DOCKER_REGISTRY=preflight.docker_registry(dict(os.environ)),
         EXTRA_SRC_KEYS=" ".join(extra_keys),
         WORKER_USER=cfg.worker_user or "",
         WORKER_SETUP=cfg.worker_setup or "",

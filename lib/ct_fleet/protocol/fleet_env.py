@@ -49,6 +49,7 @@ class FleetEnv:
     SPOT: bool = False
     DOCKER_ORG_NAME_SSM_PARAM: str = ""
     DOCKER_ORG_PAT_SSM_PARAM: str = ""
+    DOCKER_REGISTRY: str = ""  # empty: Docker Hub
     EXTRA_SRC_KEYS: str = ""
     WORKER_USER: str = ""
     WORKER_SETUP: str = ""

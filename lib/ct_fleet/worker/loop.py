@@ -413,6 +413,10 @@ class Worker:
             while not self.stopping.is_set():
                 with self.lock:
                     busy = len(self.in_flight)
+                if busy:
+                    # Idle time counts from the last moment a job ran, not the last receive:
+                    # a worker whose slots were all busy has not seen an empty queue.
+                    idle_since = time.monotonic()
                 free = self.concurrency.current - busy
                 if free <= 0:
                     # Woken the moment a job finishes, so the next one starts at once.
@@ -440,7 +444,7 @@ class Worker:
                         # Reserve the slot now so the next receive sees it taken.
                         self.in_flight[msg["ReceiptHandle"]] = InFlight("?", msg["ReceiptHandle"], time.time())
                     pool.submit(self.handle, msg)
-                if messages or busy:
+                if messages:
                     idle_since = time.monotonic()
         self.stopping.set()
         reporter.join()
