@@ -23,7 +23,7 @@ from fleet_helpers import FAST, LOCAL, assert_nothing_running, finish, fleet_dir
 @pytest.fixture(scope="module")
 def good_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs = tmp_path_factory.mktemp("source")
-    code, out, err = finish(start(runs, "--task-file", "smoke", *FAST, *LOCAL))
+    code, out, err = finish(start(runs, "--task-file", "smoke", *FAST, *LOCAL))  # job ids follow the task args
     assert code == 0, out + err
     return fleet_dir(runs) / "jobs"
 
@@ -59,7 +59,7 @@ def embedded_s3(run_dir: Path):
 def test_a_result_damaged_before_the_merge_is_fetched_again_or_rerun(good_results: Path, tmp_path: Path, also_in_s3):
     runs = tmp_path / "runs"
     proc = start(
-        runs, "--task-file", "smoke", "--command", copy_command(good_results), *FAST, CT_FLEET_PAUSE_AT="verify"
+        runs, "--task-file", "smoke", *LOCAL, "--command", copy_command(good_results), *FAST, CT_FLEET_PAUSE_AT="verify"
     )
     marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-verify")), None), timeout=300)
     run_dir = marker.parent
@@ -99,6 +99,7 @@ def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, 
         runs,
         "--task-file",
         "smoke",
+        *LOCAL,  # the job ids of good_results' run: the same task args
         "--command",
         command,
         "--ec2-arg",
