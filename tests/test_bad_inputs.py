@@ -1,15 +1,19 @@
-"""Hostile and careless input, table-driven: every case is `bin/ct-fleet eval` with one bad
+"""Hostile and careless input, table-driven: every case is `ct-fleet eval` with one bad
 input, run against a moto server standing in for AWS (--ec2) or on the embedded cloud.
 
 Each case must exit 2 with at most 3 lines on stderr, no traceback, a message naming the
 problem, nothing created in moto (no bucket, object, queue, instance or parameter) and no
-process left behind. The cases run a few at a time (each is a short-lived CLI process).
+process left behind. The cases run a few at a time, each a CLI process of its own forked
+from tests/cli_forker.py; tests/test_e2e.py's bad inputs go through bin/ct-fleet itself.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +26,7 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+FORKERS = 3  # cases run side by side (most of a case is moto round trips and file checks)
 # The first test's setup runs every case (a few at a time): give it room on a busy machine.
 pytestmark = pytest.mark.timeout(1800)
 
@@ -369,7 +374,33 @@ def leftover_processes(case_dir: Path) -> list[str]:
     return found
 
 
-def run_case(case: Case, base: Path, account: dict[str, Any]) -> dict[str, Any]:
+class Forker:
+    """One tests/cli_forker.py: every case a process of its own, forked with the CLI's
+    libraries imported (the 100+ cases would spend most of their time importing boto3)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("cli_forker.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "COLUMNS": "300"},
+        )
+
+    def run(self, args: list[str], *, env: dict[str, str], cwd: Path, stdout: Path, stderr: Path) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        request = {"args": args, "env": env, "cwd": str(cwd), "stdout": str(stdout), "stderr": str(stderr)}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return int(json.loads(self.proc.stdout.readline())["code"])
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def run_case(case: Case, base: Path, account: dict[str, Any], forkers: queue.Queue[Forker]) -> dict[str, Any]:
     case_dir = base / uuid.uuid4().hex[:8]
     case_dir.mkdir()
     for rel, data in case.files.items():
@@ -398,21 +429,18 @@ def run_case(case: Case, base: Path, account: dict[str, Any]) -> dict[str, Any]:
             del args[at : at + 2]  # an empty --task-file means "choose with -e"
     if case.ec2:
         base_args += ["--ec2", *ec2("bucket", account["bucket"]), *ec2("auto_confirm", "true")]
-    proc = subprocess.run(
-        [str(REPO / "bin" / "ct-fleet"), "eval", *base_args, *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
+    out, err = case_dir / "stdout.txt", case_dir / "stderr.txt"
+    forker = forkers.get()
+    try:
+        code = forker.run(["eval", *base_args, *args], env=env, cwd=REPO, stdout=out, stderr=err)
+    finally:
+        forkers.put(forker)
     runs = case_dir / "runs"
     created = sorted(str(p.relative_to(runs)) for p in runs.rglob("*")) if runs.exists() else []
     return {
-        "code": proc.returncode,
-        "stdout": proc.stdout,
-        "stderr": proc.stderr,
+        "code": code,
+        "stdout": out.read_text(),
+        "stderr": err.read_text(),
         "created": created,
         "left": leftover_processes(case_dir),
     }
@@ -422,9 +450,16 @@ def run_case(case: Case, base: Path, account: dict[str, Any]) -> dict[str, Any]:
 def outcomes(account, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("bad")
     before = moto_state(account)
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {case.name: pool.submit(run_case, case, base, account) for case in CASES}
-        results = {name: fut.result() for name, fut in futures.items()}
+    forkers: queue.Queue[Forker] = queue.Queue()
+    for _ in range(FORKERS):
+        forkers.put(Forker())
+    try:
+        with ThreadPoolExecutor(max_workers=FORKERS) as pool:
+            futures = {case.name: pool.submit(run_case, case, base, account, forkers) for case in CASES}
+            results = {name: fut.result() for name, fut in futures.items()}
+    finally:
+        while not forkers.empty():
+            forkers.get().close()
     results["__moto__"] = (before, moto_state(account))
     return results
 

@@ -172,7 +172,9 @@ def test_jobs_handed_out_twice_count_once_and_are_never_dead(account, tmp_path: 
         out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, out + err
     text = " ".join(out.split())
-    assert "dead-lettered" not in text and "missing from the merged run" not in err
+    # A copy may reach the dead-letter queue before or after its job's success; either way
+    # the success counts and no job is reported dead or missing.
+    assert "jobs without a result" not in text and "missing from the merged run" not in text + err
     assert int(text.split("redeliveries ")[1].split(",")[0]) >= 1  # jobs really were handed out twice
     (run_dir,) = [p for p in machine["runs"].iterdir() if p.is_dir() and (p / "merged").exists()]
     from inspect_ai.log import read_eval_log

@@ -157,19 +157,38 @@ class S3Lease:
             try:
                 self.etag = self._put(IfMatch=self.etag or "")
             except ClientError as exc:
+                if _is_412(exc) and self._still_mine():
+                    continue
                 if _is_412(exc) or exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                     self.lost = True
                     return
             except Exception:  # noqa: BLE001  (the network is back next time; the lease lasts TTL)
                 continue
 
+    def _still_mine(self) -> bool:
+        """After a 412: is the lease ours all the same? A renewal S3 applied but whose answer
+        was lost (a 5xx or a timeout after the write) changed the ETag without telling us."""
+        try:
+            resp = self.s3.get_object(Bucket=self.bucket, Key=self.key)
+            holder = json.loads(resp["Body"].read())
+        except Exception:  # noqa: BLE001  (unknown: the next renewal asks again)
+            return True
+        if holder.get("token") != self.owner["token"]:
+            return False
+        self.etag = str(resp["ETag"])
+        return True
+
     def release(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self.etag and not self.lost:
+        for _ in range(2):  # the second time with the ETag of a renewal whose answer was lost
+            if not self.etag or self.lost:
+                break
             try:
                 self.s3.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self.etag)
+                break
             except Exception:  # noqa: BLE001  (an expired lease is as good as a deleted one)
-                pass
+                if not self._still_mine():
+                    break
         self.etag = None

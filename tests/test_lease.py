@@ -1,0 +1,69 @@
+"""The fleet's S3 lease against moto's conditional puts: a renewal whose answer was lost
+keeps the lease; a lease someone else wrote is lost."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+from ct_fleet.controller.lease import S3Lease, lease_key
+from ct_fleet.errors import BadInput
+
+
+@pytest.fixture
+def s3(aws_client):
+    client = aws_client("s3")
+    bucket = f"lease-{uuid.uuid4().hex[:8]}"
+    client.create_bucket(Bucket=bucket)
+    return client, bucket
+
+
+def _rewrite(client, bucket: str, fleet: str, token: str) -> str:
+    """Overwrite the lease object as S3 would have after some write: a new ETag."""
+    body = json.dumps({"host": "h", "pid": 1, "token": token, "renewed_at": time.time(), "ttl": 60})
+    return str(client.put_object(Bucket=bucket, Key=lease_key(fleet), Body=body.encode())["ETag"])
+
+
+def _wait(predicate, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_renewal_applied_but_unanswered_keeps_the_lease(s3) -> None:
+    client, bucket = s3
+    lease = S3Lease(client, bucket, "fleet1", renew_every=0.1)
+    lease.acquire()
+    try:
+        # Our own renewal reached S3 but its answer did not reach us: the object carries our
+        # token under an ETag we never saw, so the next renewal's If-Match fails with 412.
+        before = lease.etag
+        unseen = _rewrite(client, bucket, "fleet1", lease.owner["token"])
+        assert _wait(lambda: lease.etag not in (before, unseen) or lease.lost)  # renewed since
+        assert not lease.lost
+        # And again, now at release: the delete's If-Match fails, the lease is still deleted.
+        lease._stop.set()
+        lease._thread.join()
+        _rewrite(client, bucket, "fleet1", lease.owner["token"])
+    finally:
+        lease.release()
+    assert "Contents" not in client.list_objects_v2(Bucket=bucket)  # released: deleted
+
+
+def test_a_lease_another_controller_wrote_is_lost(s3) -> None:
+    client, bucket = s3
+    lease = S3Lease(client, bucket, "fleet2", renew_every=0.1)
+    lease.acquire()
+    try:
+        _rewrite(client, bucket, "fleet2", "someone-else")
+        assert _wait(lambda: lease.lost)
+    finally:
+        lease.release()
+    with pytest.raises(BadInput, match="driven by another controller"):
+        S3Lease(client, bucket, "fleet2").acquire()
