@@ -73,6 +73,10 @@ def inspect_eval(ids: list[str], policy: str, epochs: int, max_samples: int, tmp
         str(epochs),
         "--max-samples",
         str(max_samples),
+        # Inspect's default is one subprocess per core (2 here), which would hold 8 samples'
+        # sandbox commands to 2 at a time; a fleet job runs one sample, so it never waits.
+        "--max-subprocesses",
+        str(max_samples),
         "--log-dir",
         str(tmp / f"inspect-{name}"),
         "--display",
