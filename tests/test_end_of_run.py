@@ -40,26 +40,30 @@ def settings(fleet_id: str, n: int, tmp: Path) -> WorkerSettings:
     )
 
 
+def command_job(fleet_id: str, job_id: str, command: str) -> WorkMessage:
+    return WorkMessage(
+        fleet_id=fleet_id,
+        job_id=job_id,
+        sample_id=f"s-{job_id}",
+        epoch=1,
+        task_spec="",
+        task_args={},
+        model="",
+        code_sha="",
+        result_key=f"{fleet_id}/{job_id}.eval",
+        time_limit=0,
+        kind="command",
+        command=command,
+    )
+
+
 def test_idle_and_busy_workers_leave_on_the_signal(aws_env: dict[str, str], tmp_path: Path) -> None:
     session.reset()
     fleet_id = "endofrun1"
     sqs, s3 = session.client("sqs"), session.client("s3")
     store.ensure_bucket(s3, BUCKET, create=True)
     q = queues.ensure_queues(sqs, fleet_id, visibility_timeout=60, max_receive_count=2)
-    long_job = WorkMessage(
-        fleet_id=fleet_id,
-        job_id="long",
-        sample_id="s",
-        epoch=1,
-        task_spec="",
-        task_args={},
-        model="",
-        code_sha="",
-        result_key=f"{fleet_id}/long.eval",
-        time_limit=0,
-        kind="command",
-        command="sleep 600",
-    )
+    long_job = command_job(fleet_id, "long", "sleep 600")
     queues.send_batch(sqs, q.work, [long_job.to_json()])
     # More workers than max_receive_count: a stop message received by each in turn would
     # be moved to the dead-letter queue if it were not passed on as a fresh copy.
@@ -118,23 +122,8 @@ def test_a_busy_worker_is_not_idle(aws_env: dict[str, str], tmp_path: Path) -> N
     sqs, s3 = session.client("sqs"), session.client("s3")
     store.ensure_bucket(s3, BUCKET, create=True)
     q = queues.ensure_queues(sqs, fleet_id, visibility_timeout=60, max_receive_count=2)
-    jobs = [
-        WorkMessage(
-            fleet_id=fleet_id,
-            job_id=f"j{n}",
-            sample_id=f"s{n}",
-            epoch=1,
-            task_spec="",
-            task_args={},
-            model="",
-            code_sha="",
-            result_key=f"{fleet_id}/j{n}.eval",
-            time_limit=0,
-            kind="command",
-            command="sleep 3",  # writes no log: each attempt ends as a retry, which is enough here
-        )
-        for n in range(2)
-    ]
+    # Writes no log: each attempt ends as a retry, which is enough here.
+    jobs = [command_job(fleet_id, f"j{n}", "sleep 3") for n in range(2)]
     queues.send_batch(sqs, q.work, [j.to_json() for j in jobs])
     worker = Worker(replace(settings(fleet_id, 0, tmp_path), idle_timeout=1, retry_backoff=600))
     thread = threading.Thread(target=worker.run, daemon=True)
