@@ -19,7 +19,7 @@ from typing import Any
 
 import _common as c
 
-from ct_fleet.evallog.layout import JOB_LOG_SUFFIX
+from ct_fleet.protocol import run_layout
 
 PROBE = str(Path(__file__).with_name("_probe.py"))
 WORKER_START = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO Found credentials")
@@ -107,7 +107,7 @@ def read_run(record: Path, runs: Path, wall: float, t0: float, log: Path) -> Fle
                     m["job_id"], sid, epoch, m["instance_id"], m["received_at"], m["started_at"], m["finished_at"]
                 )
     for job in jobs.values():
-        job.total_time = sample_total_time(run_dir / "jobs" / f"{job.job_id}{JOB_LOG_SUFFIX}")
+        job.total_time = sample_total_time(run_layout.job_log(run_dir, job.job_id))
     started = {}
     for boot_log in run_dir.glob("instances/*/var/log/linuxbench-bootstrap.log"):
         for text in boot_log.read_text(errors="replace").splitlines():

@@ -83,18 +83,20 @@ def _timed(owner: Any, attr: str, name: str) -> None:
 
 def _time_phases() -> None:
     from ct_fleet.cloud.embedded import EmbeddedCloud
-    from ct_fleet.controller import loop, run
+    from ct_fleet.controller.fleet import FleetRun, WorkerPool
+    from ct_fleet.controller.fleet.collector import ResultCollector
+    from ct_fleet.controller.planning import code
 
-    _timed(run.code, "archive", "code archive")
+    _timed(code, "archive", "code archive")
     _timed(EmbeddedCloud, "start", "embedded cloud start")
     _timed(EmbeddedCloud, "prepare_account", "account set-up")
     _timed(EmbeddedCloud, "close", "embedded cloud stop")
-    _timed(loop.Controller, "_resume", "resume check")
-    _timed(loop.Controller, "_queue", "enqueue")
-    _timed(loop.Controller, "_launch", "launch")
-    _timed(loop.Controller, "_track", "track")
-    _timed(loop.Controller, "teardown", "teardown")
-    _timed(loop.Controller, "_merge", "merge")
+    _timed(ResultCollector, "resume", "resume check")
+    _timed(FleetRun, "_queue", "enqueue")
+    _timed(WorkerPool, "launch", "launch")
+    _timed(FleetRun, "_track", "track")
+    _timed(FleetRun, "teardown", "teardown")
+    _timed(FleetRun, "_merge", "merge")
 
 
 _write({"ev": "start", "t": time.time()})

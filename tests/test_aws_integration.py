@@ -5,13 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from ct_fleet.controller.config import Ec2Config
 from ct_fleet.errors import BadInput
-from ct_fleet.protocol import FleetEnv, Manifest, ManifestJob, ManifestTask, secrets_prefix
+from ct_fleet.protocol import Ec2Config, FleetEnv, Manifest, ManifestJob, ManifestTask, secrets_prefix
 from ct_fleet.protocol.user_data import USER_DATA_LIMIT, render_user_data
 from ct_fleet.services import instances as fleet
 from ct_fleet.services import queues, secrets, store
@@ -121,7 +121,9 @@ def test_launch_tags_profile_shutdown_and_no_ingress(aws_client):
     )
     assert ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["IpPermissions"] == []
     fid = _fid()
-    user_data = render_user_data(FleetEnv(FLEET_ID=fid, BUCKET="b", CODE_SHA="abc"))
+    user_data = render_user_data(
+        FleetEnv(FLEET_ID=fid, knobs=replace(Ec2Config().for_cloud("aws", "us-east-1"), bucket="b"), CODE_SHA="abc")
+    )
     assert "@FLEET_ENV@" not in user_data and len(user_data.encode()) <= USER_DATA_LIMIT
     ids = fleet.launch(
         ec2,
@@ -205,9 +207,8 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
     import time
 
     from ct_fleet.cloud import AwsCloud
-    from ct_fleet.controller.loop import Controller
-    from ct_fleet.controller.plan import FleetTask, Job
-    from ct_fleet.controller.spec import FleetSpec
+    from ct_fleet.controller.fleet import FleetRun
+    from ct_fleet.controller.planning import FleetSpec, FleetTask, Job
 
     ec2, ssm = aws_client("ec2"), aws_client("ssm")
     fid, profile = _fid(), f"p-{_fid()}"
@@ -216,11 +217,11 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
     ssm.put_parameter(Name=param, Value=_image(ec2), Type="String")
     cfg = Ec2Config(
         max_workers=25, concurrency_per_worker=10, ami_param=param, instance_profile=profile, security_group=f"sg-{fid}"
-    ).with_defaults(AwsCloud.defaults)
+    ).for_cloud("aws", "us-east-1")
     task = FleetTask("toyarena", "x", "code", {"policy": "honest"}, [f"web:fix_login#{i}" for i in range(300)])
     jobs = [Job(f"j{i}", task.key, f"web:fix_login#{i}", 1) for i in range(300)]
     spec = FleetSpec(fid, [task], jobs, "mockllm/model", 1, "sha", cfg, policy="honest")
-    ctl = Controller(
+    ctl = FleetRun(
         AwsCloud(region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"]),
         spec,
         tmp_path,
@@ -228,19 +229,24 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
         account="123",
         warn=lambda text: None,
     )
-    ctl.q = queues.ensure_queues(ctl.sqs, fid, visibility_timeout=30, max_receive_count=3)
-    queues.send_batch(ctl.sqs, ctl.q.work, ["job"] * 20)
-    ctl.depths = queues.depths(ctl.sqs, ctl.q, roles=("work", "dlq"))
-    first = ctl._launch(ctl._first_launch_count(len(jobs)), "#!/bin/bash\n")
+    pool = ctl.pool
+    pool.user_data = "#!/bin/bash\n"
+    q = queues.ensure_queues(ctl.sqs, fid, visibility_timeout=30, max_receive_count=3)
+    queues.send_batch(ctl.sqs, q.work, ["job"] * 20)
+    waiting = queues.depths(ctl.sqs, q, roles=("work", "dlq"))["work"]
+    first = pool.launch_first(len(jobs))
     assert len(first) == 24
 
     def live() -> list[str]:
         return [i["InstanceId"] for i in fleet.live_instances(ec2, fid)]
 
-    ctl.worker_load = {i: (0.3, time.monotonic()) for i in first}  # not CPU-bound: nothing added
-    assert ctl._manage_workers(live(), "#!/bin/bash\n") is None and len(live()) == 24
-    ctl.worker_load = {i: (0.95, time.monotonic()) for i in first}
-    assert ctl._manage_workers(live(), "#!/bin/bash\n") is None and len(live()) == 25
-    ctl.last_scale_up = 0.0  # past the cool-down
-    assert ctl._manage_workers(live(), "#!/bin/bash\n") is None and len(live()) == 25  # max_workers reached
+    def manage() -> str | None:
+        return pool.manage(live(), remaining=ctl.state.remaining, waiting=waiting)
+
+    pool.worker_load = {i: (0.3, time.monotonic()) for i in first}  # not CPU-bound: nothing added
+    assert manage() is None and len(live()) == 24
+    pool.worker_load = {i: (0.95, time.monotonic()) for i in first}
+    assert manage() is None and len(live()) == 25
+    pool.last_scale_up = 0.0  # past the cool-down
+    assert manage() is None and len(live()) == 25  # max_workers reached
     fleet.terminate(ec2, live())

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ct_fleet.controller import code, credentials
+from ct_fleet.cloud import credentials as aws_credentials
+from ct_fleet.controller.planning import code, credentials
 from ct_fleet.errors import BadInput
 
 
@@ -79,7 +80,7 @@ def test_extra_src_leaves_out_caches_envs_builds_and_lockfiles(tmp_path: Path):
 
 
 def test_extra_src_never_ships_credentials_and_says_so(tmp_path: Path):
-    from ct_fleet.controller import extra_src
+    from ct_fleet.controller.planning import extra_src
 
     src = tmp_path / "experiments"
     secret = b"canary-credential"
@@ -118,7 +119,7 @@ def test_extra_src_never_ships_credentials_and_says_so(tmp_path: Path):
 
 @pytest.mark.parametrize("name", ["my tree", "$(id)", "a:b", "-rf", "x\ny", ".hidden"])
 def test_extra_src_names_must_be_shell_safe(tmp_path: Path, name: str):
-    from ct_fleet.controller import extra_src
+    from ct_fleet.controller.planning import extra_src
 
     (tmp_path / name).mkdir()
     with pytest.raises(BadInput, match="must be letters, digits and"):
@@ -127,23 +128,23 @@ def test_extra_src_names_must_be_shell_safe(tmp_path: Path, name: str):
 
 def test_profile_and_keys_together_are_refused():
     with pytest.raises(BadInput, match="remove the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY lines from .env"):
-        credentials.apply_aws_credentials(
+        aws_credentials.apply_aws_credentials(
             {"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s"}, {"AWS_PROFILE": "p"}
         )
     with pytest.raises(BadInput, match="from your shell"):
-        credentials.apply_aws_credentials({"AWS_PROFILE": "p"}, {"AWS_ACCESS_KEY_ID": "AKIA"})
+        aws_credentials.apply_aws_credentials({"AWS_PROFILE": "p"}, {"AWS_ACCESS_KEY_ID": "AKIA"})
 
 
 def test_profile_from_dotenv_only_selects_and_keys_load_from_dotenv():
     env: dict[str, str] = {}
-    assert credentials.apply_aws_credentials({"AWS_PROFILE": "fleet", "OTHER": "x"}, env) == "profile fleet"
+    assert aws_credentials.apply_aws_credentials({"AWS_PROFILE": "fleet", "OTHER": "x"}, env) == "profile fleet"
     assert env == {"AWS_PROFILE": "fleet"}
     env = {"AWS_PROFILE": "shell"}
-    credentials.apply_aws_credentials({"AWS_PROFILE": "dotenv"}, env)
+    aws_credentials.apply_aws_credentials({"AWS_PROFILE": "dotenv"}, env)
     assert env["AWS_PROFILE"] == "shell"  # the shell wins
     env = {}
     assert (
-        credentials.apply_aws_credentials({"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s"}, env)
+        aws_credentials.apply_aws_credentials({"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s"}, env)
         == "static keys from .env"
     )
     assert env == {"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s"}

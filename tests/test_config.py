@@ -6,9 +6,8 @@ from dataclasses import fields
 
 import pytest
 
-from ct_fleet.cloud import AwsCloud, EmbeddedCloud
-from ct_fleet.controller import config
 from ct_fleet.errors import BadInput
+from ct_fleet.protocol import knobs as config
 
 
 def test_values_are_typed():
@@ -87,12 +86,14 @@ def test_values_from_yaml_keep_their_types():
 )
 def test_rules_between_knobs(args: list[str], message: str):
     with pytest.raises(BadInput, match=message):
-        config.build_config(config.parse_ec2_args(args)).with_defaults(AwsCloud.defaults)
+        config.build_config(config.parse_ec2_args(args)).for_cloud("aws", "us-east-1")
 
 
 def test_knobs_between_rules_accept_the_defaults_and_small_test_values():
-    config.Ec2Config().with_defaults(AwsCloud.defaults)
-    config.build_config(config.parse_ec2_args(["visibility_timeout=4", "heartbeat_interval=2"])).with_defaults({})
+    config.Ec2Config().for_cloud("aws", "us-east-1")
+    config.build_config(config.parse_ec2_args(["visibility_timeout=4", "heartbeat_interval=2"])).for_cloud(
+        "aws", "us-east-1"
+    )
 
 
 def test_later_layers_win():
@@ -103,11 +104,11 @@ def test_later_layers_win():
 
 
 def test_defaults_depend_on_the_cloud():
-    local = config.Ec2Config().with_defaults(EmbeddedCloud().defaults)
-    ec2 = config.Ec2Config().with_defaults(AwsCloud.defaults)
+    local = config.Ec2Config().for_cloud("embedded", "us-east-1")
+    ec2 = config.Ec2Config().for_cloud("aws", "us-east-1")
     assert ec2.max_workers == 24 and ec2.concurrency_per_worker == 20 and ec2.idle_timeout == 60
     assert local.max_workers is not None and local.max_workers <= 64
-    assert config.Ec2Config(max_workers=3).with_defaults(AwsCloud.defaults).max_workers == 3
+    assert config.Ec2Config(max_workers=3).for_cloud("aws", "us-east-1").max_workers == 3
 
 
 def test_help_lists_every_knob_with_its_default():

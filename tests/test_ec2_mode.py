@@ -241,7 +241,7 @@ def test_status_and_logs_from_another_machine(ec2_run, account, tmp_path: Path):
 
 @pytest.mark.e2e
 def test_cloud_status_groups_own_and_all_fleets_and_ssh(account):
-    from ct_fleet.controller.config import Ec2Config
+    from ct_fleet.protocol import Ec2Config
     from ct_fleet.services import instances as fleet_mod
     from ct_fleet.services import queues as queues_mod
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from ct_fleet.controller.tracker import JobTracker
+from ct_fleet.controller.fleet import JobTracker
 from ct_fleet.protocol import DoneMessage
 
 

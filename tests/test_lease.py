@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from ct_fleet.controller.lease import S3Lease, lease_key
+from ct_fleet.controller.fleet.lease import S3Lease, lease_key
 from ct_fleet.errors import BadInput
 
 

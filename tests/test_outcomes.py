@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ct_fleet.controller import models, usage
-from ct_fleet.controller.spec import RunResult
-from ct_fleet.controller.tracker import JobTracker
+from ct_fleet.controller.planning import models
+from ct_fleet.controller.reporting import RunResult, usage
 from ct_fleet.errors import BadInput
 from ct_fleet.worker import failures
 
@@ -48,7 +47,6 @@ def _result(**kw) -> RunResult:
         fleet_id="f",
         run_dir=Path("."),
         merged=[],
-        state=JobTracker.of([]),
         jobs=0,
         resumed=0,
         workers_launched=0,
@@ -118,7 +116,7 @@ setting lab: FAILED: setting 'lab' does not import: ModuleNotFoundError: No modu
 
 def test_a_settings_pull_failure_is_reported_with_the_setting_s_line():
     """What the controller stops on: steplog's failed step, with settings-pull's own line."""
-    from ct_fleet.controller.loop import DETERMINISTIC_STEPS
+    from ct_fleet.controller.fleet import DETERMINISTIC_STEPS
     from ct_fleet.protocol import steplog
 
     failure = steplog.first_failure(BOOT_LOG)
@@ -132,11 +130,11 @@ def test_a_settings_pull_failure_is_reported_with_the_setting_s_line():
 
 
 def test_ec2_by_default_from_the_run_config_or_the_environment(monkeypatch: pytest.MonkeyPatch):
-    from ct_fleet.controller.run import FleetRequest, _use_ec2
+    from ct_fleet.controller.planning import FleetRequest, use_ec2
 
     monkeypatch.delenv("CT_FLEET_EC2", raising=False)
-    assert _use_ec2(FleetRequest(), {}) is False
-    assert _use_ec2(FleetRequest(), {"ec2": True}) is True
+    assert use_ec2(FleetRequest(), {}) is False
+    assert use_ec2(FleetRequest(), {"ec2": True}) is True
     monkeypatch.setenv("CT_FLEET_EC2", "true")
-    assert _use_ec2(FleetRequest(), {}) is True
-    assert _use_ec2(FleetRequest(ec2=False), {"ec2": True}) is False  # --no-ec2 wins
+    assert use_ec2(FleetRequest(), {}) is True
+    assert use_ec2(FleetRequest(ec2=False), {"ec2": True}) is False  # --no-ec2 wins

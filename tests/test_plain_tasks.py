@@ -15,7 +15,7 @@ import pytest
 from inspect_ai import eval as inspect_eval
 from inspect_ai.log import list_eval_logs, read_eval_log
 
-from ct_fleet.controller import fleet_merge
+from ct_fleet.controller.fleet import merging as fleet_merge
 from ct_fleet.protocol import Manifest
 from fleet_helpers import FAST, REPO, env_for, fleet_dir
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ct_fleet.controller import plan
+from ct_fleet.controller.planning import jobs as plan
 from ct_fleet.errors import BadInput
 from ct_fleet.settings import load_setting
 

@@ -26,8 +26,7 @@ from typing import Any
 
 import pytest
 
-from ct_fleet.controller.config import Ec2Config
-from ct_fleet.protocol import artifact_key, log_key, manifest_key, queue_names, result_key, secrets_prefix
+from ct_fleet.protocol import Ec2Config, artifact_key, log_key, manifest_key, queue_names, result_key, secrets_prefix
 from ct_fleet.services import instances as fleet
 from ct_fleet.services import secrets
 from iam_eval import (
@@ -487,7 +486,7 @@ CONTROLLER_CALLS: dict[str, Call] = {
         "queues.delete_batch (failed batch entries)", _simple("sqs:DeleteMessage", lambda s: s.queues("done", "dlq"))
     ),
     "sqs:PurgeQueue": Call(
-        "controller.run (stale queues of a fleet whose workers are gone)",
+        "the controller (stale queues of a fleet whose workers are gone)",
         _simple("sqs:PurgeQueue", lambda s: s.queues("work")),
     ),
     "sqs:DeleteQueue": Call("queues.delete_queues (teardown)", _simple("sqs:DeleteQueue", lambda s: s.queues())),

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ct_fleet.controller import code, cost, preflight, setting_plan
-from ct_fleet.controller.runconfig import load_run_config as _run_config
-from ct_fleet.controller.shipped import ShippedCode
+from ct_fleet.cloud.prices import hourly_price
+from ct_fleet.controller.planning import code, estimate, preflight, setting_plan
+from ct_fleet.controller.planning.runconfig import load_run_config as _run_config
+from ct_fleet.controller.planning.shipped import ShippedCode
+from ct_fleet.controller.reporting import cost_so_far
 from ct_fleet.errors import BadInput
 from ct_fleet.settings import load_setting
 
@@ -129,19 +131,19 @@ def test_run_config_attack_keys_win(tmp_path: Path):
 
 
 def test_cost_estimate_and_cost_so_far(tmp_path: Path):
-    est = cost.estimate(
+    est = estimate.estimate(
         jobs=100, workers=5, concurrency=10, seconds_per_job=600, source="x", price=0.68, baked_ami=True
     )
     # 100 jobs on 50 slots = 2 waves of 10 min, plus boot: ~0.35 h per worker.
     assert est.hours == pytest.approx((1200 + 65) / 3600)
     assert est.total == pytest.approx(5 * est.hours * 0.68)
-    assert cost.hourly_price("c6i.4xlarge") > 0
-    assert cost.hourly_price("x1.weird", override=1.5) == 1.5
+    assert hourly_price("c6i.4xlarge") > 0
+    assert hourly_price("x1.weird", override=1.5) == 1.5
     with pytest.raises(BadInput, match="hourly_price"):
-        cost.hourly_price("x1.weird")
-    assert cost.cost_so_far({"i-1": 0.0, "i-2": 1800.0}, 3600.0, 2.0, {"i-2": 2700.0}) == pytest.approx(2.0 + 0.5)
+        hourly_price("x1.weird")
+    assert cost_so_far({"i-1": 0.0, "i-2": 1800.0}, 3600.0, 2.0, {"i-2": 2700.0}) == pytest.approx(2.0 + 0.5)
     run = tmp_path / "f1"
     run.mkdir()
     (run / "durations.json").write_text(json.dumps({"setting": "toyarena", "policy": "honest", "seconds": [2.0, 4.0]}))
-    assert cost.seen_duration(tmp_path, "toyarena", "honest") == (3.0, 2)
-    assert cost.seen_duration(tmp_path, "toyarena", "attack") is None
+    assert estimate.seen_duration(tmp_path, "toyarena", "honest") == (3.0, 2)
+    assert estimate.seen_duration(tmp_path, "toyarena", "attack") is None

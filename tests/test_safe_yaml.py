@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ct_fleet.controller import safe_yaml
+from ct_fleet.controller.planning import safe_yaml
 from ct_fleet.errors import BadInput
 
 

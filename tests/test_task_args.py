@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ct_fleet.controller.run import FleetRequest, plan_fleet
-from ct_fleet.controller.task_args import merge_policy, parse_task_args
+from ct_fleet.controller.planning import FleetRequest, plan_fleet
+from ct_fleet.controller.planning.task_args import merge_policy, parse_task_args
 from ct_fleet.errors import BadInput
 
 

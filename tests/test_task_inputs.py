@@ -111,7 +111,7 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path: Path, projec
 def test_bad_input_is_refused_before_anything_exists(
     tmp_path: Path, project, untracked_module, monkeypatch: pytest.MonkeyPatch, fields: dict, message: str
 ):
-    from ct_fleet.controller.run import FleetRequest, plan_fleet
+    from ct_fleet.controller.planning import FleetRequest, plan_fleet
     from ct_fleet.errors import BadInput
 
     for key in ("OPENAI_API_KEY", "ACME_API_KEY", "CT_TEST_UNSET_VAR", "GROQ_API_KEY"):

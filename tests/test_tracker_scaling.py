@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ct_fleet.controller.scaling import Decision, decide, first_launch_count
-from ct_fleet.controller.tracker import JobTracker
+from ct_fleet.controller.fleet import JobTracker
+from ct_fleet.controller.fleet.scaling import Decision, decide
+from ct_fleet.controller.planning import first_launch_count
 from ct_fleet.protocol import DoneMessage
 
 

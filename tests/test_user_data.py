@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import typing
 import uuid
 from collections.abc import Iterator
 from dataclasses import fields, replace
@@ -31,12 +32,10 @@ import pytest
 
 from ct_fleet.cloud import AwsCloud
 from ct_fleet.cloud.local_instances import LocalInstanceRunner
-from ct_fleet.controller import preflight
-from ct_fleet.controller.config import Ec2Config
-from ct_fleet.controller.loop import Controller
-from ct_fleet.controller.spec import FleetSpec
+from ct_fleet.controller.fleet import FleetRun
+from ct_fleet.controller.planning import FleetSpec, preflight
 from ct_fleet.errors import BadInput
-from ct_fleet.protocol import FleetEnv, artifact_key, log_key, steplog
+from ct_fleet.protocol import Ec2Config, FleetEnv, artifact_key, knobs, log_key, steplog
 from ct_fleet.protocol.user_data import USER_DATA_LIMIT, render_user_data
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +59,13 @@ PAYLOADS = {
 # What the bootstrap consumes before the job loop (a hostile value ends the boot there, on
 # purpose): checked in fleet.env and the log. Every other field reaches the job loop.
 BOOT_FIELDS = {"BUCKET", "CODE_SHA", "AWS_REGION", "WORKER_USER"}
-STR_FIELDS = [f.name for f in fields(FleetEnv) if f.type == "str"]
+# fleet.env name -> knob, for the knobs that reach workers (protocol/knobs.py)
+KNOB_OF = {knobs.info(f).worker: f.name for f in knobs.knob_fields() if knobs.info(f).worker}
+KNOB_TYPES = typing.get_type_hints(Ec2Config)
+STR_KNOBS = [
+    name for name, knob in KNOB_OF.items() if str in typing.get_args(KNOB_TYPES[knob]) or KNOB_TYPES[knob] is str
+]
+STR_FIELDS = [f.name for f in fields(FleetEnv) if f.name != "knobs"] + STR_KNOBS
 WORKER_FIELDS = [name for name in STR_FIELDS if name not in BOOT_FIELDS]
 BOOT_TIMEOUT = 180
 
@@ -77,6 +82,11 @@ json.dump(
 # Steps between fetch-code and run-worker that would use the hostile values against AWS
 # or the system (SSM, docker, settings, extra-src): they run elsewhere in the tests.
 STUB_STEPS = ("fetch-secrets", "docker-login", "settings-pull", "worker-setup")
+
+
+def _knobs(**values: Any) -> Ec2Config:
+    """The EC2 defaults with `values`, unchecked (a test may hand the transport anything)."""
+    return replace(Ec2Config().for_cloud("aws", "us-east-1"), **values)
 
 
 def _raw(value: str) -> bytes:
@@ -160,9 +170,12 @@ def sourced(fleet_env_file: Path, names: list[str]) -> dict[str, bytes]:
 
 
 def hostile(payload: str, canary: Path, names: list[str], base: FleetEnv) -> FleetEnv:
-    """base with payload in each named field, prefixed by the field's name (no two alike)."""
+    """base with payload in each named field, prefixed by the field's name (no two alike).
+    Knobs get theirs unchecked: the transport is under test, not the knobs' rules."""
     text = payload.replace(CANARY, str(canary))
-    return replace(base, **{name: f"{name}:{text}" for name in names})
+    own = {name: f"{name}:{text}" for name in names if name not in KNOB_OF}
+    knob_values = {KNOB_OF[name]: f"{name}:{text}" for name in names if name in KNOB_OF}
+    return replace(base, knobs=replace(base.knobs, **knob_values), **own)
 
 
 def from_environment(payload: str, canary: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
@@ -184,9 +197,11 @@ def from_environment(payload: str, canary: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_every_string_setting_is_covered() -> None:
     """Every text field is tried by one of the two boot tests (a renamed boot field fails
-    here); the others are int or bool, which FleetEnv refuses to hold text in."""
+    here); the other knobs that travel are int or bool, which FleetEnv refuses to hold text in."""
     assert BOOT_FIELDS <= set(STR_FIELDS) and len(WORKER_FIELDS) == len(STR_FIELDS) - len(BOOT_FIELDS) > 0
-    assert {f.type for f in fields(FleetEnv)} == {"str", "int", "bool"}
+    assert {f.type for f in fields(FleetEnv) if f.name != "knobs"} == {"str"}
+    others = {KNOB_TYPES[knob] for name, knob in KNOB_OF.items() if name not in STR_KNOBS}
+    assert others <= {int, bool, int | None, bool | None}, others
 
 
 @pytest.mark.parametrize("payload", list(PAYLOADS.values()), ids=list(PAYLOADS))
@@ -194,7 +209,7 @@ def test_hostile_settings_reach_the_job_loop_exactly(
     payload: str, fleet: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     canary = tmp_path / "CANARY"
-    base = FleetEnv(FLEET_ID="f", BUCKET=fleet["bucket"], CODE_SHA=fleet["sha"], AWS_REGION="us-east-1")
+    base = FleetEnv(FLEET_ID="f", knobs=_knobs(bucket=fleet["bucket"]), CODE_SHA=fleet["sha"])
     env = hostile(payload, canary, WORKER_FIELDS, base)
     env = replace(env, **from_environment(payload, canary, monkeypatch))
 
@@ -217,7 +232,7 @@ def test_hostile_boot_settings_arrive_exactly_and_stop_the_boot(
     payload: str, fleet: dict[str, Any], tmp_path: Path
 ) -> None:
     canary = tmp_path / "CANARY"
-    base = FleetEnv(FLEET_ID="f", BUCKET=fleet["bucket"], CODE_SHA=fleet["sha"])
+    base = FleetEnv(FLEET_ID="f", knobs=_knobs(bucket=fleet["bucket"]), CODE_SHA=fleet["sha"])
     env = hostile(payload, canary, sorted(BOOT_FIELDS), base)
 
     status, home, log = boot(fleet, env)
@@ -240,10 +255,10 @@ def test_a_hostile_region_from_the_environment_is_carried_or_refused(monkeypatch
     text = PAYLOADS["old heredoc terminator"]
     monkeypatch.setenv("AWS_REGION", text)
     try:
-        region = Ec2Config().with_defaults({}).region
+        region = Ec2Config().for_cloud("aws", os.environ["AWS_REGION"]).region
     except BadInput:
         return  # refused before anything was created: as good as carried
-    env = FleetEnv(FLEET_ID="f", BUCKET="b", AWS_REGION=region)
+    env = FleetEnv(FLEET_ID="f", knobs=_knobs(bucket="b", region=region))
     token = re.search(r"^FLEET_ENV='([A-Za-z0-9+/=]+)'$", render_user_data(env), re.M)
     assert token and f"export AWS_REGION={_shell_quote(text)}\n" in base64.b64decode(token[1]).decode()
 
@@ -254,17 +269,19 @@ def _shell_quote(text: str) -> str:
 
 def test_settings_that_cannot_travel_are_refused() -> None:
     with pytest.raises(BadInput, match="NUL"):
-        FleetEnv(FLEET_ID="f\0g", BUCKET="b")
+        FleetEnv(FLEET_ID="f\0g", knobs=_knobs(bucket="b"))
+    with pytest.raises(BadInput, match="NUL"):
+        FleetEnv(FLEET_ID="f", knobs=_knobs(bucket="b\0c"))
     with pytest.raises(BadInput, match="CONCURRENCY"):
-        FleetEnv(FLEET_ID="f", BUCKET="b", CONCURRENCY="3\nFLEET_ENV\n")  # type: ignore[arg-type]
+        FleetEnv(FLEET_ID="f", knobs=_knobs(concurrency_per_worker="3\nFLEET_ENV\n"))
     with pytest.raises(BadInput, match="SPOT"):
-        FleetEnv(FLEET_ID="f", BUCKET="b", SPOT="true")  # type: ignore[arg-type]
+        FleetEnv(FLEET_ID="f", knobs=_knobs(spot="true"))
 
 
 def test_user_data_stays_under_ec2s_limit_and_says_so_when_not() -> None:
     typical = FleetEnv(
         FLEET_ID="a" * 16,
-        BUCKET="lb-fleet-results-migrated",
+        knobs=_knobs(bucket="lb-fleet-results-migrated"),
         CODE_SHA="0" * 40,
         SETTINGS="toyarena basharena",
         SECRET_NAMES="ANTHROPIC_API_KEY GH_TOKEN OPENAI_API_KEY",
@@ -281,20 +298,20 @@ def test_user_data_stays_under_ec2s_limit_and_says_so_when_not() -> None:
 def test_workers_that_keep_dying_are_reported_by_their_failed_step(
     fleet: dict[str, Any], aws_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """The controller's reason (Controller._bootstrap_failure) read from a real uploaded log."""
+    """The controller's reason (WorkerPool.bootstrap_failure) read from a real uploaded log."""
     fleet_id = f"dying-{uuid.uuid4().hex[:8]}"
-    env = FleetEnv(FLEET_ID=fleet_id, BUCKET=fleet["bucket"], CODE_SHA="f" * 40)  # no such artifact
+    env = FleetEnv(FLEET_ID=fleet_id, knobs=_knobs(bucket=fleet["bucket"]), CODE_SHA="f" * 40)  # no such artifact
     status, home, _ = boot(fleet, env)
     assert status != 0
     text = fleet["s3"].get_object(Bucket=fleet["bucket"], Key=log_key(fleet_id, home.name))["Body"].read().decode()
     failure = steplog.first_failure(text)
     assert failure is not None and (failure.step.name, failure.step.status) == ("fetch-code", 1)
 
-    cfg = Ec2Config(bucket=fleet["bucket"]).with_defaults(AwsCloud.defaults)
+    cfg = Ec2Config(bucket=fleet["bucket"]).for_cloud("aws", "us-east-1")
     spec = FleetSpec(fleet_id, [], [], "mockllm/model", 1, "f" * 40, cfg, policy="honest")
     cloud = AwsCloud(region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"])
-    ctl = Controller(cloud, spec, tmp_path / "run", launched_by="alice", warn=lambda text: None)
-    ctl.launched = ["i-never-booted", home.name]
-    reason = ctl._bootstrap_failure()
+    ctl = FleetRun(cloud, spec, tmp_path / "run", launched_by="alice", warn=lambda text: None)
+    ctl.pool.launched = ["i-never-booted", home.name]
+    reason = ctl.pool.bootstrap_failure()
     assert reason.startswith("workers keep dying: step fetch-code FAILED (exit 1) after "), reason
     assert "404" in reason and f"s3://{fleet['bucket']}/{log_key(fleet_id, home.name)}" in reason

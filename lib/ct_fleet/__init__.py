@@ -5,7 +5,7 @@
     result = run_fleet(task_file="smoke", policy="honest", epochs=3)
     print(result.fleet_id, [m.path for m in result.merged])
 
-`run_fleet` is what `ct-fleet eval` runs (see `ct_fleet.controller.run`); `merge_dir`
+`run_fleet` is what `ct-fleet eval` runs (see `ct_fleet.controller`); `merge_dir`
 merges any directory of one-sample `.eval` logs, as `ct-fleet merge` does.
 
 The public names load on first use: a worker process imports `ct_fleet.worker` and must
@@ -18,8 +18,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .controller.run import FleetRequest, RunHooks, exit_status, plan_fleet, run_fleet
-    from .controller.spec import FleetInterrupted, Progress, RunResult
+    from .controller.fleet import FleetInterrupted, RunHooks, run_fleet
+    from .controller.planning import FleetRequest, plan_fleet
+    from .controller.reporting import Progress, RunResult, exit_status
     from .errors import BadInput
     from .merge import MergedTask, merge_dir, merge_eval_logs
 
@@ -27,17 +28,17 @@ __version__ = "0.1.0"
 
 _PUBLIC = {
     "BadInput": ".errors",
-    "FleetInterrupted": ".controller.spec",
-    "FleetRequest": ".controller.run",
+    "FleetInterrupted": ".controller.fleet",
+    "FleetRequest": ".controller.planning",
     "MergedTask": ".merge",
-    "Progress": ".controller.spec",
-    "RunHooks": ".controller.run",
-    "RunResult": ".controller.spec",
-    "exit_status": ".controller.run",
+    "Progress": ".controller.reporting",
+    "RunHooks": ".controller.fleet",
+    "RunResult": ".controller.reporting",
+    "exit_status": ".controller.reporting",
     "merge_dir": ".merge",
     "merge_eval_logs": ".merge",
-    "plan_fleet": ".controller.run",
-    "run_fleet": ".controller.run",
+    "plan_fleet": ".controller.planning",
+    "run_fleet": ".controller.fleet",
 }
 
 __all__ = [

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ..controller.spec import Progress
+from ..controller.reporting import Progress
 
 
 def _duration(seconds: float | None) -> str:

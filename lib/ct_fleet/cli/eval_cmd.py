@@ -8,17 +8,18 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from ..controller import config
-from ..controller.run import FleetRequest, PlannedFleet, RunHooks, execute, exit_status, plan_fleet
-from ..controller.spec import FleetInterrupted, RunResult
+from ..controller.fleet import FleetInterrupted, RunHooks, execute
+from ..controller.planning import FleetRequest, PlannedFleet, plan_fleet
+from ..controller.reporting import RunResult, exit_status
 from ..errors import BadInput
+from ..protocol import knobs
 from .console import console, err
 from .display import LiveProgress, dead_table, estimate_table, money, summary_table
 
 
 def _knob_help() -> str:
     return "\b\nFleet knobs for --ec2-arg key=value (repeatable):\n" + "\n".join(
-        f"  {line}" for line in config.help_table().splitlines()
+        f"  {line}" for line in knobs.help_table().splitlines()
     )
 
 
@@ -195,13 +196,12 @@ def _ask_leave_running() -> bool:
 
 
 def _report(result: RunResult) -> None:
-    state = result.state
     console.print(
         f"fleet {result.fleet_id}: {result.jobs} jobs ({result.resumed} already done), "
         f"{result.workers_launched} workers"
         + (f" ({result.adopted_workers} adopted)" if result.adopted_workers else "")
-        + f", {result.elapsed:.1f}s; enqueued {result.enqueued}, attempts {state.attempts}, "
-        f"redeliveries {state.redeliveries}, duplicates dropped {state.duplicates}"
+        + f", {result.elapsed:.1f}s; enqueued {result.enqueued}, attempts {result.attempts}, "
+        f"redeliveries {result.redeliveries}, duplicates dropped {result.duplicates}"
         + (f", EC2 cost ${result.cost:.2f}" if result.cost else ""),
         highlight=False,
     )

@@ -9,20 +9,22 @@ from pathlib import Path
 import click
 
 from ..cloud import Cloud, connect_aws
-from ..controller import config, credentials, observe, sweep
-from ..controller.run import DOTENV
+from ..controller.fleet import sweep_orphan_secrets
+from ..controller.planning import dotenv_path, launched_by, read_dotenv
+from ..controller.reporting import cloud_status, fleet_status, log_keys
 from ..errors import BadInput
+from ..protocol import Ec2Config
 from .console import console
 from .display import cloud_status_table, run_status_table
 
 
 def _aws_cloud(region: str | None) -> Cloud:
     """Commands that look at the real fleet: credentials as for --ec2."""
-    return connect_aws(region or os.environ.get("AWS_REGION") or "us-east-1", credentials.read_dotenv(DOTENV))
+    return connect_aws(region or os.environ.get("AWS_REGION") or "us-east-1", read_dotenv(dotenv_path(os.environ)))
 
 
 region_option = click.option("--region", help="AWS region (default: AWS_REGION, else us-east-1)")
-bucket_option = click.option("--bucket", default=config.Ec2Config().bucket, show_default=True, help="results bucket")
+bucket_option = click.option("--bucket", default=Ec2Config().bucket, show_default=True, help="results bucket")
 
 
 @click.command(name="status")
@@ -38,13 +40,13 @@ def cloud_status_command(all_users: bool, clean: bool, region: str | None) -> No
     """
     cloud = _aws_cloud(region)
     if clean:
-        swept = sweep.sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
+        swept = sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
         for fleet_id, count in sorted(swept.items()):
             console.print(f"deleted {count} secret(s) of fleet {fleet_id} (its instances are gone)", highlight=False)
         if not swept:
             console.print("no secrets left behind", highlight=False)
-    me = None if all_users else credentials.launched_by(cloud.client("sts"))
-    rows = observe.cloud_status(cloud.client("ec2"), cloud.client("sqs"), launched_by=me)
+    me = None if all_users else launched_by(cloud.client("sts"))
+    rows = cloud_status(cloud.client("ec2"), cloud.client("sqs"), launched_by=me)
     console.print(cloud_status_table(rows, datetime.now(UTC)))
     if not rows:
         console.print(f"no fleets{'' if all_users else ' of ' + str(me)} running", highlight=False)
@@ -57,7 +59,7 @@ def cloud_status_command(all_users: bool, clean: bool, region: str | None) -> No
 def status_command(fleet_id: str, region: str | None, bucket: str) -> None:
     """Show one fleet's progress from S3 and SQS; works from any machine with access."""
     cloud = _aws_cloud(region)
-    st = observe.fleet_status(cloud.client("s3"), cloud.client("sqs"), cloud.client("ec2"), bucket, fleet_id)
+    st = fleet_status(cloud.client("s3"), cloud.client("sqs"), cloud.client("ec2"), bucket, fleet_id)
     console.print(run_status_table(st))
 
 
@@ -76,7 +78,7 @@ def logs_command(fleet_id: str, instance_id: str | None, out: Path | None, regio
     """Print (or download) the bootstrap logs of a fleet's workers, each step with its timing."""
     cloud = _aws_cloud(region)
     s3 = cloud.client("s3")
-    keys = observe.log_keys(s3, bucket, fleet_id, instance_id)
+    keys = log_keys(s3, bucket, fleet_id, instance_id)
     if not keys:
         raise BadInput(f"no bootstrap logs under s3://{bucket}/{fleet_id}/logs/{instance_id or ''}")
     for key in keys:

@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from ..errors import BadInput
-from ..protocol import Manifest
+from ..protocol import Manifest, run_layout
 from .console import console, err
 from .display import summary_table
 
@@ -27,7 +27,7 @@ def merge_command(src: Path, out: Path | None) -> None:
     entries are copied without being decoded, so memory stays flat. Exits 1 when a
     merged run is not a success (samples missing, or errors beyond fail_on_error).
     """
-    from ..controller.fleet_merge import merge_fleet
+    from ..controller.fleet import merge_fleet
     from ..merge import merge_dir
 
     skipped: list[tuple[Path, str]] = []
@@ -35,7 +35,7 @@ def merge_command(src: Path, out: Path | None) -> None:
     def skip(path: Path, why: str) -> None:
         skipped.append((path, why))
 
-    manifest_path = src / "manifest.json"
+    manifest_path = src / run_layout.MANIFEST
     if manifest_path.is_file():
         try:
             manifest = Manifest.from_json(manifest_path.read_text())
@@ -43,7 +43,7 @@ def merge_command(src: Path, out: Path | None) -> None:
             raise BadInput(f"{manifest_path}: {exc}") from None
         merged = merge_fleet(manifest, src, out, on_skip=skip)
     else:
-        merged = merge_dir(src, out or src / "merged", on_skip=skip)
+        merged = merge_dir(src, out or src / run_layout.MERGED, on_skip=skip)
     for path, why in skipped:
         err.print(f"[yellow]left out[/] {escape(str(path))}: {escape(why)}", highlight=False, soft_wrap=True)
     if not merged:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import click
 
-from ..controller import credentials, models
-from ..controller.run import DOTENV, RUNS_DIR
+from ..controller.planning import dotenv_path, model_needs, read_dotenv, runs_dir, secret_values, worker_secrets
 from ..errors import BadInput
 from ..evallog import read_header, sample_error
 from ..paths import REPO_ROOT, SETTINGS_DIR
-from ..protocol import Manifest
+from ..protocol import Manifest, run_layout
+from ..protocol.keys import extra_src_basename
 from ..worker.inspect_job import command_env
 from .console import console, err
 
@@ -26,9 +26,7 @@ def _unpack_extra(run_dir: Path, keys: list[str], dest: Path) -> None:
     """The fleet's --extra-src trees, from the tarballs the controller kept in the run dir."""
     dest.mkdir(parents=True, exist_ok=True)
     for key in keys:
-        name = key.rsplit("/", 1)[-1]  # artifacts/extra-<basename>-<digest>.tar.gz
-        basename = name.removeprefix("extra-").rsplit("-", 1)[0]
-        tarball = run_dir / f"extra-{basename}.tar.gz"
+        tarball = run_layout.extra_tarball(run_dir, extra_src_basename(key))
         if not tarball.exists():
             raise BadInput(f"{tarball} is missing: rerun the fleet from this checkout to rebuild it")
         with tarfile.open(tarball) as tar:
@@ -45,8 +43,8 @@ def run_job_command(fleet_id: str, job_id: str) -> None:
     Reads runs/FLEET_ID/manifest.json and writes runs/FLEET_ID/rerun/JOB_ID.eval.
     The dead-letter report of a run prints this command for every job that failed.
     """
-    run_dir = RUNS_DIR / fleet_id
-    path = run_dir / "manifest.json"
+    run_dir = runs_dir(os.environ) / fleet_id
+    path = run_dir / run_layout.MANIFEST
     if not path.exists():
         raise BadInput(f"no manifest at {path}: run the fleet from this checkout first")
     try:
@@ -57,7 +55,7 @@ def run_job_command(fleet_id: str, job_id: str) -> None:
     if job is None:
         raise BadInput(f"fleet {fleet_id} has no job {job_id}")
     message = manifest.work_message(job)
-    rerun = run_dir / "rerun"
+    rerun = run_dir / run_layout.RERUN
     out = rerun / f"{job_id}.eval"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
@@ -65,13 +63,13 @@ def run_job_command(fleet_id: str, job_id: str) -> None:
     _unpack_extra(run_dir, manifest.extra_src, extra)
     trees = sorted(str(p) for p in extra.iterdir() if p.is_dir())
     # The secrets a worker would get through SSM, from the shell or .env here.
-    dotenv = credentials.read_dotenv(DOTENV)
-    values = credentials.secret_values(dotenv)
-    names = models.needs(manifest.model, manifest.model_args).names(values)
+    dotenv = read_dotenv(dotenv_path(os.environ))
+    values = secret_values(dotenv)
+    names = model_needs(manifest.model, manifest.model_args).names(values)
     forward = [n.strip() for n in str(manifest.config.get("forward_env") or "").split(",") if n.strip()]
     env = {
         **os.environ,
-        **credentials.worker_secrets(dotenv, names=[*names, *forward]),
+        **worker_secrets(dotenv, names=[*names, *forward]),
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "lib"), str(SETTINGS_DIR), *trees]),
         "CT_EXTRA_ROOT": str(extra),
         "CODE_ROOT": str(REPO_ROOT),

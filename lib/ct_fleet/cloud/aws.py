@@ -8,32 +8,24 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..controller import cost, credentials
 from ..services import instances, store
+from . import credentials
 from .base import Cloud
+from .prices import hourly_price
 
 if TYPE_CHECKING:
-    from ..controller.config import Ec2Config
+    from ..protocol import Ec2Config
 
 
 class AwsCloud(Cloud):
     kind = "aws"
-    defaults: dict[str, Any] = {
-        "max_workers": 24,
-        "concurrency_per_worker": 20,
-        "idle_timeout": 60,
-        "check_interval": 15,
-    }
     bills = True
     requires_shipped_refs = True
 
-    def fleet_identity(self, cfg: Ec2Config) -> dict[str, Any]:
-        return {"instance_type": cfg.instance_type}
-
     def hourly_price(self, cfg: Ec2Config) -> float:
-        return cost.hourly_price(cfg.instance_type, cfg.hourly_price)
+        return hourly_price(cfg.instance_type, cfg.hourly_price)
 
     def check_credentials(self, dotenv: dict[str, str]) -> None:
         credentials.apply_aws_credentials(dotenv, environ=dict(os.environ))

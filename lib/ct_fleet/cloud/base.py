@@ -17,15 +17,13 @@ from ..services import session
 from .local_instances import LocalInstanceRunner
 
 if TYPE_CHECKING:
-    from ..controller.config import Ec2Config
+    from ..protocol import Ec2Config
 
 
 class Cloud:
     """Clients for one region, plus the cloud's part in a fleet's life."""
 
-    kind = "cloud"
-    # Knob defaults where Ec2Config leaves them None ("chosen per cloud").
-    defaults: dict[str, Any] = {}
+    kind = "cloud"  # the key of its per-cloud knob defaults (protocol/knobs.py)
     # Does a run cost money (cost estimate, confirmation, cost column, max_cost)?
     bills = False
     # Must --policy/--sandbox modules resolve from what ships (repo + --extra-src)?
@@ -38,10 +36,6 @@ class Cloud:
         self._clients: dict[str, Any] = {}
 
     # -- before anything exists ------------------------------------------------------
-    def fleet_identity(self, cfg: Ec2Config) -> dict[str, Any]:
-        """Knobs that change what a job computes on this cloud, hence part of the fleet id."""
-        return {}
-
     def hourly_price(self, cfg: Ec2Config) -> float:
         return 0.0
 

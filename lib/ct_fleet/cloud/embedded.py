@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..services import session, store
 from .base import Cloud
 from .moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
 
 if TYPE_CHECKING:
-    from ..controller.config import Ec2Config
+    from ..protocol import Ec2Config
 
 LOCAL_IMAGE_NAME = "ct-fleet-local-worker"
 
@@ -27,11 +27,6 @@ class EmbeddedCloud(Cloud):
     def __init__(self, region: str = "us-east-1") -> None:
         super().__init__(region)
         self.server: MotoServer | None = None
-
-    @property
-    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
-        # A laptop of 2 cores wants fewer, shorter-lived workers than EC2.
-        return {"max_workers": os.cpu_count() or 2, "concurrency_per_worker": 2, "idle_timeout": 8, "check_interval": 5}
 
     def start(self, run_dir: Path, dotenv: dict[str, str]) -> None:
         """Start a moto server and point this process (and the workers it launches) at it."""

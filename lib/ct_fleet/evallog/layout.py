@@ -8,10 +8,6 @@ from typing import Any
 
 HEADER_JSON = "header.json"
 
-# A fleet's per-job logs: one-sample .eval files under a suffix `inspect view` does not list.
-JOB_LOG_SUFFIX = ".evaljob"
-
-
 SUMMARIES_JSON = "summaries.json"
 
 

@@ -31,7 +31,7 @@ reducers_from_log_header, resolve_scorers_info}`, `inspect_ai._util.json.to_json
 `inspect_ai._util.zipfile` (zstd support for zipfile).
 """
 
-from ..evallog.layout import JOB_LOG_SUFFIX
+from ..protocol.run_layout import JOB_LOG_SUFFIX
 from .identity import identity, identity_key
 from .pipeline import MergedTask, merge_dir, merge_eval_logs
 

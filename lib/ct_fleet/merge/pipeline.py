@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..evallog.layout import JOB_LOG_SUFFIX
+from ..protocol.run_layout import JOB_LOG_SUFFIX
 from .header import build_header, selection, set_status
 from .results import compute_results, metrics_table
 from .scan import Group, group_inputs

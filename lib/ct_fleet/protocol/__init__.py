@@ -8,8 +8,11 @@
 - steplog: the bash step lines (lib/bash/ct.sh) of worker and AMI logs, and their parser
 - stop: the end-of-run signal (a stop message on the work queue, a marker in S3)
 - masking: secret values out of text that is reported or shown
+- knobs (+ knob_rules): every fleet knob, defined once
+- run_layout: the names in a run directory, runs/<fleet_id>/
 """
 
+from . import knobs, run_layout
 from .fleet_env import START_CONCURRENCY, FleetEnv
 from .keys import (
     QUEUE_ROLES,
@@ -26,6 +29,7 @@ from .keys import (
     secret_param,
     secrets_prefix,
 )
+from .knobs import Ec2Config
 from .manifest import MANIFEST_SCHEMA, Manifest, ManifestJob, ManifestTask
 from .masking import mask
 from .messages import SCHEMA, DoneMessage, Outcome, WorkMessage, decode_reports, encode_reports
@@ -36,6 +40,7 @@ __all__ = [
     "SCHEMA",
     "START_CONCURRENCY",
     "DoneMessage",
+    "Ec2Config",
     "FleetEnv",
     "Manifest",
     "ManifestJob",
@@ -47,6 +52,7 @@ __all__ = [
     "decode_reports",
     "encode_reports",
     "extra_src_key",
+    "knobs",
     "fleet_of_queue",
     "log_key",
     "logs_prefix",
@@ -55,6 +61,7 @@ __all__ = [
     "queue_names",
     "result_job_id",
     "result_key",
+    "run_layout",
     "secret_param",
     "secrets_prefix",
 ]

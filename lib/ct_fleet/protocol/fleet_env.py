@@ -11,75 +11,49 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, field, fields
+from typing import Any
 
 from ..errors import BadInput
+from .knobs import DEFAULT_REGION, Ec2Config, check_worker_types, from_worker_env, to_worker_env
 
-# Defaults used when a value is absent (a step rerun by hand with a partial fleet.env).
-# The controller always writes every value; these are the EC2 defaults.
-DEFAULT_CONCURRENCY = 20
-DEFAULT_IDLE_TIMEOUT = 60
-DEFAULT_VISIBILITY_TIMEOUT = 120
-DEFAULT_HEARTBEAT_INTERVAL = 30
-DEFAULT_RETRY_BACKOFF = 30
-DEFAULT_REGION = "us-east-1"
 # Concurrent samples a worker starts with; it adapts from there up to CONCURRENCY.
 START_CONCURRENCY = 10
 # What a name in fleet.env may be: a shell variable name of the protocol's style.
 NAME_RE = re.compile(r"[A-Z][A-Z0-9_]*")
-_TYPES = {"str": str, "int": int, "bool": bool}
 
 
 @dataclass(frozen=True)
 class FleetEnv:
     FLEET_ID: str
-    BUCKET: str
+    # The knobs that reach workers travel under their fleet.env names (protocol/knobs.py).
+    knobs: Ec2Config = field(default_factory=lambda: Ec2Config().for_cloud("aws", DEFAULT_REGION))
     CODE_SHA: str = ""
-    AWS_REGION: str = DEFAULT_REGION
-    CONCURRENCY: int = DEFAULT_CONCURRENCY
-    IDLE_TIMEOUT: int = DEFAULT_IDLE_TIMEOUT
-    VISIBILITY_TIMEOUT: int = DEFAULT_VISIBILITY_TIMEOUT
-    HEARTBEAT_INTERVAL: int = DEFAULT_HEARTBEAT_INTERVAL
-    RETRY_BACKOFF: int = DEFAULT_RETRY_BACKOFF
     SETTINGS: str = ""
     SETTING_REQUIREMENTS: str = ""  # pip requirements, space-separated (none holds a space)
     SETTING_WHEEL_KEYS: str = ""  # S3 keys of wheels shipped with the fleet
     SECRET_NAMES: str = ""
     SECRET_PREFIX: str = ""
-    SPOT: bool = False
     DOCKER_ORG_NAME_SSM_PARAM: str = ""
     DOCKER_ORG_PAT_SSM_PARAM: str = ""
     DOCKER_REGISTRY: str = ""  # empty: Docker Hub
     EXTRA_SRC_KEYS: str = ""
-    WORKER_USER: str = ""
-    WORKER_SETUP: str = ""
-    # Inspect jobs run in children forked from a process that has inspect_ai imported and
-    # the task built (worker/warm.py), started with the worker; false: a fresh interpreter
-    # per job (and no such process: a fleet of command jobs).
-    WARM_RUNNER: bool = True
-    # MB of RSS one job's process tree may use before it is killed; 0: half the machine's.
-    JOB_MEMORY_MB: int = 0
 
     def __post_init__(self) -> None:
         # A value of the wrong type would reach the worker as its str(): refused instead.
-        for f in fields(self):
+        for f in _own_fields():
             value = getattr(self, f.name)
-            want = _TYPES[f.type] if isinstance(f.type, str) else f.type
-            if type(value) is not want:
-                raise BadInput(f"fleet setting {f.name}={value!r} is not a {want.__name__}")
-            if isinstance(value, str) and "\0" in value:
-                raise BadInput(f"fleet setting {f.name} holds a NUL character, which no environment can carry")
+            if type(value) is not str:
+                raise BadInput(f"fleet setting {f.name}={value!r} is not text")
+        check_worker_types(self.knobs)
+        for name, value in self.to_env().items():
+            if "\0" in value:
+                raise BadInput(f"fleet setting {name} holds a NUL character, which no environment can carry")
 
     def to_env(self) -> dict[str, str]:
         """Name -> text for user-data; empty optional values are left out."""
-        out: dict[str, str] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool):
-                out[f.name] = "true" if value else "false"
-            elif value != "":
-                out[f.name] = str(value)
-        return out
+        out = {f.name: getattr(self, f.name) for f in _own_fields() if getattr(self, f.name) != ""}
+        return {**out, **to_worker_env(self.knobs)}
 
     def to_env_file(self) -> str:
         """fleet.env: one `export NAME='value'` line per value of to_env(), shell-quoted, so
@@ -92,17 +66,12 @@ class FleetEnv:
         return "".join(lines)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "FleetEnv":
+    def from_env(cls, env: Mapping[str, str], knobs: type[Ec2Config] = Ec2Config) -> "FleetEnv":
         """Read the contract back from an environment; absent values take the defaults."""
-        values: dict[str, object] = {}
-        for f in fields(cls):
-            raw = env.get(f.name)
-            if raw is None or raw == "":
-                continue
-            if f.type in ("int", int):
-                values[f.name] = int(raw)
-            elif f.type in ("bool", bool):
-                values[f.name] = raw.strip().lower() == "true"
-            else:
-                values[f.name] = raw
-        return cls(**values)  # type: ignore[arg-type]
+        values = {f.name: env[f.name] for f in _own_fields() if env.get(f.name)}
+        return cls(knobs=from_worker_env(env, knobs), **values)
+
+
+def _own_fields() -> list[Field[Any]]:
+    """FleetEnv's own values: all text (the knobs have theirs in protocol/knobs.py)."""
+    return [f for f in fields(FleetEnv) if f.name != "knobs"]

@@ -70,6 +70,14 @@ def extra_src_key(basename: str, digest: str) -> str:
     return f"artifacts/extra-{basename}-{digest}.tar.gz"
 
 
+def extra_src_basename(key: str) -> str:
+    """The basename an extra_src_key names (the digest holds no '-')."""
+    name = key.removeprefix("artifacts/extra-").removesuffix(".tar.gz")
+    if name == key or "-" not in name:
+        raise ValueError(f"not an extra-src artifact key: {key!r}")
+    return name.rsplit("-", 1)[0]
+
+
 def wheel_key(digest: str, filename: str) -> str:
     return f"artifacts/wheels/{digest}/{filename}"
 

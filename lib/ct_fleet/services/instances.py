@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 from ..errors import BadInput
 
 if TYPE_CHECKING:
-    from ..controller.config import Ec2Config
+    from ..protocol import Ec2Config
 MANAGED_BY = "ct-fleet"
 LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 

@@ -33,7 +33,8 @@ from typing import Any
 import psutil
 
 from ..evallog import problem, read_header, sample_error
-from ..protocol import DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
+from ..protocol import START_CONCURRENCY, DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
+from ..protocol.knobs import Ec2Config
 from ..protocol.stop import MARKER_POLL, is_stop
 from ..sandbox import cleanup, digests
 from ..services import queues, session, stop, store
@@ -69,30 +70,33 @@ class WorkerSettings:
     warm_runner: bool = True
     job_memory_mb: int = 0  # 0: no cap
     kill_grace: float = KILL_GRACE
+    knobs: Ec2Config = field(default_factory=Ec2Config)  # every knob as fleet.env gave it
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "WorkerSettings":
-        """fleet.env's contract (protocol.FleetEnv, with its defaults) plus what the
-        instance itself provides: its id, the code root, a work directory."""
+    def from_env(cls, env: Mapping[str, str] | None = None, knobs: type[Ec2Config] = Ec2Config) -> "WorkerSettings":
+        """fleet.env's contract (protocol.FleetEnv: the knobs that reach workers, with their
+        defaults) plus what the instance itself provides: its id, the code root, a work directory."""
         env = os.environ if env is None else env
-        fleet = FleetEnv.from_env(env)
+        fleet = FleetEnv.from_env(env, knobs)
+        k = fleet.knobs
         notice = env.get("CT_SPOT_NOTICE_FILE")
         return cls(
             fleet_id=fleet.FLEET_ID,
-            bucket=fleet.BUCKET,
+            bucket=k.bucket,
             instance_id=env.get("INSTANCE_ID") or socket.gethostname(),
             code_root=Path(env.get("CODE_ROOT", ".")).resolve(),
-            max_concurrency=fleet.CONCURRENCY,
-            idle_timeout=float(fleet.IDLE_TIMEOUT),
-            visibility_timeout=fleet.VISIBILITY_TIMEOUT,
-            heartbeat_interval=float(fleet.HEARTBEAT_INTERVAL),
-            retry_backoff=fleet.RETRY_BACKOFF,
+            max_concurrency=k.concurrency_per_worker or START_CONCURRENCY,
+            idle_timeout=float(k.idle_timeout or 0),
+            visibility_timeout=k.visibility_timeout,
+            heartbeat_interval=float(k.heartbeat_interval),
+            retry_backoff=k.retry_backoff,
             report_interval=float(env.get("REPORT_INTERVAL", "1")),
             work_dir=Path(env.get("WORK_DIR") or tempfile.mkdtemp(prefix="ct-worker-")),
             spot_notice_file=Path(notice) if notice else None,
-            spot=fleet.SPOT,
-            warm_runner=fleet.WARM_RUNNER,
-            job_memory_mb=fleet.JOB_MEMORY_MB or default_job_memory_mb(),
+            spot=k.spot,
+            warm_runner=k.warm_runner,
+            job_memory_mb=k.job_memory_mb or default_job_memory_mb(),
+            knobs=k,
         )
 
 

@@ -1,0 +1,166 @@
+"""Results: done reports in, verified results on disk, bad ones run again, dead letters read.
+
+Every report goes to the tracker (fleet/tracker.py), which says whose result to fetch. A
+fetched result counts only once it reads in full; it is then the local copy in
+runs/<fleet_id>/jobs/, the durable record a local resume reads and the merge's input. A
+result that does not read is deleted and its job sent back to the queue, a few times at most.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from ...cloud import Cloud
+from ...evallog import read_header
+from ...protocol import DoneMessage, WorkMessage, decode_reports, mask, result_key, run_layout
+from ...services import queues, store
+from ..planning import FleetSpec
+from ..reporting import UsageTotals, last_line
+from . import job_images, phases
+from .local_results import LocalResults
+from .tracker import JobTracker
+
+
+class ResultCollector:
+    def __init__(
+        self,
+        cloud: Cloud,
+        spec: FleetSpec,
+        run_dir: Path,
+        state: JobTracker,
+        *,
+        secrets: dict[str, str],
+        warn: Callable[[str], None],
+        send_again: Callable[[str], None],
+        on_heartbeat: Callable[[DoneMessage], None],
+    ) -> None:
+        self.sqs = cloud.client("sqs")
+        self.s3 = cloud.client("s3")
+        self.spec = spec
+        self.bucket = spec.config.bucket
+        self.run_dir = run_dir
+        self.state = state
+        self.jobs = {job.job_id: job for job in spec.jobs}
+        self.secrets = secrets
+        self.warn = warn
+        self.send_again = send_again
+        self.on_heartbeat = on_heartbeat
+        self.usage = UsageTotals()
+        self.local = LocalResults(run_dir)
+        self.downloads = ThreadPoolExecutor(max_workers=8)
+        self.in_flight: dict[str, Future[bool]] = {}
+        self.bad_results: dict[str, int] = {}  # job id -> unreadable results fetched so far
+        self._merge_preloaded = False
+
+    def resume(self) -> set[str]:
+        """Jobs with a result that reads in full: on disk already, or in S3 (fetched now)."""
+        local = {p.stem for p in run_layout.job_logs(self.run_dir) if p.stem in self.jobs}
+        done = {job_id for job_id in local if self.local.verify(job_id) is None}
+        for job_id in sorted(local - done):
+            self.warn(f"local result of job {job_id} is unreadable; fetching it again")
+        in_s3 = store.list_result_job_ids(self.s3, self.bucket, self.spec.fleet_id) & set(self.jobs)
+        futures = {job_id: self.downloads.submit(self.fetch, job_id) for job_id in in_s3 - done}
+        done |= {job_id for job_id, fut in futures.items() if fut.result()}
+        for job_id in done:
+            self._count_usage(job_id)
+        self.state.resumed(done)
+        return done
+
+    def take(self, messages: list[dict[str, str]]) -> None:
+        """One receive's done-queue messages (each a batch of reports)."""
+        for msg in messages:
+            for report in decode_reports(msg["Body"]):
+                self.on_report(report)
+
+    def on_report(self, msg: DoneMessage) -> None:
+        if msg.type == "heartbeat":
+            self.on_heartbeat(msg)
+            return
+        if msg.error:
+            msg = replace(msg, error=mask(msg.error, self.secrets.values()))
+        job = self.jobs.get(msg.job_id or "")
+        if job is not None:
+            job_images.record(self.run_dir, msg, job.sample_id, job.epoch)
+        fetch = self.state.on_report(msg)
+        if msg.outcome == "failed" and job is not None:
+            # Final without a result (a fatal error, a timeout): say so now, not at the end.
+            self.warn(
+                f"job {job.job_id} ({job.sample_id} epoch {job.epoch}) failed, not retried "
+                f"({msg.error_class}): {last_line(msg.error or '')}"
+            )
+        if fetch is not None:
+            self.in_flight[fetch] = self.downloads.submit(self.fetch, fetch)
+            if not self._merge_preloaded:
+                # The merge imports inspect_ai (seconds): load it while workers run, once
+                # they are past their own start, not after the last result.
+                self._merge_preloaded = True
+                threading.Thread(target=importlib.import_module, args=("ct_fleet.merge",), daemon=True).start()
+
+    def fetch(self, job_id: str) -> bool:
+        """Download the job's result; True when it reads in full (and is now the local copy)."""
+        key = result_key(self.spec.fleet_id, job_id)
+        ok = store.download_result(self.s3, self.bucket, key, run_layout.job_log(self.run_dir, job_id))
+        if ok:
+            self.local.remember(job_id)
+        return ok
+
+    def collect(self, wait: bool = False) -> None:
+        """Account for the downloads that finished (all of them, with wait)."""
+        for job_id, fut in list(self.in_flight.items()):
+            if not (wait or fut.done()):
+                continue
+            del self.in_flight[job_id]
+            ok = fut.result()
+            self.state.fetched(job_id, ok)
+            if ok:
+                self._count_usage(job_id)
+            else:
+                self.rerun(job_id, "the uploaded log does not read in full")
+
+    def rerun(self, job_id: str, why: str) -> None:
+        """A result that does not read in full: drop it and run the job again, a few times at most."""
+        self.bad_results[job_id] = self.bad_results.get(job_id, 0) + 1
+        self.s3.delete_object(Bucket=self.bucket, Key=result_key(self.spec.fleet_id, job_id))
+        count = self.bad_results[job_id]
+        if count > self.spec.config.max_receive_count:
+            self.warn(f"result of job {job_id} unreadable {count} times ({why}); giving up on it")
+            self.state.abandon(job_id, "infra", f"result unreadable {count} times: {why}")
+            return
+        self.warn(f"result of job {job_id} is unreadable ({why}); running it again")
+        self.send_again(job_id)
+
+    def intact(self) -> bool:
+        """Before the merge: every finished job's local copy still reads in full. A damaged copy
+        is fetched again from S3; when that copy is bad too, the job goes back to the queue."""
+        phases.reached(phases.VERIFY, self.run_dir)
+        finished = [j for j, outcome in self.state.final.items() if outcome != "failed"]
+        intact = True
+        for job_id, why in self.local.damaged(finished).items():
+            self.warn(f"local result of job {job_id} was damaged ({why}); fetching it again")
+            if self.fetch(job_id):
+                continue
+            self.state.unverified(job_id)
+            self.rerun(job_id, why)
+            intact = False
+        return intact
+
+    def drain_dlq(self, dlq_url: str) -> None:
+        while True:
+            messages = queues.receive(self.sqs, dlq_url, wait=0)
+            if not messages:
+                return
+            for msg in messages:
+                self.state.dead_lettered(WorkMessage.from_json(msg["Body"]).job_id)
+            queues.delete_batch(self.sqs, dlq_url, [m["ReceiptHandle"] for m in messages])
+
+    def close(self) -> None:
+        self.downloads.shutdown(wait=True, cancel_futures=True)
+
+    def _count_usage(self, job_id: str) -> None:
+        header = read_header(run_layout.job_log(self.run_dir, job_id)) or {}
+        self.usage.add(job_id, (header.get("stats") or {}).get("model_usage") or {})

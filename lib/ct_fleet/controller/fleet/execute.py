@@ -1,0 +1,154 @@
+"""A planned fleet, run: the cloud started, the fleet run to its end, the cloud closed.
+
+`execute` is what `ct-fleet eval` calls after planning (and the cost confirmation);
+`run_fleet` plans and executes in one call, for use as a library:
+
+    from ct_fleet import FleetRequest, run_fleet
+
+    result = run_fleet(FleetRequest(task_file="smoke", policy="honest", epochs=3))
+    print(result.fleet_id, [m.path for m in result.merged], result.cost)
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import BadInput
+from ...protocol import run_layout
+from ..planning import (
+    FleetRequest,
+    FleetSpec,
+    PlannedFleet,
+    launched_by,
+    plan_fleet,
+    upload_extra_src,
+    upload_wheel,
+    worker_secrets,
+)
+from ..reporting import Progress, RunResult
+from . import interrupts, sweep
+from .docker import DockerLease, prepare
+from .lease import LocalLock
+from .run import FleetRun
+from .worker_env import fleet_env
+
+
+@dataclass
+class RunHooks:
+    """How a run talks to whoever drives it (the CLI's console, or nothing)."""
+
+    info: Callable[[str], None] = lambda text: None
+    warn: Callable[[str], None] = lambda text: None
+    on_progress: Callable[[Progress], None] = lambda p: None
+    leave_running_on_interrupt: Callable[[], bool] = lambda: False
+
+
+def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
+    """Start the cloud, run the fleet to its end, merge; the cloud is closed on every exit.
+
+    Raises FleetInterrupted on Ctrl-C (the fleet stopped, or deliberately left running).
+    """
+    hooks = hooks or RunHooks()
+    run_dir, shipped = planned.run_dir, planned.shipped
+    if planned.untracked:
+        hooks.warn(f"{planned.untracked} untracked file(s) will not ship to workers (git add them)")
+    for note in planned.notes:
+        hooks.warn(note)
+    lock = LocalLock(run_dir)
+    lock.acquire()  # one controller per fleet on this machine (the S3 lease covers other machines)
+    try:
+        # The tarballs preflight checked are the ones that ship; run_dir keeps them for run-job.
+        tarball = Path(shutil.copy(shipped.code_tarball, run_dir / run_layout.CODE_TARBALL))
+        for tree in shipped.trees:
+            shutil.copy(tree.tarball, run_layout.extra_tarball(run_dir, tree.name))
+        with interrupts.stop_signals():
+            return _execute(planned, hooks, tarball)
+    finally:
+        lock.release()
+
+
+def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult:
+    spec, cloud, run_dir, shipped = planned.spec, planned.cloud, planned.run_dir, planned.shipped
+    cfg = spec.config
+    secrets = worker_secrets(planned.dotenv, dict(planned.environ), names=spec.secret_names)
+    cloud.start(run_dir, planned.dotenv)
+    leave_running = False
+    docker: DockerLease | None = None
+    try:
+        if planned.docker.required and cloud.instances_run_here():
+            docker = prepare(planned.docker, run_dir / run_layout.DOCKER_LOG, hooks.info)
+        cloud.prepare_account(cfg)
+        swept = sweep.sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
+        if swept:
+            hooks.warn(
+                f"deleted {sum(swept.values())} secret(s) left by stopped fleet(s) {', '.join(sorted(swept))} "
+                "(their controller died before its teardown)"
+            )
+        # Local instances inherit this environment: without the secrets, so that jobs get
+        # them only the way EC2 workers do, through SSM.
+        cloud.attach_runner(run_dir / run_layout.INSTANCES, withhold=secrets)
+        sts = cloud.client("sts")
+        by = launched_by(sts)
+        account = sts.get_caller_identity()["Account"]
+        s3 = cloud.client("s3")
+        extra_keys = [
+            upload_extra_src(s3, cfg.bucket, tree.name, run_layout.extra_tarball(run_dir, tree.name), tree.digest)
+            for tree in shipped.trees
+        ]
+        wheel_keys = [upload_wheel(s3, cfg.bucket, wheel) for wheel in spec.wheels]
+        what = f"policy {spec.policy}" if spec.policy else f"model {spec.model}"
+        hooks.info(
+            f"fleet {spec.fleet_id}: {len(spec.jobs)} jobs ({_describe_tasks(spec)} x {spec.epochs} epochs), "
+            f"{what}, {cloud.kind} cloud, up to {cfg.max_workers} workers x {cfg.concurrency_per_worker}"
+        )
+        link = cloud.console_link(spec.fleet_id)
+        if link:
+            hooks.info(f"EC2 console: {link}")
+        fleet = FleetRun(
+            cloud,
+            spec,
+            run_dir,
+            launched_by=by,
+            account=account,
+            secrets=secrets,
+            extra_src=extra_keys,
+            on_progress=hooks.on_progress,
+            warn=hooks.warn,
+            leave_running_on_interrupt=hooks.leave_running_on_interrupt,
+        )
+        try:
+            return fleet.run(tarball, fleet_env(spec, cloud, secrets, extra_keys, wheel_keys, planned.environ))
+        except BaseException as exc:
+            leave_running = bool(getattr(exc, "leave_running", False))
+            raise
+    finally:
+        cloud.close(leave_running=leave_running)
+        if docker is not None and not leave_running:
+            docker.release()
+
+
+def _describe_tasks(spec: FleetSpec) -> str:
+    samples = sum(len(t.sample_ids) for t in spec.tasks)
+    if len(spec.tasks) == 1:
+        return f"{samples} samples of {spec.tasks[0].name}"
+    return f"{samples} samples of {len(spec.tasks)} tasks: {', '.join(t.name for t in spec.tasks)}"
+
+
+def run_fleet(request: FleetRequest | None = None, *, hooks: RunHooks | None = None, **fields: Any) -> RunResult:
+    """Plan and run a fleet: `run_fleet(task_file="smoke", epochs=3)` or with a FleetRequest.
+
+    A billing cloud (--ec2) needs `ec2_args=["auto_confirm=true"]`: there is nobody to ask.
+    """
+    request = request or FleetRequest(**fields)
+    planned = plan_fleet(request)
+    if planned.cloud.bills and not planned.spec.config.auto_confirm:
+        raise BadInput("run_fleet on a billing cloud needs ec2_args=['auto_confirm=true'] (no one to confirm the cost)")
+    if planned.large and not planned.spec.config.auto_confirm:
+        raise BadInput(
+            f"{len(planned.spec.jobs):,} jobs is a large run: pass ec2_args=['auto_confirm=true'] to start it"
+        )
+    return execute(planned, hooks)

@@ -1,0 +1,72 @@
+"""A fleet's results -> one merged log per Inspect task, reading like `inspect eval` of it.
+
+Per-job logs live in runs/<fleet>/jobs/<job_id>.evaljob (a suffix `inspect view` does not
+list, so opening runs/<fleet>/ shows only the merged runs in merged/). Each task of the
+manifest is merged from its own jobs' logs, with its intended sample ids (dataset order,
+original types) and epochs, and a header that says what a direct run would: the shipped
+code's git revision, the task file as the user named it, the user's --limit/--sample-id.
+The same results always merge to the same ids, order and header ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...protocol import Manifest, ManifestTask, run_layout
+
+if TYPE_CHECKING:
+    from ... import merge
+
+
+def eval_overrides(manifest: Manifest, task: ManifestTask) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    if manifest.revision:
+        overrides["revision"] = manifest.revision
+    if task.task_file:
+        overrides["task_file"] = task.task_file
+    if task.limit is not None:
+        overrides["config"] = {"limit": task.limit, "sample_id": None}
+    elif task.sample_id is not None:
+        overrides["config"] = {"sample_id": list(task.sample_id), "limit": None}
+    return overrides
+
+
+def stems(manifest: Manifest) -> dict[str, str]:
+    counts: dict[str, int] = {}
+    for task in manifest.tasks:
+        counts[task.name] = counts.get(task.name, 0) + 1
+    return {t.key: t.name if counts[t.name] == 1 else f"{t.name}-{t.key[:8]}" for t in manifest.tasks}
+
+
+def merge_fleet(
+    manifest: Manifest,
+    run_dir: Path,
+    out_dir: Path | None = None,
+    on_skip: Callable[[Path, str], None] | None = None,
+) -> list[merge.MergedTask]:
+    """One merged log per task that has any result (a task with none is all missing);
+    on_skip(path, why) hears of each result the merge could not read and left out."""
+    from ... import merge  # imports inspect_ai (seconds): only when there is something to merge
+
+    out_dir = out_dir or run_dir / run_layout.MERGED
+    names = stems(manifest)
+    merged = []
+    for task in manifest.tasks:
+        inputs = [run_layout.job_log(run_dir, j.job_id) for j in manifest.jobs if j.task == task.key]
+        inputs = [p for p in inputs if p.exists()]
+        if not inputs:
+            continue
+        merged.extend(
+            merge.merge_eval_logs(
+                inputs,
+                out_dir,
+                sample_ids=task.sample_ids,
+                epochs=manifest.epochs,
+                name=names[task.key],
+                eval_overrides=eval_overrides(manifest, task),
+                on_skip=on_skip,
+            )
+        )
+    return merged

@@ -1,0 +1,211 @@
+"""The fleet's workers: launch, boot diagnosis, replacement and scale-up, and the end of them.
+
+The pool knows the instances it launched (or adopted) and when, what their heartbeats say
+about load, and why they died (their bootstrap logs in S3). It decides nothing about jobs:
+the run (fleet/run.py) tells it how many jobs remain and how many wait.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ...cloud import Cloud
+from ...protocol import DoneMessage, log_key, mask, steplog
+from ...services import instances
+from ...services import secrets as fleet_secrets
+from ..planning import FleetSpec, first_launch_count
+from ..reporting import cost_so_far
+from . import phases, scaling
+
+# Bootstrap steps whose failure repeats on every worker (an unimportable setting, a broken
+# worker_setup script): the first report stops the fleet instead of replacing workers.
+DETERMINISTIC_STEPS = frozenset({"settings-pull", "worker-setup"})
+STRAGGLER_GRACE = 30
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        cloud: Cloud,
+        spec: FleetSpec,
+        run_dir: Path,
+        *,
+        launched_by: str,
+        account: str,
+        secrets: dict[str, str],
+        warn: Callable[[str], None],
+    ) -> None:
+        self.cloud = cloud
+        self.spec = spec
+        self.cfg = spec.config
+        self.run_dir = run_dir
+        self.launched_by = launched_by
+        self.account = account
+        self.secrets = secrets
+        self.warn = warn
+        self.ec2 = cloud.client("ec2")
+        self.ssm = cloud.client("ssm")
+        self.s3 = cloud.client("s3")
+        self.user_data = ""  # rendered by the run before anything is created
+        self.launched: list[str] = []
+        self.replacements = 0
+        self.launch_times: dict[str, float] = {}
+        self.end_times: dict[str, float] = {}
+        self.last_scale_up = 0.0
+        self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
+
+    # -- launch ------------------------------------------------------------------------
+    def adopt(self, instance_ids: list[str]) -> None:
+        self.launched = list(instance_ids)
+
+    def launch_first(self, pending: int) -> list[str]:
+        return self.launch(
+            first_launch_count(
+                pending, max_workers=self.cfg.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
+            )
+        )
+
+    def launch(self, count: int) -> list[str]:
+        ami, _ = instances.resolve_ami(self.ec2, self.ssm, self.cfg)
+        group = instances.ensure_security_group(self.ec2, self.cfg.security_group)
+        ids = instances.launch(
+            self.ec2,
+            count=count,
+            ami=ami,
+            config=self.cfg,
+            fleet_id=self.spec.fleet_id,
+            launched_by=self.launched_by,
+            user_data=self.user_data,
+            security_group_id=group,
+        )
+        # Known before anything else can fail: teardown terminates these even when EC2's
+        # listing does not show them yet.
+        self.launched.extend(ids)
+        now = time.time()
+        self.launch_times.update({i: now for i in ids})
+        # Secrets must exist before a worker asks for them (it waits a while if not).
+        fleet_secrets.put_for_instances(
+            self.ssm, self.spec.fleet_id, ids, self.secrets, account=self.account, region=self.cloud.region
+        )
+        self.cloud.after_launch(ids)
+        return ids
+
+    def cost_so_far(self) -> float:
+        return cost_so_far(self.launch_times, time.time(), self.spec.hourly_price, self.end_times)
+
+    # -- while it runs -----------------------------------------------------------------
+    def on_heartbeat(self, msg: DoneMessage) -> None:
+        if msg.load is not None:
+            self.worker_load[msg.instance_id] = (msg.load, time.monotonic())
+
+    def live_ids(self) -> list[str]:
+        return [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
+
+    def look(self) -> tuple[list[str], list[str]]:
+        """(live instances, those that ended since the last look)."""
+        live = self.live_ids()
+        self.cloud.poll(live)
+        ended = sorted(set(self.launch_times) - set(live) - set(self.end_times))
+        for gone in ended:
+            self.end_times[gone] = time.time()
+        return live, ended
+
+    def manage(self, live: list[str], *, remaining: int, waiting: int) -> str | None:
+        """Replace workers that died with work left; add workers while the fleet is CPU-bound.
+        Returns why the fleet must stop when workers keep dying."""
+        now = time.monotonic()
+        decision = scaling.decide(
+            remaining=remaining,
+            waiting=waiting,
+            live=len(live),
+            replacements=self.replacements,
+            max_replacements=self.cfg.max_replacements,
+            max_workers=self.cfg.max_workers,
+            concurrency_per_worker=self.cfg.concurrency_per_worker,
+            fresh_loads=[load for load, at in self.worker_load.values() if now - at < 3 * self.cfg.heartbeat_interval],
+            cooled=now - self.last_scale_up >= 2 * self.cfg.heartbeat_interval,
+        )
+        if decision.action == "give_up":
+            return self.bootstrap_failure()
+        if decision.action == "replace":
+            self.replacements += decision.count
+            self.warn(
+                f"{len(live)} worker(s) up with {waiting} job(s) waiting: launching {decision.count} "
+                f"replacement(s) ({self.replacements}/{self.cfg.max_replacements})"
+            )
+            self.launch(decision.count)
+        elif decision.action == "scale_up":
+            self.last_scale_up = now
+            self.launch(decision.count)
+        return None
+
+    # -- why workers die ---------------------------------------------------------------
+    def _boot_log(self, instance_id: str) -> tuple[str, str] | None:
+        key = log_key(self.spec.fleet_id, instance_id)
+        try:
+            body = self.s3.get_object(Bucket=self.cfg.bucket, Key=key)["Body"].read()
+        except Exception:
+            return None
+        return key, body.decode(errors="replace")
+
+    def deterministic_boot_failure(self, ended: list[str]) -> str | None:
+        """A worker that died in a step every worker will fail the same way (an unimportable
+        setting, a broken worker_setup) stops the fleet at once: replacing it cannot help."""
+        for instance_id in ended:
+            got = self._boot_log(instance_id)
+            failure = steplog.first_failure(got[1]) if got else None
+            if got and failure and failure.step.name in DETERMINISTIC_STEPS:
+                return f"{failure.describe()} on {instance_id} (log: s3://{self.cfg.bucket}/{got[0]})"
+        return None
+
+    def bootstrap_failure(self) -> str:
+        """Why workers keep dying: the failed step of the newest bootstrap log that has one."""
+        for instance_id in reversed(self.launched):
+            got = self._boot_log(instance_id)
+            if got is None:
+                continue
+            failure = steplog.first_failure(got[1])
+            if failure:
+                why = mask(failure.describe(), self.secrets.values())
+                return f"workers keep dying: {why} (log: s3://{self.cfg.bucket}/{got[0]})"
+        return (
+            f"workers keep dying after {self.replacements} replacement(s); "
+            f"logs under s3://{self.cfg.bucket}/{self.spec.fleet_id}/logs/"
+        )
+
+    # -- the end -----------------------------------------------------------------------
+    def wait_for_exit(self, live: list[str], announce: Callable[[], None]) -> list[str]:
+        """The work is done: `announce` tells the workers (protocol/stop.py). They drop what
+        they still run, upload their logs and shut down within seconds; the stragglers (one
+        still booting, say) are returned after STRAGGLER_GRACE, to be terminated."""
+        phases.reached(phases.END_WAIT, self.run_dir)
+        try:
+            announce()
+        except Exception as ex:  # without the signal workers still leave after idle_timeout
+            self.warn(f"could not signal the end of the run to workers ({ex}); they leave when idle")
+        deadline = time.monotonic() + STRAGGLER_GRACE
+        while live and time.monotonic() < deadline:
+            time.sleep(1)
+            found = instances.live_instances(self.ec2, self.spec.fleet_id)
+            self.cloud.poll([inst["InstanceId"] for inst in found])
+            # An instance shutting down has uploaded its log and is leaving by itself.
+            live = [inst["InstanceId"] for inst in found if inst["State"]["Name"] != "shutting-down"]
+        return live
+
+    def stop_all(self, live: list[str]) -> list[Exception]:
+        """Terminate every worker (listed live or ever launched) and delete their secrets.
+        Every step is tried even if one fails; the failures are returned."""
+        failures: list[Exception] = []
+        targets = sorted(set(live) | set(self.launched))
+        for step in (
+            lambda: instances.terminate(self.ec2, targets),
+            lambda: self.cloud.poll([]),
+            lambda: fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id),
+        ):
+            try:
+                step()
+            except Exception as exc:
+                failures.append(exc)
+        return failures

@@ -1,0 +1,374 @@
+"""One fleet's run: resume, enqueue, launch, track, collect, tear down, merge.
+
+FleetRun drives the worker pool (pool.py) and the result collector (collector.py) from
+the job tracker's state. It owns no worker state beyond what the queues, S3 and EC2
+report, so a second controller started with the same command adopts the fleet.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from ...cloud import Cloud
+from ...protocol import FleetEnv, Manifest, run_layout
+from ...protocol.user_data import render_user_data
+from ...services import queues, stop, store
+from ..planning import FleetSpec, Job
+from ..reporting import Progress, RunResult, dead_jobs, missing_jobs, progress
+from . import interrupts, liveness, merging, phases
+from .collector import ResultCollector
+from .interrupts import FleetInterrupted, Terminated
+from .lease import S3Lease
+from .pool import WorkerPool
+from .tracker import JobTracker
+
+if TYPE_CHECKING:
+    from ... import merge
+
+DONE_POLL_PAUSE = 1.0
+
+
+class FleetRun:
+    def __init__(
+        self,
+        cloud: Cloud,
+        spec: FleetSpec,
+        run_dir: Path,
+        *,
+        launched_by: str,
+        account: str = "",
+        secrets: dict[str, str] | None = None,
+        extra_src: list[str] | None = None,
+        on_progress: Callable[[Progress], None] = lambda p: None,
+        warn: Callable[[str], None] = print,
+        leave_running_on_interrupt: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.cloud = cloud
+        self.spec = spec
+        self.cfg = spec.config
+        self.run_dir = run_dir
+        self.secrets = secrets or {}
+        self.on_progress = on_progress
+        self.leave_running_on_interrupt = leave_running_on_interrupt
+        self.warn = warn
+        self.sqs = cloud.client("sqs")
+        self.s3 = cloud.client("s3")
+        self.ec2 = cloud.client("ec2")
+        self.jobs = {job.job_id: job for job in spec.jobs}
+        self.state = JobTracker.of(self.jobs)
+        self.manifest = spec.manifest(launched_by=launched_by, extra_src=extra_src)
+        self.manifest_jobs = {j.job_id: j for j in self.manifest.jobs}
+        self.depths: dict[str, int] = {}
+        self.lease = S3Lease(self.s3, self.cfg.bucket, spec.fleet_id)
+        self.q: queues.FleetQueues | None = None
+        self.pool = WorkerPool(
+            cloud, spec, run_dir, launched_by=launched_by, account=account, secrets=self.secrets, warn=warn
+        )
+        self.results = ResultCollector(
+            cloud,
+            spec,
+            run_dir,
+            self.state,
+            secrets=self.secrets,
+            warn=warn,
+            send_again=self._send_again,
+            on_heartbeat=self.pool.on_heartbeat,
+        )
+
+    @property
+    def queues(self) -> queues.FleetQueues:
+        assert self.q is not None, "the fleet's queues exist once the run has enqueued"
+        return self.q
+
+    def run(self, code_tarball: Path, fleet_env: FleetEnv) -> RunResult:
+        """Drive the fleet to its end, tear it down, merge. Teardown runs on every way out:
+        an interrupt or an error stops the workers and deletes their secrets (unless the
+        user chose to leave them running), and raises FleetInterrupted on an interrupt."""
+        start = time.monotonic()
+        # Rendered (and checked: EC2's size limit) before anything is created.
+        self.pool.user_data = render_user_data(fleet_env)
+        self.lease.acquire()  # before anything is touched: a refusal must leave the other run alone
+        try:
+            return self._run(start, code_tarball)
+        finally:
+            self.lease.release()
+
+    def _run(self, start: float, code_tarball: Path) -> RunResult:
+        try:
+            done, adopted, enqueued, stopped_reason = self._drive(start, code_tarball)
+        except BaseException as exc:
+            self._stop_early(exc)
+            raise
+        try:
+            if not self.lease.lost:  # else the fleet is another controller's now: hands off
+                self.teardown(delete_queues=self.state.complete)
+            self._record_durations()
+            phases.reached(phases.MERGE, self.run_dir)
+            merged = self._merge()
+        except KeyboardInterrupt:
+            raise FleetInterrupted(False) from None
+        return self._result(start, merged, resumed=len(done), adopted=adopted, enqueued=enqueued, why=stopped_reason)
+
+    def _drive(self, start: float, code_tarball: Path) -> tuple[set[str], bool, int, str | None]:
+        """Resume, enqueue, launch, track: (resumed jobs, adopted?, messages sent, stop reason)."""
+        run_layout.jobs_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
+        previous, known = self._previous_manifest()
+        stop.clear(self.s3, self.cfg.bucket, self.spec.fleet_id)  # an earlier end no longer holds
+        done = self.results.resume() if known else set()
+        store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
+        pending = [job for job_id, job in self.jobs.items() if job_id not in done]
+        adopted, enqueued = self._queue(pending, previous)
+        phases.reached(phases.ENQUEUE, self.run_dir)
+        stopped_reason = None
+        if pending:
+            if not adopted:
+                self.pool.launch_first(len(pending))
+            stopped_reason = self._track(start)
+        return done, adopted, enqueued, stopped_reason
+
+    def _stop_early(self, exc: BaseException) -> None:
+        """The run ended before its end (interrupt or error): stop the fleet, or leave it running
+        when the user says so after Ctrl-C. Raises FleetInterrupted for an interrupt."""
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        leave = False
+        if interrupted and not isinstance(exc, Terminated) and self.pool.launched:
+            try:
+                leave = self.leave_running_on_interrupt()
+            except BaseException:  # a second Ctrl-C or EOF at the prompt: stop
+                leave = False
+        if not leave and not self.lease.lost:
+            try:
+                self.teardown(delete_queues=False)
+            except KeyboardInterrupt:
+                pass  # held off until teardown was done; the first interrupt is reported
+            except Exception as err:
+                self.warn(f"teardown failed ({type(err).__name__}: {err}); run `ct-fleet cloud status --clean`")
+        if interrupted:
+            raise FleetInterrupted(leave) from None
+
+    def _previous_manifest(self) -> tuple[Manifest | None, bool]:
+        """(the fleet's manifest in S3, whether an earlier run left one there or on disk).
+
+        A manifest that does not parse must not block every resume of the fleet: results are
+        keyed by job id, so they are still found, and the manifest is written anew."""
+        known = (self.run_dir / run_layout.MANIFEST).exists()
+        try:
+            previous = store.get_manifest(self.s3, self.cfg.bucket, self.spec.fleet_id)
+        except ValueError as exc:
+            self.warn(f"the fleet's manifest in S3 is unreadable ({exc}); resuming from its results and rewriting it")
+            return None, True
+        return previous, known or previous is not None
+
+    def _queue(self, pending: list[Job], previous: Manifest | None) -> tuple[bool, int]:
+        """(adopted, messages sent): adopt a fleet whose workers still run, else enqueue what is left."""
+        existing = queues.find_queues(self.sqs, self.spec.fleet_id)
+        live = self.pool.live_ids() if existing else []
+        self.q = existing or queues.ensure_queues(
+            self.sqs,
+            self.spec.fleet_id,
+            visibility_timeout=self.cfg.visibility_timeout,
+            max_receive_count=self.cfg.max_receive_count,
+        )
+        if existing and live and previous and previous.enqueued:
+            self.pool.adopt(live)
+            self.warn(f"adopting the running fleet {self.spec.fleet_id}: {len(live)} worker(s) already up")
+            return True, 0
+        # Work left on an existing queue is sent again rather than purged: a purge may also
+        # delete what is sent during the following minute, and a duplicate costs at most a
+        # skipped run (the worker finds the result and reports a duplicate).
+        self._write_manifest(enqueued=False)
+        sent = self._send(pending)
+        self._write_manifest(enqueued=True)
+        return False, sent
+
+    def _write_manifest(self, enqueued: bool) -> None:
+        self.manifest.enqueued = enqueued
+        self.manifest.created_at = time.time()
+        store.put_manifest(self.s3, self.cfg.bucket, self.manifest)
+        (self.run_dir / run_layout.MANIFEST).write_text(self.manifest.to_json())
+
+    def _send_again(self, job_id: str) -> None:
+        self._send([self.jobs[job_id]])
+
+    def _send(self, jobs: list[Job]) -> int:
+        bodies = [self.manifest.work_message(self.manifest_jobs[job.job_id]).to_json() for job in jobs]
+        return queues.send_batch(self.sqs, self.queues.work, bodies)
+
+    # -- tracking ----------------------------------------------------------------------
+    def _track(self, start: float) -> str | None:
+        """Take done reports until every job is finished or dead (None), or a reason to stop."""
+        last_progress = last_activity = time.monotonic()
+        last_check = 0.0  # the first pass looks at the fleet at once
+        live = list(self.pool.launched)
+        warned_stale = False
+        phases.reached(phases.TRACKING, self.run_dir)
+        while not (self.state.complete and self.results.intact()):
+            if self.state.remaining == 0 and self.results.in_flight:
+                # Every job is reported: only its result is still coming (the end of the run).
+                self.results.collect(wait=True)
+                self._report(start, live)
+                continue
+            try:
+                messages = queues.receive(self.sqs, self.queues.done, wait=1 if self.results.in_flight else 5)
+            except ClientError as exc:
+                if liveness.gone(exc) is None:
+                    raise
+                gone = liveness.missing(self.sqs, self.s3, self.queues, self.cfg.bucket, self.spec.fleet_id)
+                return f"{gone or liveness.gone(exc)}: the fleet cannot progress; fleet terminated"
+            before = self.state.finished
+            self.results.take(messages)
+            if messages:
+                queues.delete_batch(self.sqs, self.queues.done, [m["ReceiptHandle"] for m in messages])
+                last_activity = time.monotonic()
+            if len(messages) < queues.BATCH and self.state.remaining:
+                # A part-full batch means the queue is drained: let reports pile up a little
+                # so that receives and deletes stay batched (calls per second, not per job).
+                time.sleep(DONE_POLL_PAUSE)
+            self.results.collect()
+            if self.state.finished > before:
+                last_progress = time.monotonic()
+                warned_stale = False
+            now = time.monotonic()
+            if now - last_check >= (self.cfg.check_interval or 5):
+                last_check = now
+                live, why = self._check_fleet()
+                if why:
+                    return why
+            self._report(start, live)
+            quiet = now - last_progress
+            if quiet >= self.cfg.stale_after and not warned_stale:
+                self.warn(f"no progress for {quiet / 60:.0f} min ({len(live)} workers up); still waiting")
+                warned_stale = True
+            silent_limit = max(self.cfg.silent_timeout, 1.5 * self.cfg.sample_time_limit)
+            if quiet >= silent_limit and now - last_activity >= silent_limit:
+                return f"no progress and no word from workers for {quiet:.0f}s: fleet terminated"
+            if quiet >= self.cfg.no_sample_timeout:
+                return f"no completed sample for {quiet:.0f}s while workers were active: fleet terminated"
+        self.results.collect(wait=True)
+        return None
+
+    def _check_fleet(self) -> tuple[list[str], str | None]:
+        """One look at EC2 and the queues: reap, cost, dead letters, replacements, scaling."""
+        if self.lease.lost:
+            return self.pool.launched, f"another controller took over fleet {self.spec.fleet_id}: this one stops"
+        gone = liveness.missing(self.sqs, self.s3, self.queues, self.cfg.bucket, self.spec.fleet_id)
+        if gone:
+            return self.pool.launched, f"{gone}: the fleet cannot progress; fleet terminated"
+        live, ended = self.pool.look()
+        if ended and self.state.remaining:
+            why = self.pool.deterministic_boot_failure(ended)
+            if why:
+                return live, why
+        ec2, model = self.pool.cost_so_far(), self.results.usage.cost
+        if self.cfg.max_cost is not None and ec2 + model >= self.cfg.max_cost:
+            return live, (
+                f"cost so far ${ec2 + model:.2f} (EC2 ${ec2:.2f}, model ${model:.2f}) "
+                f"reached max_cost ${self.cfg.max_cost:.2f}: fleet terminated"
+            )
+        self.depths = queues.depths(self.sqs, self.queues, roles=("work", "dlq"))
+        if self.depths.get("dlq") or self.depths.get("dlq_in_flight"):
+            self.results.drain_dlq(self.queues.dlq)
+        return live, self.pool.manage(live, remaining=self.state.remaining, waiting=self.depths.get("work", 0))
+
+    def _report(self, start: float, live: list[str]) -> None:
+        self.on_progress(
+            progress(
+                self.state,
+                total=len(self.jobs),
+                depths=self.depths,
+                workers=len(live),
+                elapsed=time.monotonic() - start,
+                cost=self.pool.cost_so_far() if self.spec.hourly_price else None,
+                tokens=self.results.usage.tokens,
+                model_cost=self.results.usage.cost,
+            )
+        )
+
+    # -- the end -----------------------------------------------------------------------
+    def teardown(self, *, delete_queues: bool) -> None:
+        """Terminate the fleet's workers and delete their secrets (and the queues when the work
+        is done). After a complete run the workers are first told to leave and given a grace
+        to do so; an interrupt cuts that wait short, never the termination after it."""
+        interrupted: KeyboardInterrupt | None = None
+        try:
+            live = self.pool.live_ids()
+        except Exception as exc:  # the launched ids are still known: terminate those
+            self.warn(f"could not list the fleet's instances ({type(exc).__name__}); terminating the ones launched")
+            live = []
+        if delete_queues and live:
+            try:
+                live = self.pool.wait_for_exit(live, self._announce_end)
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        with interrupts.shielded(self.warn):
+            failures = self.pool.stop_all(live)
+            if delete_queues and self.q is not None:
+                try:
+                    queues.delete_queues(self.sqs, self.q)
+                except Exception as exc:
+                    failures.append(exc)
+            self.results.close()
+            if failures:
+                raise failures[0]
+        if interrupted is not None:
+            raise interrupted
+
+    def _announce_end(self) -> None:
+        stop.announce(self.s3, self.sqs, self.cfg.bucket, self.spec.fleet_id, self.queues.work)
+
+    def _record_durations(self) -> None:
+        """Seconds per job, read by the cost estimate of later fleets of the same tasks and policy (or model)."""
+        if self.state.job_seconds:
+            setting, policy = self.spec.duration_group
+            data = {"setting": setting, "policy": policy, "seconds": self.state.job_seconds}
+            (self.run_dir / run_layout.DURATIONS).write_text(json.dumps(data))
+
+    def _merge(self) -> list[merge.MergedTask]:
+        return merging.merge_fleet(
+            self.manifest, self.run_dir, on_skip=lambda path, why: self.warn(f"merge: left out {path.name}: {why}")
+        )
+
+    def _result(
+        self,
+        start: float,
+        merged: list[merge.MergedTask],
+        *,
+        resumed: int,
+        adopted: bool,
+        enqueued: int,
+        why: str | None,
+    ) -> RunResult:
+        merged_stems = {m.path.stem for m in merged}
+        stems = merging.stems(self.manifest)
+        usage = self.results.usage
+        return RunResult(
+            fleet_id=self.spec.fleet_id,
+            run_dir=self.run_dir,
+            merged=merged,
+            missing=missing_jobs(self.spec.jobs, merged, self.state, fleet_id=self.spec.fleet_id, stopped_reason=why),
+            late_successes=sorted(self.state.late_successes),
+            attempts=self.state.attempts,
+            redeliveries=self.state.redeliveries,
+            duplicates=self.state.duplicates,
+            jobs=len(self.jobs),
+            resumed=resumed,
+            workers_launched=len(self.pool.launched),
+            elapsed=time.monotonic() - start,
+            stopped_reason=why,
+            dead_report=dead_jobs(
+                self.spec.jobs, self.state, fleet_id=self.spec.fleet_id, secrets=self.secrets.values()
+            ),
+            cost=self.pool.cost_so_far(),
+            enqueued=enqueued,
+            adopted_workers=len(self.pool.launched) if adopted else 0,
+            tokens=usage.tokens,
+            model_cost=usage.cost,
+            unpriced_models=sorted(usage.unpriced),
+            unmerged=[t.name for t in self.manifest.tasks if stems[t.key] not in merged_stems],
+        )

@@ -1,0 +1,41 @@
+"""Planning: a request -> a planned fleet. Every validation and preflight runs here, and
+nothing is created, launched or uploaded.
+
+    planned = plan_fleet(FleetRequest(task_file="smoke", policy="honest", epochs=3))
+"""
+
+from .code import upload_extra_src, upload_wheel
+from .credentials import launched_by, read_dotenv, secret_values, worker_secrets
+from .docker_needs import DockerNeeds
+from .estimate import Estimate, first_launch_count
+from .jobs import FleetTask, Job, TaskSpec
+from .models import needs as model_needs
+from .planner import PlannedFleet, plan_fleet, use_ec2
+from .preflight import docker_auth_params, docker_registry
+from .request import FleetRequest, dotenv_path, runs_dir
+from .spec import FleetSpec
+
+__all__ = [
+    "DockerNeeds",
+    "Estimate",
+    "FleetRequest",
+    "FleetSpec",
+    "FleetTask",
+    "Job",
+    "PlannedFleet",
+    "TaskSpec",
+    "docker_auth_params",
+    "docker_registry",
+    "dotenv_path",
+    "first_launch_count",
+    "launched_by",
+    "model_needs",
+    "plan_fleet",
+    "read_dotenv",
+    "runs_dir",
+    "secret_values",
+    "upload_extra_src",
+    "upload_wheel",
+    "use_ec2",
+    "worker_secrets",
+]

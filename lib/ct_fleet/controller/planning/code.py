@@ -1,0 +1,128 @@
+"""What code the workers run: a pinned SHA and its git archive.
+
+The SHA is HEAD when the worktree is clean, else the tree SHA of the worktree with its
+tracked changes (computed in a throwaway index, so the user's index is untouched). The
+tarball is `git archive` of that commit or tree, so workers see exactly what git tracks.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import BadInput
+from ...protocol import extra_src_key
+from ...protocol.keys import wheel_key
+from . import extra_src
+
+
+def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, env=env, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BadInput(f"git {' '.join(args)} failed in {repo}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+@dataclass(frozen=True)
+class CodeVersion:
+    sha: str
+    dirty: bool
+    untracked: int
+
+
+def code_version(repo: Path) -> CodeVersion:
+    status = _git(repo, "status", "--porcelain", "--untracked-files=all")
+    lines = [line for line in status.splitlines() if line]
+    untracked = sum(1 for line in lines if line.startswith("??"))
+    dirty = any(not line.startswith("??") for line in lines)
+    has_head = (
+        subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, capture_output=True).returncode == 0
+    )
+    if has_head and not dirty:
+        return CodeVersion(_git(repo, "rev-parse", "HEAD"), False, untracked)
+    with tempfile.TemporaryDirectory() as tmp:
+        index = Path(tmp) / "index"
+        real_index = Path(_git(repo, "rev-parse", "--git-path", "index"))
+        real_index = real_index if real_index.is_absolute() else repo / real_index
+        if real_index.exists():
+            shutil.copy(real_index, index)
+        env = {**os.environ, "GIT_INDEX_FILE": str(index)}
+        _git(repo, "add", "-u", env=env)
+        tree = _git(repo, "write-tree", env=env)
+    return CodeVersion(tree, True, untracked)
+
+
+def archive(repo: Path, sha: str, dest: Path) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest, "wb") as fh:
+        proc = subprocess.run(["git", "archive", "--format=tar.gz", sha], cwd=repo, stdout=fh, stderr=subprocess.PIPE)
+    if proc.returncode != 0:
+        raise BadInput(f"git archive {sha} failed: {proc.stderr.decode().strip()}")
+    return dest
+
+
+def _reproducible(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """Same content, same bytes: the tarball's digest is the tree's content digest."""
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mode = 0o755 if info.mode & 0o111 else 0o644
+    return info
+
+
+def pack_extra_src(src: Path, dest: Path) -> str:
+    """Tar DIR as <basename>/..., shipping what extra_src.scan_tree lists (no caches, no
+    credentials); returns the digest of the tarball, which depends on the tree's content only."""
+    tree = extra_src.scan_tree(src)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for rel in sorted(tree.files, key=str):
+                tar.add(tree.root / rel, arcname=str(Path(tree.name) / rel), recursive=False, filter=_reproducible)
+    return hashlib.sha256(dest.read_bytes()).hexdigest()[:16]
+
+
+def upload_extra_src(s3: Any, bucket: str, name: str, tarball: Path, digest: str) -> str:
+    """Upload one packed --extra-src tree under artifacts/extra-<basename>-<digest>.tar.gz."""
+    key = extra_src_key(name, digest)
+    s3.upload_file(str(tarball), bucket, key)
+    return key
+
+
+def upload_wheel(s3: Any, bucket: str, wheel: Path) -> str:
+    """Ship a local wheel named in setting_requirements: artifacts/wheels/<digest>/<file>."""
+    key = wheel_key(hashlib.sha256(wheel.read_bytes()).hexdigest()[:16], wheel.name)
+    s3.upload_file(str(wheel), bucket, key)
+    return key
+
+
+def revision(repo: Path, version: CodeVersion) -> dict[str, Any]:
+    """The shipped code's git revision, as Inspect records one (EvalRevision) in a log header.
+
+    Workers run a git archive, which has no .git, so the merge writes this instead. A dirty
+    worktree ships a tree SHA; the revision then names HEAD and says dirty, like Inspect.
+    """
+    head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, capture_output=True, text=True)
+    origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=repo, capture_output=True, text=True)
+    commit = head.stdout.strip() if head.returncode == 0 else version.sha
+    return {
+        "type": "git",
+        "origin": _without_credentials(origin.stdout.strip()),
+        "commit": commit,
+        "dirty": version.dirty,
+    }
+
+
+def _without_credentials(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest.split("/", 1)[0]:
+        return f"{scheme}://{rest.split('@', 1)[1]}"
+    return url

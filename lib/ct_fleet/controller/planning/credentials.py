@@ -1,0 +1,89 @@
+"""Who launches a fleet, the .env file, and the secrets a fleet hands to workers.
+
+Which AWS credentials a run uses is the cloud's business (cloud/credentials.py).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError, NoCredentialsError, SSOError, TokenRetrievalError
+from dotenv.parser import parse_stream
+
+from ...errors import BadInput
+from .safe_yaml import read_text
+
+# Always forwarded when set (the operator docs' list); a fleet adds what its model needs
+# (controller/models.py) and --ec2-arg forward_env names.
+SECRET_NAMES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GH_TOKEN", "DOCKER_ORG_NAME", "DOCKER_ORG_PAT")
+
+
+DOTENV_MAX_BYTES = 1 << 20
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """KEY=value lines as python-dotenv reads them (export, quotes, comments, CRLF, a BOM).
+
+    Values are taken literally (no ${VAR} expansion): a secret is passed on exactly as written.
+    """
+    if not path.exists():
+        return {}
+    text = read_text(path, max_bytes=DOTENV_MAX_BYTES, what=".env file").replace("\r\n", "\n")
+    values: dict[str, str] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        line = binding.original.line
+        if binding.error:
+            raise BadInput(f"{path}:{line}: not a KEY=value line; quote the value or comment the line out with #")
+        if binding.key is None or binding.value is None:
+            continue  # a comment, a blank line, or a bare KEY
+        if not ENV_NAME.fullmatch(binding.key):
+            raise BadInput(f"{path}:{line}: {binding.key!r} is not a variable name (letters, digits and _)")
+        values[binding.key] = binding.value
+    return values
+
+
+def launched_by(sts: Any) -> str:
+    """The LaunchedBy tag: the IAM user name, or the session name of an assumed (SSO) role."""
+    try:
+        arn = sts.get_caller_identity()["Arn"]
+    except (SSOError, TokenRetrievalError) as exc:
+        profile = os.environ.get("AWS_PROFILE", "your-profile")
+        raise BadInput(f"AWS SSO session expired or missing: run `aws sso login --profile {profile}` ({exc})") from None
+    except NoCredentialsError:
+        raise BadInput("no AWS credentials: set AWS_PROFILE (SSO) or put fleet keys in .env") from None
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if "ExpiredToken" in code:
+            profile = os.environ.get("AWS_PROFILE", "your-profile")
+            raise BadInput(f"AWS session expired: run `aws sso login --profile {profile}`") from None
+        raise
+    return name_from_arn(arn)
+
+
+def name_from_arn(arn: str) -> str:
+    """user/<name> for IAM users; assumed-role/<role>/<session> (the SSO user name) for roles."""
+    return arn.rsplit("/", 1)[-1]
+
+
+def secret_values(dotenv: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Where secrets are read from: the shell first, else .env."""
+    env = os.environ if environ is None else environ
+    return {**dotenv, **{k: v for k, v in env.items() if v}}
+
+
+def worker_secrets(
+    dotenv: dict[str, str], environ: dict[str, str] | None = None, names: tuple[str, ...] | list[str] = ()
+) -> dict[str, str]:
+    """Secrets for workers: from the shell, else .env. Only SECRET_NAMES and `names` ever leave."""
+    env = os.environ if environ is None else environ
+    out = {}
+    for name in dict.fromkeys([*SECRET_NAMES, *names]):
+        value = env.get(name) or dotenv.get(name)
+        if value:
+            out[name] = value
+    return out

@@ -1,0 +1,291 @@
+"""From a request to a planned fleet: every validation and preflight, nothing created.
+
+    planned = plan_fleet(FleetRequest(task_file="smoke", policy="honest", epochs=3))
+
+The steps, in order: the run config and the knobs (and so the cloud); what ships (the
+checkout and --extra-src trees); the tasks (a plain Inspect task, or a setting's tasks
+under a policy); the model and its keys; the jobs and the fleet id. Any of them may
+refuse with BadInput; none creates, launches or uploads anything.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...cloud import Cloud, open_cloud
+from ...errors import BadInput
+from ...paths import REPO_ROOT
+from ...protocol import START_CONCURRENCY, Ec2Config, knobs
+from ...settings import DEFAULT_SETTING, SettingSources
+from . import code, credentials, estimate, jobs, models, preflight, setting_plan, tasks
+from .docker_needs import DockerNeeds, fleet_docker
+from .jobs import FleetTask
+from .request import FleetRequest
+from .resume import check_resume
+from .runconfig import load_run_config
+from .shipped import ShippedCode
+from .spec import FleetSpec
+from .task_args import parse_kv
+
+
+@dataclass
+class PlannedFleet:
+    """A validated fleet, not yet started: nothing exists in any cloud yet."""
+
+    spec: FleetSpec
+    cloud: Cloud
+    shipped: ShippedCode
+    dotenv: dict[str, str]
+    environ: Mapping[str, str]
+    untracked: int
+    run_dir: Path
+    runs_dir: Path
+    docker: DockerNeeds = field(default_factory=DockerNeeds)
+    notes: list[str] = field(default_factory=list)  # warnings to show before the run starts
+
+    @property
+    def docker_images(self) -> list[str]:
+        return self.docker.images
+
+    @property
+    def large(self) -> bool:
+        """So many jobs that the user is asked to confirm (a typo in --epochs costs hours)."""
+        return len(self.spec.jobs) > jobs.LARGE_RUN_JOBS
+
+    def estimate(self) -> estimate.Estimate:
+        """The cost estimate shown before launch (durations of earlier fleets when known)."""
+        cfg = self.spec.config
+        seen = estimate.seen_duration(self.runs_dir, *self.spec.duration_group)
+        seconds, source = (
+            (seen[0], f"mean of {seen[1]} earlier jobs")
+            if seen
+            else (float(cfg.sample_time_limit), "sample_time_limit (upper bound)")
+        )
+        return estimate.estimate(
+            jobs=len(self.spec.jobs),
+            workers=estimate.first_launch_count(
+                len(self.spec.jobs), max_workers=cfg.max_workers, concurrency_per_worker=cfg.concurrency_per_worker
+            ),
+            concurrency=min(START_CONCURRENCY, cfg.concurrency_per_worker or START_CONCURRENCY),
+            seconds_per_job=seconds,
+            source=source,
+            price=self.spec.hourly_price,
+            baked_ami=True,
+        )
+
+
+@dataclass
+class _Tasks:
+    """What the task step decided."""
+
+    fleet_tasks: list[FleetTask]
+    default_epochs: int = 1
+    policy: str | None = None
+    plain_sandboxes: set[str] = field(default_factory=set)
+
+
+def split_list(value: str | Sequence[str] | None) -> list[str]:
+    """a,b,c (or a list of such) -> [a, b, c]."""
+    parts = [value] if isinstance(value, str) else list(value or [])
+    return [p.strip() for part in parts for p in str(part).split(",") if p.strip()]
+
+
+def use_ec2(request: FleetRequest, defaults: dict[str, Any]) -> bool:
+    if request.ec2 is not None:
+        return request.ec2
+    if "ec2" in defaults:
+        return bool(defaults["ec2"])
+    return request.environ.get("CT_FLEET_EC2", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _knobs(
+    request: FleetRequest, defaults: dict[str, Any], config_args: dict[str, Any]
+) -> tuple[Ec2Config, Cloud, dict[str, Any]]:
+    """The knobs with the cloud's defaults, the cloud, and the knobs the user set (run config, --ec2-arg)."""
+    user_args = {**config_args, **knobs.parse_ec2_args(request.ec2_args)}
+    built = knobs.build_config(user_args)
+    env = request.environ
+    region = built.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or knobs.DEFAULT_REGION
+    cloud = open_cloud(ec2=use_ec2(request, defaults), region=region)
+    cfg = built.for_cloud(cloud.kind, region)
+    cloud.region = cfg.region or cloud.region
+    return cfg, cloud, user_args
+
+
+def _locate_task(
+    request: FleetRequest, task: str, defaults: dict[str, Any], extra: list[Path]
+) -> tuple[tasks.Located, list[Path]]:
+    """TASK and its selection, located; the extra trees, with the task's own directory if it needs one."""
+    if request.task_file or request.envs or request.main_tasks or request.side_tasks:
+        raise BadInput("a plain Inspect task takes no --task-file or -e/-t/-s: those select a setting's tasks")
+    if request.policy or defaults.get("policy"):
+        raise BadInput("--policy applies to settings; a plain task takes its solver from -T arguments")
+    located = tasks.locate(task, REPO_ROOT, extra)
+    if located.implicit_tree is not None:
+        clash = next((p for p in extra if p.name == located.implicit_tree.name), None)
+        if clash is not None:
+            raise BadInput(
+                f"task {task}: its directory {located.implicit_tree} would ship under the same name as "
+                f"--extra-src {clash}: pass its directory with --extra-src instead"
+            )
+        extra = [*extra, located.implicit_tree]
+    return located, extra
+
+
+def _plain_tasks(
+    request: FleetRequest,
+    located: tasks.Located,
+    shipped: ShippedCode,
+    task_args: dict[str, Any],
+    defaults: dict[str, Any],
+) -> _Tasks:
+    """A plain Inspect task, loaded once as a worker would: its samples under the selection."""
+    limit = tasks.parse_limit(request.limit or defaults.get("limit"))
+    sample_id = tasks.parse_sample_ids([*request.sample_ids, *split_list(defaults.get("sample_id"))])
+    if limit is not None and sample_id is not None:
+        raise BadInput("use either --limit or --sample-id, not both")
+    task = str(request.task or defaults.get("task"))
+    probed = tasks.probe(located, shipped, task_args=task_args, limit=limit, sample_id=sample_id, display=task)
+    fleet_tasks = [
+        FleetTask(
+            name=p.name,
+            task_spec=p.spec,
+            task_root=located.root,
+            task_args=task_args,
+            sample_ids=p.sample_ids,
+            task_file=located.task_file,
+            limit=limit,
+            sample_id=sample_id,
+        )
+        for p in probed
+    ]
+    task_epochs = {p.epochs for p in probed if p.epochs}
+    return _Tasks(
+        fleet_tasks,
+        default_epochs=task_epochs.pop() if len(task_epochs) == 1 else 1,
+        plain_sandboxes={kind for p in probed for kind in p.sandbox_types},
+    )
+
+
+def _settings_tasks(
+    request: FleetRequest,
+    shipped: ShippedCode,
+    sources: SettingSources,
+    task_args: dict[str, Any],
+    defaults: dict[str, Any],
+    requirements: list[str],
+) -> _Tasks:
+    """A setting run: env x main x side tasks of one or more settings, under a policy."""
+    if request.limit or request.sample_ids:
+        raise BadInput("--limit and --sample-id select a plain task's samples; for settings use -e/-t/-s")
+    policy = request.policy or defaults.get("policy") or "honest"
+    fleet_tasks = setting_plan.setting_tasks(
+        task_file=request.task_file or defaults.get("task_file"),
+        envs=request.envs or defaults.get("envs") or (),
+        mains=request.main_tasks,
+        sides=request.side_tasks,
+        policy=policy,
+        task_args=task_args,
+        default_setting=defaults.get("setting") or DEFAULT_SETTING,
+        sources=sources,
+        shipped=shipped,
+        requirements=requirements,
+    )
+    return _Tasks(fleet_tasks, policy=policy)
+
+
+def plan_fleet(request: FleetRequest) -> PlannedFleet:
+    """Validate the request and decide the fleet; raises BadInput, changes nothing."""
+    env = dict(request.environ)
+    assert request.runs_dir is not None and request.dotenv is not None
+    defaults, config_args = load_run_config(request.config_path, request.attack)
+    task = request.task or defaults.get("task")
+    model = request.model or defaults.get("model") or "mockllm/model"
+    cfg, cloud, user_args = _knobs(request, defaults, config_args)
+    trees = preflight.check_extra_src(request.extra_src)
+    extra = [tree.root for tree in trees]
+    preflight.docker_auth_params(env)
+    preflight.docker_registry(env)
+    preflight.check_command(request.command)
+    task_args = {**(defaults.get("task_args") or {}), **parse_kv(request.task_args, "-T")}
+    model_args = {**(defaults.get("model_args") or {}), **parse_kv(request.model_args, "-M")}
+    requirements = [*split_list(cfg.setting_requirements), *split_list(defaults.get("requirements"))]
+    reqs = setting_plan.plan_requirements(requirements)
+    located = None
+    if task:
+        located, extra = _locate_task(request, task, defaults, extra)
+    sources = SettingSources(extra_roots=tuple(extra))
+    version = code.code_version(REPO_ROOT)
+    shipped = ShippedCode.build(REPO_ROOT, version.sha, extra)
+    if located is not None:
+        chosen = _plain_tasks(request, located, shipped, task_args, defaults)
+    else:
+        chosen = _settings_tasks(request, shipped, sources, task_args, defaults, requirements)
+    epochs = request.epochs if request.epochs is not None else int(defaults.get("epochs", chosen.default_epochs))
+    if request.sandbox:
+        setting_plan.check_ref("--sandbox", request.sandbox, shipped)
+    setup_digest = preflight.worker_setup_digest(cfg.worker_setup, extra)
+    dotenv = credentials.read_dotenv(request.dotenv)
+    values = credentials.secret_values(dotenv, env)
+    preflight.check_model(model)
+    secret_names = models.forward_names(
+        models.check_model(model, model_args, values), split_list(cfg.forward_env), values
+    )
+    fleet_jobs = jobs.make_jobs(chosen.fleet_tasks, epochs, code_sha=version.sha, model=model, model_args=model_args)
+    time_limit = cfg.sample_time_limit if "sample_time_limit" in user_args else None
+    fleet_id = cfg.resume or jobs.fleet_id(
+        version.sha,
+        chosen.fleet_tasks,
+        epochs,
+        model=model,
+        model_args=model_args or None,
+        command=request.command,
+        sandbox=request.sandbox,
+        extra_src=[f"{t.name}:{t.digest}" for t in shipped.trees] or None,
+        # A fresh fleet gets its own id, so nothing of an earlier run with the same inputs is reused.
+        fresh=time.time_ns() if cfg.new_fleet else None,
+        **knobs.identity(
+            cfg,
+            sample_time_limit=time_limit,
+            worker_setup=f"{cfg.worker_setup}:{setup_digest}" if setup_digest else None,
+            setting_requirements=reqs.identity or None,
+        ),
+    )
+    if cfg.resume:
+        check_resume(request.runs_dir / fleet_id, [job.job_id for job in fleet_jobs], version.sha)
+    cloud.check_credentials(dotenv)
+    spec = FleetSpec(
+        fleet_id=fleet_id,
+        tasks=chosen.fleet_tasks,
+        jobs=fleet_jobs,
+        model=model,
+        model_args=model_args,
+        epochs=epochs,
+        code_sha=version.sha,
+        config=cfg,
+        policy=chosen.policy,
+        time_limit=time_limit,
+        command=request.command,
+        sandbox=request.sandbox,
+        setting_requirements=requirements,
+        wheels=reqs.wheels,
+        revision=code.revision(REPO_ROOT, version),
+        secret_names=secret_names,
+        hourly_price=cloud.hourly_price(cfg),
+    )
+    return PlannedFleet(
+        spec=spec,
+        cloud=cloud,
+        shipped=shipped,
+        dotenv=dotenv,
+        environ=env,
+        untracked=version.untracked,
+        run_dir=request.runs_dir / fleet_id,
+        runs_dir=request.runs_dir,
+        docker=fleet_docker(chosen.fleet_tasks, sources, chosen.plain_sandboxes),
+        notes=[note for tree in trees if (note := tree.note())],
+    )

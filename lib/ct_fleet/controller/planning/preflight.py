@@ -1,0 +1,97 @@
+"""Checks that must pass before anything is uploaded or launched, each a one-line BadInput.
+
+Workers receive only the git archive of this repo plus the --extra-src trees, on EC2 and
+on the local fleet alike (which rehearses EC2), so every policy, sandbox, setting and
+task reference is resolved against what ships (controller/shipped.py, setting_plan.py,
+tasks.py), not against whatever happens to be importable on the launching machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...errors import BadInput
+from ...protocol import knob_rules as ec2_rules
+from ...protocol.keys import DOCKER_PARAM_PREFIX
+from ...protocol.knob_rules import shown
+from .extra_src import ExtraTree, scan_tree
+
+MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.:@+/-]+")
+MAX_COMMAND = 10_000
+# A registry as `docker login` takes it: host (a DNS name or IPv4) and an optional port.
+REGISTRY = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?::[0-9]{1,5})?"
+)
+
+
+def check_model(model: str) -> None:
+    if not MODEL_NAME.fullmatch(model):
+        raise BadInput(f"--model {model!r}: write provider/model (e.g. anthropic/claude-sonnet-4-0, mockllm/model)")
+
+
+def check_command(command: str | None) -> None:
+    if command is None:
+        return
+    if not command.strip() or "\x00" in command or len(command) > MAX_COMMAND:
+        raise BadInput(f"--command: give a shell command of 1 to {MAX_COMMAND:,} characters that writes $CT_OUTPUT")
+
+
+def check_extra_src(dirs: Sequence[Path]) -> list[ExtraTree]:
+    """The --extra-src trees, scanned: they ship on EC2 and on the local fleet alike."""
+    trees = []
+    seen: dict[str, Path] = {}
+    for path in dirs:
+        tree = scan_tree(path)
+        if tree.name in seen:
+            raise BadInput(
+                f"--extra-src {seen[tree.name]} and {tree.root} share the basename {tree.name!r}: rename one"
+            )
+        seen[tree.name] = tree.root
+        trees.append(tree)
+    return trees
+
+
+def worker_setup_digest(worker_setup: str | None, extra_src: Sequence[Path]) -> str | None:
+    """The setup script's content hash (part of the fleet id); the script must be in an extra-src tree."""
+    if not worker_setup:
+        return None
+    basename, _, rel = worker_setup.partition("/")
+    roots = {p.name: p for p in extra_src}
+    if basename not in roots or not rel:
+        raise BadInput(
+            f"worker_setup={worker_setup}: write <extra-src basename>/<path>, with the tree shipped by --extra-src"
+        )
+    script = roots[basename] / rel
+    if not script.is_file():
+        raise BadInput(f"worker_setup={worker_setup}: no such file {script}")
+    if not script.resolve().is_relative_to(roots[basename].resolve()):
+        raise BadInput(f"worker_setup={worker_setup}: {script} leads outside its extra-src tree (a symlink)")
+    if Path(rel) not in scan_tree(roots[basename]).files:
+        raise BadInput(f"worker_setup={worker_setup}: that file is left out of the shipped tree (cache or credential)")
+    return hashlib.sha256(script.read_bytes()).hexdigest()[:16]
+
+
+def docker_registry(environ: dict[str, str]) -> str:
+    """DOCKER_REGISTRY, the private registry workers log in to (empty: Docker Hub)."""
+    registry = environ.get("DOCKER_REGISTRY", "").strip()
+    if registry and not REGISTRY.fullmatch(registry):
+        raise BadInput(f"DOCKER_REGISTRY={shown(registry)}: write a registry host, optionally :port (e.g. ghcr.io)")
+    return registry
+
+
+def docker_auth_params(environ: dict[str, str]) -> tuple[str, str]:
+    name = environ.get("DOCKER_ORG_NAME_SSM_PARAM", f"{DOCKER_PARAM_PREFIX}name")
+    pat = environ.get("DOCKER_ORG_PAT_SSM_PARAM", f"{DOCKER_PARAM_PREFIX}pat")
+    for param in (name, pat):
+        if not ec2_rules.is_ssm_path(param):
+            raise BadInput(
+                f"Docker auth parameter {shown(param)}: not an SSM parameter path (/a/b of letters, digits and _.-)"
+            )
+        if not param.startswith(DOCKER_PARAM_PREFIX):
+            raise BadInput(
+                f"Docker auth parameter {param} must stay under {DOCKER_PARAM_PREFIX} (the worker policy allows only those)"
+            )
+    return name, pat

@@ -1,0 +1,173 @@
+"""Plain Inspect tasks: TASK as `inspect eval` takes it, located in what ships, loaded once.
+
+TASK is `file.py`, `file.py@name` or a registered name. A file inside this repo ships
+with the code archive (it must be tracked); a file elsewhere ships inside the --extra-src
+tree that holds it, or else its own directory becomes an extra tree. The controller then
+loads the task once, in a subprocess set up like a worker (controller/probe.py), to list
+its sample ids under the selection; jobs are those ids x epochs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import BadInput
+from ...protocol.messages import TaskRoot
+from .shipped import ShippedCode
+
+# A directory shipped only because it holds the task file: a tree bigger than this is
+# probably a home or temp directory, not a project.
+IMPLICIT_TREE_MAX_FILES = 2000
+PROBE_TIMEOUT = 300
+
+
+def parse_limit(text: str | None) -> int | list[int] | None:
+    """--limit N or START-STOP (1-based, inclusive), as `inspect eval` reads it."""
+    if text is None:
+        return None
+    try:
+        if "-" not in text:
+            value = int(text)
+            if value < 1:
+                raise ValueError
+            return value
+        start, stop = (int(p) for p in text.split("-"))
+        if start < 1 or stop < start:
+            raise ValueError
+        return [start - 1, stop]
+    except ValueError:
+        raise BadInput(f"--limit {text}: write a count N or a range START-STOP") from None
+
+
+def parse_sample_ids(values: Sequence[str]) -> list[str] | None:
+    ids = [part.strip() for value in values for part in value.split(",") if part.strip()]
+    return ids or None
+
+
+@dataclass(frozen=True)
+class Located:
+    """Where a task is found on a worker, and what ships it."""
+
+    root: TaskRoot
+    spec: str  # relative to the root (protocol.messages.TaskRoot)
+    probe_spec: str  # the same task in the shipped image on this machine
+    task_file: str | None  # what a direct `inspect eval` from here records as task_file
+    implicit_tree: Path | None = None  # a directory to ship because it holds the task file
+
+
+def _split(spec: str) -> tuple[str, str | None]:
+    path, sep, name = spec.rpartition("@")
+    return (path, name) if sep and path else (spec, None)
+
+
+def _cwd_relative(path: Path) -> str:
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
+    """Find TASK (a file, file@name or a registered name) before anything is packed."""
+    file_part, name = _split(task)
+    path = Path(file_part).expanduser()
+    if not (path.suffix == ".py" or path.is_file() or path.is_dir()):
+        # A registered name: Inspect's registry on a worker (installed packages) must know it.
+        return Located("registry", task, task, None)
+    if not path.exists():
+        raise BadInput(f"task {task}: no such file {path}")
+    path = path.resolve()
+    suffix = f"@{name}" if name else ""
+    display = _cwd_relative(path)
+    if path.is_relative_to(repo.resolve()):
+        rel = path.relative_to(repo.resolve()).as_posix()
+        return Located("code", rel + suffix, rel + suffix, display)
+    for tree in extra_src:
+        tree = tree.resolve()
+        if path.is_relative_to(tree):
+            rel = (Path(tree.name) / path.relative_to(tree)).as_posix()
+            return Located("extra", rel + suffix, rel + suffix, display)
+    directory = path if path.is_dir() else path.parent
+    if sum(len(files) for _, _, files in os.walk(directory)) > IMPLICIT_TREE_MAX_FILES:
+        raise BadInput(
+            f"task {task}: its directory {directory} holds over {IMPLICIT_TREE_MAX_FILES} files; "
+            "put the task in a project directory and ship that with --extra-src DIR"
+        )
+    rel = (Path(directory.name) / path.relative_to(directory)).as_posix()
+    return Located("extra", rel + suffix, rel + suffix, display, implicit_tree=directory)
+
+
+@dataclass(frozen=True)
+class ProbedTask:
+    name: str
+    spec: str  # relative to the located root, naming this one task
+    sample_ids: list[str | int]
+    epochs: int | None
+    sandbox_types: list[str] = field(default_factory=list)  # the sandboxes its task and samples name
+
+
+def _worker_like_env(shipped: ShippedCode) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in shipped.import_roots)
+    env["CT_EXTRA_ROOT"] = str(shipped.extra_dir)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def probe(
+    located: Located,
+    shipped: ShippedCode,
+    *,
+    task_args: dict[str, Any],
+    limit: int | list[int] | None,
+    sample_id: list[str] | None,
+    display: str,
+) -> list[ProbedTask]:
+    """Load the task from the shipped image and list its selected sample ids."""
+    # Relative to the root it ships in: Inspect's loader globs a file given without @name.
+    cwd = {"code": shipped.image, "extra": shipped.extra_dir}.get(located.root, shipped.image)
+    if located.root == "code" and not (shipped.image / _split(located.spec)[0]).exists():
+        raise BadInput(f"task {display}: not tracked by git, so it would not ship (git add it)")
+    request = {"spec": located.probe_spec, "task_args": task_args, "limit": limit, "sample_id": sample_id}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ct_fleet.controller.planning.probe"],
+            input=json.dumps(request),
+            cwd=cwd,
+            env=_worker_like_env(shipped),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        raise BadInput(f"task {display}: loading it took over {PROBE_TIMEOUT}s") from None
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        raise BadInput(f"task {display} does not load from what ships: {lines[-1] if lines else 'no error text'}")
+    answers = json.loads(proc.stdout)["tasks"]
+    if not answers and located.root == "registry":
+        raise BadInput(f"task {display}: no such task (not a file here, and no installed package registers it)")
+    if not answers:
+        raise BadInput(f"task {display}: no @task found in it")
+    base, name = _split(located.spec)
+    found = []
+    for answer in answers:
+        if not answer["sample_ids"]:
+            raise BadInput(f"task {display}: the selection leaves no samples of {answer['name']}")
+        if located.root == "registry":
+            one = located.spec
+        else:
+            one = f"{base}@{answer['name'] if len(answers) > 1 or not name else name}"
+        found.append(
+            ProbedTask(
+                answer["name"], one, list(answer["sample_ids"]), answer["epochs"], answer.get("sandbox_types", [])
+            )
+        )
+    return found

@@ -1,0 +1,28 @@
+"""Reporting: how far a run is, what it cost, what it returns, and fleets seen from any machine."""
+
+from .cost import cost_so_far
+from .missing import dead_jobs, last_line, missing_jobs, rerun_command
+from .observe import FleetRow, RunStatus, cloud_status, fleet_status, log_keys
+from .progress import Progress, progress
+from .result import RunResult, exit_status
+from .states import JobStates
+from .usage import UsageTotals
+
+__all__ = [
+    "FleetRow",
+    "JobStates",
+    "Progress",
+    "RunResult",
+    "RunStatus",
+    "UsageTotals",
+    "cloud_status",
+    "cost_so_far",
+    "dead_jobs",
+    "exit_status",
+    "fleet_status",
+    "last_line",
+    "log_keys",
+    "missing_jobs",
+    "progress",
+    "rerun_command",
+]

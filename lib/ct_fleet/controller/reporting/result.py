@@ -1,0 +1,54 @@
+"""What a run returns, and whether it is a complete, successful one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ...merge import MergedTask
+
+
+@dataclass
+class RunResult:
+    fleet_id: str
+    run_dir: Path
+    merged: list[MergedTask]
+    jobs: int
+    resumed: int
+    workers_launched: int
+    elapsed: float
+    attempts: int = 0  # done reports of jobs
+    redeliveries: int = 0  # of them, attempts of a job delivered before
+    duplicates: int = 0  # reports dropped because the job already had its outcome
+    stopped_reason: str | None = None
+    dead_report: list[dict[str, Any]] = field(default_factory=list)
+    cost: float = 0.0  # EC2
+    enqueued: int = 0
+    adopted_workers: int = 0
+    tokens: int = 0
+    model_cost: float = 0.0
+    unpriced_models: list[str] = field(default_factory=list)
+    unmerged: list[str] = field(default_factory=list)  # tasks without a single result
+    missing: list[dict[str, Any]] = field(default_factory=list)  # jobs not in the merged run, with why
+    late_successes: list[str] = field(default_factory=list)  # job ids that succeeded after a dead letter
+
+    def problems(self) -> list[str]:
+        """Why the run is not complete and successful; empty when it is."""
+        reasons = [self.stopped_reason] if self.stopped_reason else []
+        dead = [r for r in self.dead_report if r.get("dead")]
+        failed = [r for r in self.dead_report if not r.get("dead")]
+        if dead:
+            reasons.append(f"{len(dead)} job(s) dead-lettered after every attempt failed")
+        if failed:
+            classes = ", ".join(sorted({str(r["error_class"]) for r in failed}))
+            reasons.append(f"{len(failed)} job(s) failed without a result ({classes})")
+        reasons += [f"{name}: no results" for name in self.unmerged]
+        reasons += [f"{m.task}: {m.why}" for m in self.merged if m.status != "success"]
+        return reasons
+
+
+def exit_status(result: RunResult) -> int:
+    """0 only for a complete, successful run (RunResult.problems says why not)."""
+    return 1 if result.problems() else 0

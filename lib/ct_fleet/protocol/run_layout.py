@@ -1,0 +1,53 @@
+"""The run directory, runs/<fleet_id>/: every name in it, spelled here once.
+
+manifest.json          the fleet's manifest, as written to S3 (a local resume reads it)
+code.tar.gz            the code archive that shipped; extra-<name>.tar.gz per --extra-src tree
+jobs/<job>.evaljob     each job's verified result (the merge's input, a resume's record)
+merged/                one merged Inspect log per task
+durations.json         seconds per job, for later fleets' cost estimates
+sandbox-images.jsonl   the images each job's sandboxes ran
+instances/             local worker "instances" (the embedded cloud, loopback EC2)
+moto.log, docker.log   the embedded AWS's log, bin/ensure-docker's and bin/build-images'
+rerun/                 `ct-fleet run-job`'s output and unpacked trees
+controller.lock        one controller per fleet on this machine
+paused-at-<phase>      a controller held at a phase (CT_FLEET_PAUSE_AT, for tests)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# A fleet's per-job logs: one-sample .eval files under a suffix `inspect view` does not list.
+JOB_LOG_SUFFIX = ".evaljob"
+MANIFEST = "manifest.json"
+CODE_TARBALL = "code.tar.gz"
+JOBS = "jobs"
+MERGED = "merged"
+DURATIONS = "durations.json"
+SANDBOX_IMAGES = "sandbox-images.jsonl"
+INSTANCES = "instances"
+MOTO_LOG = "moto.log"
+DOCKER_LOG = "docker.log"
+RERUN = "rerun"
+LOCK = "controller.lock"
+
+
+def extra_tarball(run_dir: Path, tree_name: str) -> Path:
+    """The tarball of the --extra-src tree shipped under `tree_name` (its basename)."""
+    return run_dir / f"extra-{tree_name}.tar.gz"
+
+
+def jobs_dir(run_dir: Path) -> Path:
+    return run_dir / JOBS
+
+
+def job_log(run_dir: Path, job_id: str) -> Path:
+    return jobs_dir(run_dir) / f"{job_id}{JOB_LOG_SUFFIX}"
+
+
+def job_logs(run_dir: Path) -> list[Path]:
+    return sorted(jobs_dir(run_dir).glob(f"*{JOB_LOG_SUFFIX}"))
+
+
+def paused_marker(run_dir: Path, phase: str) -> Path:
+    return run_dir / f"paused-at-{phase}"
