@@ -83,7 +83,7 @@ def _timed(owner: Any, attr: str, name: str) -> None:
 
 def _time_phases() -> None:
     from ct_fleet.cloud.embedded import EmbeddedCloud
-    from ct_fleet.controller.fleet import FleetRun, WorkerPool
+    from ct_fleet.controller.fleet import FleetRun, WorkerPool, tracking
     from ct_fleet.controller.fleet.collector import ResultCollector
     from ct_fleet.controller.planning import code
 
@@ -94,7 +94,7 @@ def _time_phases() -> None:
     _timed(ResultCollector, "resume", "resume check")
     _timed(FleetRun, "_queue", "enqueue")
     _timed(WorkerPool, "launch", "launch")
-    _timed(FleetRun, "_track", "track")
+    _timed(tracking, "track", "track")
     _timed(FleetRun, "teardown", "teardown")
     _timed(FleetRun, "_merge", "merge")
 

@@ -3,11 +3,18 @@
 - the worker side (ct_fleet.worker and everything it imports) never reaches the
   controller, the CLI, the merge, the AMI tooling or the cloud seam;
 - the protocol imports no AWS SDK, directly or through another module;
+- cloud/ and services/ never reach the controller (they are below it);
 - only ct_fleet.cloud knows which cloud it is: no other module names a cloud class or
-  branches on `embedded`.
+  branches on `embedded`;
+- the controller is three parts (planning, fleet, reporting): cli/ imports only their
+  faces, planning knows neither of the others, reporting does not know the fleet;
+- no module imports itself back through others (no import circle);
+- no controller module over 400 lines, no class there over 250.
 
 Imports are read with ast (module level and inside functions), following each module's
 imports transitively; imports under `if TYPE_CHECKING:` are types only and not followed.
+A string naming a ct_fleet module (`python -m ct_fleet...`, `import_module("ct_fleet...")`)
+counts as an import of it.
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ def _imports_of(tree: ast.AST, module: str, is_package: bool) -> set[str]:
             found.add(target)
             # `from . import x` may name a submodule
             found.update(f"{target}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in MODULES:
+            found.add(node.value)
         for child in ast.iter_child_nodes(node):
             visit(child)
 
@@ -162,3 +171,128 @@ def test_the_rule_can_fail(tmp_path: Path) -> None:
     found = _imports_of(tree, "ct_fleet.worker.loop", False)
     assert "ct_fleet.controller" in found and "boto3" in found
     assert _under("ct_fleet.controller.plan", CONTROLLER_ONLY)
+
+
+UNDER_THE_CONTROLLER = sorted(m for m in MODULES if _under(m, ("ct_fleet.cloud", "ct_fleet.services")))
+
+
+@pytest.mark.parametrize("module", UNDER_THE_CONTROLLER)
+def test_cloud_and_services_never_reach_the_controller(module: str) -> None:
+    bad = {name: by for name, by in closure(module).items() if _under(name, ("ct_fleet.controller", "ct_fleet.cli"))}
+    assert not bad, f"{module} reaches up into: " + ", ".join(f"{n} (via {b})" for n, b in sorted(bad.items()))
+
+
+PARTS = ("ct_fleet.controller.planning", "ct_fleet.controller.fleet", "ct_fleet.controller.reporting")
+# Which parts a part may import (its own modules aside).
+MAY_IMPORT = {
+    "ct_fleet.controller.planning": set(),
+    "ct_fleet.controller.reporting": {"ct_fleet.controller.planning"},
+    "ct_fleet.controller.fleet": {"ct_fleet.controller.planning", "ct_fleet.controller.reporting"},
+}
+
+
+def _from_targets(module: str) -> set[str]:
+    """The modules a module's import statements name (`from X import y` names X, or X.y when
+    y is a module), at module level and in functions, type-only imports left out."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            prefix = base[: len(base) - node.level + 1] if node.level else []
+            target = ".".join([*prefix, node.module] if node.module else prefix)
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in MODULES else target)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {name for name in found if name.startswith("ct_fleet")}
+
+
+def _part(module: str) -> str | None:
+    return next((p for p in PARTS if _under(module, (p,))), None)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _under(m, ("ct_fleet.cli",))))
+def test_the_cli_imports_only_the_controllers_faces(module: str) -> None:
+    bad = {t for t in _from_targets(module) if _under(t, ("ct_fleet.controller",)) and t not in PARTS}
+    assert not bad, f"{module} imports controller internals {sorted(bad)}: import from {', '.join(PARTS)}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _part(m)))
+def test_each_part_imports_only_the_parts_below_it(module: str) -> None:
+    own = _part(module)
+    assert own is not None
+    used = {_part(t) for t in _from_targets(module)} - {None, own}
+    assert used <= MAY_IMPORT[own], f"{module} ({own}) imports {sorted(used - MAY_IMPORT[own])}"
+    outside = {t for t in _from_targets(module) if _under(t, PARTS) and _part(t) != own and t not in PARTS}
+    assert not outside, f"{module} imports other parts' internals {sorted(outside)}: use their faces"
+
+
+def test_no_import_circle() -> None:
+    graph = {m: {t for t in _from_targets(m) if t in MODULES and t != m} for m in MODULES}
+    circles = []
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def walk(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                circles.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                walk(nxt, [*path, nxt])
+        state[node] = 2
+
+    for module in sorted(MODULES):
+        if module not in state:
+            walk(module, [module])
+    assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)
+
+
+def test_module_strings_name_modules_that_exist() -> None:
+    """`python -m ct_fleet.x` and import_module("ct_fleet.x") survive a rename only if x exists."""
+    missing = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                args = [a for a in node.args if isinstance(a, ast.List)]
+                strings = [e.value for lst in args for e in lst.elts if isinstance(e, ast.Constant)]
+                strings = [b for a, b in zip(strings, strings[1:], strict=False) if a == "-m"]
+                func = node.func
+                if (isinstance(func, ast.Attribute) and func.attr == "import_module") and node.args:
+                    first = node.args[0]
+                    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                        strings.append(first.value)
+                missing += [f"{module}: {s}" for s in strings if s.startswith("ct_fleet") and s not in MODULES]
+    assert not missing, missing
+
+
+CONTROLLER_MODULES = sorted(m for m in MODULES if _under(m, ("ct_fleet.controller",)))
+
+
+@pytest.mark.parametrize("module", CONTROLLER_MODULES)
+def test_controller_modules_and_classes_stay_small(module: str) -> None:
+    text = MODULES[module].read_text()
+    assert len(text.splitlines()) <= 400, f"{module}: {len(text.splitlines())} lines; split it"
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef):
+            size = (node.end_lineno or node.lineno) - node.lineno + 1
+            assert size <= 250, f"{module}.{node.name}: {size} lines; split it"
+
+
+def test_the_layer_checks_can_fail() -> None:
+    """Each checker sees what it forbids (guards against rules that pass vacuously)."""
+    assert _part("ct_fleet.controller.fleet.run") == "ct_fleet.controller.fleet"
+    assert "ct_fleet.controller.fleet" not in MAY_IMPORT["ct_fleet.controller.planning"]
+    tree = ast.parse('import subprocess\nsubprocess.run(["python", "-m", "ct_fleet.worker.runner"])\n')
+    assert "ct_fleet.worker.runner" in _imports_of(tree, "ct_fleet.cli.main", False)

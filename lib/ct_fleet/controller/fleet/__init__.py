@@ -1,13 +1,13 @@
 """The running fleet: a planned fleet run to its end and merged.
 
-- execute (execute.py): start the cloud, run, close; run_fleet plans and executes
+- execute (execution.py): start the cloud, run, close; run_fleet plans and executes
 - FleetRun (run.py): resume, enqueue, track, tear down, merge
 - WorkerPool (pool.py): launch, boot diagnosis, replacement and scale-up, termination
 - ResultCollector (collector.py): done reports, verified downloads, reruns, dead letters
 - JobTracker (tracker.py): every job's state from the reports, pure; scaling.py: when to add workers
 """
 
-from .execute import RunHooks, execute, run_fleet
+from .execution import RunHooks, execute, run_fleet
 from .interrupts import FleetInterrupted
 from .merging import merge_fleet
 from .pool import DETERMINISTIC_STEPS, WorkerPool

@@ -8,7 +8,7 @@ the run (fleet/run.py) tells it how many jobs remain and how many wait.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ...cloud import Cloud
@@ -17,7 +17,7 @@ from ...services import instances
 from ...services import secrets as fleet_secrets
 from ..planning import FleetSpec, first_launch_count
 from ..reporting import cost_so_far
-from . import phases, scaling
+from . import interrupts, phases, scaling
 
 # Bootstrap steps whose failure repeats on every worker (an unimportable setting, a broken
 # worker_setup script): the first report stops the fleet instead of replacing workers.
@@ -193,6 +193,33 @@ class WorkerPool:
             # An instance shutting down has uploaded its log and is leaving by itself.
             live = [inst["InstanceId"] for inst in found if inst["State"]["Name"] != "shutting-down"]
         return live
+
+    def teardown(self, *, wait: bool, announce: Callable[[], None], also: Sequence[Callable[[], None]] = ()) -> None:
+        """Terminate every worker and delete their secrets, then run `also` (the queues, say).
+        With `wait` (the work is done) workers are first told to leave and given
+        STRAGGLER_GRACE; an interrupt cuts that wait short, never the termination after it."""
+        interrupted: KeyboardInterrupt | None = None
+        try:
+            live = self.live_ids()
+        except Exception as exc:  # the launched ids are still known: terminate those
+            self.warn(f"could not list the fleet's instances ({type(exc).__name__}); terminating the ones launched")
+            live = []
+        if wait and live:
+            try:
+                live = self.wait_for_exit(live, announce)
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        with interrupts.shielded(self.warn):
+            failures = self.stop_all(live)
+            for step in also:
+                try:
+                    step()
+                except Exception as exc:
+                    failures.append(exc)
+            if failures:
+                raise failures[0]
+        if interrupted is not None:
+            raise interrupted
 
     def stop_all(self, live: list[str]) -> list[Exception]:
         """Terminate every worker (listed live or ever launched) and delete their secrets.

@@ -13,15 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
-
 from ...cloud import Cloud
 from ...protocol import FleetEnv, Manifest, run_layout
 from ...protocol.user_data import render_user_data
 from ...services import queues, stop, store
 from ..planning import FleetSpec, Job
-from ..reporting import Progress, RunResult, dead_jobs, missing_jobs, progress
-from . import interrupts, liveness, merging, phases
+from ..reporting import Progress, RunResult, dead_jobs, missing_jobs
+from . import merging, phases, tracking
 from .collector import ResultCollector
 from .interrupts import FleetInterrupted, Terminated
 from .lease import S3Lease
@@ -30,8 +28,6 @@ from .tracker import JobTracker
 
 if TYPE_CHECKING:
     from ... import merge
-
-DONE_POLL_PAUSE = 1.0
 
 
 class FleetRun:
@@ -129,7 +125,7 @@ class FleetRun:
         if pending:
             if not adopted:
                 self.pool.launch_first(len(pending))
-            stopped_reason = self._track(start)
+            stopped_reason = tracking.track(self, start)
         return done, adopted, enqueued, stopped_reason
 
     def _stop_early(self, exc: BaseException) -> None:
@@ -200,124 +196,15 @@ class FleetRun:
         bodies = [self.manifest.work_message(self.manifest_jobs[job.job_id]).to_json() for job in jobs]
         return queues.send_batch(self.sqs, self.queues.work, bodies)
 
-    # -- tracking ----------------------------------------------------------------------
-    def _track(self, start: float) -> str | None:
-        """Take done reports until every job is finished or dead (None), or a reason to stop."""
-        last_progress = last_activity = time.monotonic()
-        last_check = 0.0  # the first pass looks at the fleet at once
-        live = list(self.pool.launched)
-        warned_stale = False
-        phases.reached(phases.TRACKING, self.run_dir)
-        while not (self.state.complete and self.results.intact()):
-            if self.state.remaining == 0 and self.results.in_flight:
-                # Every job is reported: only its result is still coming (the end of the run).
-                self.results.collect(wait=True)
-                self._report(start, live)
-                continue
-            try:
-                messages = queues.receive(self.sqs, self.queues.done, wait=1 if self.results.in_flight else 5)
-            except ClientError as exc:
-                if liveness.gone(exc) is None:
-                    raise
-                gone = liveness.missing(self.sqs, self.s3, self.queues, self.cfg.bucket, self.spec.fleet_id)
-                return f"{gone or liveness.gone(exc)}: the fleet cannot progress; fleet terminated"
-            before = self.state.finished
-            self.results.take(messages)
-            if messages:
-                queues.delete_batch(self.sqs, self.queues.done, [m["ReceiptHandle"] for m in messages])
-                last_activity = time.monotonic()
-            if len(messages) < queues.BATCH and self.state.remaining:
-                # A part-full batch means the queue is drained: let reports pile up a little
-                # so that receives and deletes stay batched (calls per second, not per job).
-                time.sleep(DONE_POLL_PAUSE)
-            self.results.collect()
-            if self.state.finished > before:
-                last_progress = time.monotonic()
-                warned_stale = False
-            now = time.monotonic()
-            if now - last_check >= (self.cfg.check_interval or 5):
-                last_check = now
-                live, why = self._check_fleet()
-                if why:
-                    return why
-            self._report(start, live)
-            quiet = now - last_progress
-            if quiet >= self.cfg.stale_after and not warned_stale:
-                self.warn(f"no progress for {quiet / 60:.0f} min ({len(live)} workers up); still waiting")
-                warned_stale = True
-            silent_limit = max(self.cfg.silent_timeout, 1.5 * self.cfg.sample_time_limit)
-            if quiet >= silent_limit and now - last_activity >= silent_limit:
-                return f"no progress and no word from workers for {quiet:.0f}s: fleet terminated"
-            if quiet >= self.cfg.no_sample_timeout:
-                return f"no completed sample for {quiet:.0f}s while workers were active: fleet terminated"
-        self.results.collect(wait=True)
-        return None
-
-    def _check_fleet(self) -> tuple[list[str], str | None]:
-        """One look at EC2 and the queues: reap, cost, dead letters, replacements, scaling."""
-        if self.lease.lost:
-            return self.pool.launched, f"another controller took over fleet {self.spec.fleet_id}: this one stops"
-        gone = liveness.missing(self.sqs, self.s3, self.queues, self.cfg.bucket, self.spec.fleet_id)
-        if gone:
-            return self.pool.launched, f"{gone}: the fleet cannot progress; fleet terminated"
-        live, ended = self.pool.look()
-        if ended and self.state.remaining:
-            why = self.pool.deterministic_boot_failure(ended)
-            if why:
-                return live, why
-        ec2, model = self.pool.cost_so_far(), self.results.usage.cost
-        if self.cfg.max_cost is not None and ec2 + model >= self.cfg.max_cost:
-            return live, (
-                f"cost so far ${ec2 + model:.2f} (EC2 ${ec2:.2f}, model ${model:.2f}) "
-                f"reached max_cost ${self.cfg.max_cost:.2f}: fleet terminated"
-            )
-        self.depths = queues.depths(self.sqs, self.queues, roles=("work", "dlq"))
-        if self.depths.get("dlq") or self.depths.get("dlq_in_flight"):
-            self.results.drain_dlq(self.queues.dlq)
-        return live, self.pool.manage(live, remaining=self.state.remaining, waiting=self.depths.get("work", 0))
-
-    def _report(self, start: float, live: list[str]) -> None:
-        self.on_progress(
-            progress(
-                self.state,
-                total=len(self.jobs),
-                depths=self.depths,
-                workers=len(live),
-                elapsed=time.monotonic() - start,
-                cost=self.pool.cost_so_far() if self.spec.hourly_price else None,
-                tokens=self.results.usage.tokens,
-                model_cost=self.results.usage.cost,
-            )
-        )
-
     # -- the end -----------------------------------------------------------------------
     def teardown(self, *, delete_queues: bool) -> None:
-        """Terminate the fleet's workers and delete their secrets (and the queues when the work
-        is done). After a complete run the workers are first told to leave and given a grace
-        to do so; an interrupt cuts that wait short, never the termination after it."""
-        interrupted: KeyboardInterrupt | None = None
-        try:
-            live = self.pool.live_ids()
-        except Exception as exc:  # the launched ids are still known: terminate those
-            self.warn(f"could not list the fleet's instances ({type(exc).__name__}); terminating the ones launched")
-            live = []
-        if delete_queues and live:
-            try:
-                live = self.pool.wait_for_exit(live, self._announce_end)
-            except KeyboardInterrupt as exc:
-                interrupted = exc
-        with interrupts.shielded(self.warn):
-            failures = self.pool.stop_all(live)
-            if delete_queues and self.q is not None:
-                try:
-                    queues.delete_queues(self.sqs, self.q)
-                except Exception as exc:
-                    failures.append(exc)
-            self.results.close()
-            if failures:
-                raise failures[0]
-        if interrupted is not None:
-            raise interrupted
+        """Terminate the workers and delete their secrets, and the queues once the work is
+        done (the workers are then first told to leave: WorkerPool.teardown)."""
+        also = [self.results.close]
+        if delete_queues and self.q is not None:
+            fleet_queues = self.q
+            also.insert(0, lambda: queues.delete_queues(self.sqs, fleet_queues))
+        self.pool.teardown(wait=delete_queues, announce=self._announce_end, also=also)
 
     def _announce_end(self) -> None:
         stop.announce(self.s3, self.sqs, self.cfg.bucket, self.spec.fleet_id, self.queues.work)

@@ -3,7 +3,7 @@
 from .cost import cost_so_far
 from .missing import dead_jobs, last_line, missing_jobs, rerun_command
 from .observe import FleetRow, RunStatus, cloud_status, fleet_status, log_keys
-from .progress import Progress, progress
+from .progress import Progress, progress_of
 from .result import RunResult, exit_status
 from .states import JobStates
 from .usage import UsageTotals
@@ -23,6 +23,6 @@ __all__ = [
     "last_line",
     "log_keys",
     "missing_jobs",
-    "progress",
+    "progress_of",
     "rerun_command",
 ]

@@ -24,7 +24,7 @@ class Progress:
     message: str = ""
 
 
-def progress(
+def progress_of(
     states: JobStates,
     *,
     total: int,

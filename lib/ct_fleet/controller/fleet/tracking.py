@@ -1,0 +1,112 @@
+"""Tracking a fleet: done reports taken until every job is finished or dead, with a look at
+EC2 and the queues every check_interval (reaping, cost, dead letters, replacements, scaling)
+and the reasons to stop early (no progress, no word from workers, a lost lease, max_cost).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from ...services import queues
+from ..reporting import progress_of
+from . import liveness, phases
+
+if TYPE_CHECKING:
+    from .run import FleetRun
+
+DONE_POLL_PAUSE = 1.0
+
+
+def track(run: FleetRun, start: float) -> str | None:
+    """Take done reports until every job is finished or dead (None), or a reason to stop."""
+    last_progress = last_activity = time.monotonic()
+    last_check = 0.0  # the first pass looks at the fleet at once
+    live = list(run.pool.launched)
+    warned_stale = False
+    phases.reached(phases.TRACKING, run.run_dir)
+    while not (run.state.complete and run.results.intact()):
+        if run.state.remaining == 0 and run.results.in_flight:
+            # Every job is reported: only its result is still coming (the end of the run).
+            run.results.collect(wait=True)
+            _report(run, start, live)
+            continue
+        try:
+            messages = queues.receive(run.sqs, run.queues.done, wait=1 if run.results.in_flight else 5)
+        except ClientError as exc:
+            if liveness.gone(exc) is None:
+                raise
+            gone = liveness.missing(run.sqs, run.s3, run.queues, run.cfg.bucket, run.spec.fleet_id)
+            return f"{gone or liveness.gone(exc)}: the fleet cannot progress; fleet terminated"
+        before = run.state.finished
+        run.results.take(messages)
+        if messages:
+            queues.delete_batch(run.sqs, run.queues.done, [m["ReceiptHandle"] for m in messages])
+            last_activity = time.monotonic()
+        if len(messages) < queues.BATCH and run.state.remaining:
+            # A part-full batch means the queue is drained: let reports pile up a little
+            # so that receives and deletes stay batched (calls per second, not per job).
+            time.sleep(DONE_POLL_PAUSE)
+        run.results.collect()
+        if run.state.finished > before:
+            last_progress = time.monotonic()
+            warned_stale = False
+        now = time.monotonic()
+        if now - last_check >= (run.cfg.check_interval or 5):
+            last_check = now
+            live, why = _check_fleet(run)
+            if why:
+                return why
+        _report(run, start, live)
+        quiet = now - last_progress
+        if quiet >= run.cfg.stale_after and not warned_stale:
+            run.warn(f"no progress for {quiet / 60:.0f} min ({len(live)} workers up); still waiting")
+            warned_stale = True
+        silent_limit = max(run.cfg.silent_timeout, 1.5 * run.cfg.sample_time_limit)
+        if quiet >= silent_limit and now - last_activity >= silent_limit:
+            return f"no progress and no word from workers for {quiet:.0f}s: fleet terminated"
+        if quiet >= run.cfg.no_sample_timeout:
+            return f"no completed sample for {quiet:.0f}s while workers were active: fleet terminated"
+    run.results.collect(wait=True)
+    return None
+
+
+def _check_fleet(run: FleetRun) -> tuple[list[str], str | None]:
+    """One look at EC2 and the queues: reap, cost, dead letters, replacements, scaling."""
+    if run.lease.lost:
+        return run.pool.launched, f"another controller took over fleet {run.spec.fleet_id}: this one stops"
+    gone = liveness.missing(run.sqs, run.s3, run.queues, run.cfg.bucket, run.spec.fleet_id)
+    if gone:
+        return run.pool.launched, f"{gone}: the fleet cannot progress; fleet terminated"
+    live, ended = run.pool.look()
+    if ended and run.state.remaining:
+        why = run.pool.deterministic_boot_failure(ended)
+        if why:
+            return live, why
+    ec2, model = run.pool.cost_so_far(), run.results.usage.cost
+    if run.cfg.max_cost is not None and ec2 + model >= run.cfg.max_cost:
+        return live, (
+            f"cost so far ${ec2 + model:.2f} (EC2 ${ec2:.2f}, model ${model:.2f}) "
+            f"reached max_cost ${run.cfg.max_cost:.2f}: fleet terminated"
+        )
+    run.depths = queues.depths(run.sqs, run.queues, roles=("work", "dlq"))
+    if run.depths.get("dlq") or run.depths.get("dlq_in_flight"):
+        run.results.drain_dlq(run.queues.dlq)
+    return live, run.pool.manage(live, remaining=run.state.remaining, waiting=run.depths.get("work", 0))
+
+
+def _report(run: FleetRun, start: float, live: list[str]) -> None:
+    run.on_progress(
+        progress_of(
+            run.state,
+            total=len(run.jobs),
+            depths=run.depths,
+            workers=len(live),
+            elapsed=time.monotonic() - start,
+            cost=run.pool.cost_so_far() if run.spec.hourly_price else None,
+            tokens=run.results.usage.tokens,
+            model_cost=run.results.usage.cost,
+        )
+    )
