@@ -20,7 +20,9 @@ from .display import cloud_status_table, run_status_table
 
 def _aws_cloud(region: str | None) -> Cloud:
     """Commands that look at the real fleet: credentials as for --ec2."""
-    return connect_aws(region or os.environ.get("AWS_REGION") or "us-east-1", read_dotenv(dotenv_path(os.environ)))
+    return connect_aws(
+        region or os.environ.get("AWS_REGION") or "us-east-1", os.environ, read_dotenv(dotenv_path(os.environ))
+    )
 
 
 region_option = click.option("--region", help="AWS region (default: AWS_REGION, else us-east-1)")

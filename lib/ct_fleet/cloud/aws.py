@@ -6,13 +6,14 @@ local instance runner executes the instances there (Cloud.attach_runner).
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..services import instances, store
 from . import credentials
 from .base import Cloud
+from .context import CloudContext
 from .prices import hourly_price
 
 if TYPE_CHECKING:
@@ -27,12 +28,24 @@ class AwsCloud(Cloud):
     def hourly_price(self, cfg: Ec2Config) -> float:
         return hourly_price(cfg.instance_type, cfg.hourly_price)
 
-    def check_credentials(self, dotenv: dict[str, str]) -> None:
-        credentials.apply_aws_credentials(dotenv, environ=dict(os.environ))
+    def check_credentials(self, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> None:
+        credentials.apply_aws_credentials(dict(dotenv), environ=dict(environ))
 
-    def start(self, run_dir: Path, dotenv: dict[str, str]) -> None:
-        credentials.apply_aws_credentials(dotenv)
-        self.endpoint_url = os.environ.get("AWS_ENDPOINT_URL")
+    def start(self, run_dir: Path, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> CloudContext:
+        """The credentials the operator docs' rules choose (shell, else .env), as a context."""
+        env = dict(environ)
+        credentials.apply_aws_credentials(dict(dotenv), environ=env)
+        self.endpoint_url = env.get("AWS_ENDPOINT_URL") or None
+        keys = bool(env.get("AWS_ACCESS_KEY_ID"))
+        self.context = CloudContext(
+            self.region,
+            self.endpoint_url,
+            profile=None if keys else env.get("AWS_PROFILE") or None,
+            access_key_id=env.get("AWS_ACCESS_KEY_ID") if keys else None,
+            secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") if keys else None,
+            session_token=env.get("AWS_SESSION_TOKEN") if keys else None,
+        )
+        return self.context
 
     def prepare_account(self, cfg: Ec2Config) -> None:
         store.ensure_bucket(self.client("s3"), cfg.bucket, create=False)
@@ -42,8 +55,8 @@ class AwsCloud(Cloud):
         return instances.console_link(self.region, fleet_id)
 
 
-def connect_aws(region: str, dotenv: dict[str, str] | None = None) -> AwsCloud:
+def connect_aws(region: str, environ: Mapping[str, str], dotenv: Mapping[str, str] | None = None) -> AwsCloud:
     """An AWS cloud for commands that look at real fleets (status, logs, ssh)."""
     cloud = AwsCloud(region)
-    cloud.start(Path("."), dotenv or {})
+    cloud.start(Path("."), dotenv or {}, environ)
     return cloud

@@ -6,14 +6,14 @@ the CLI call these and never ask which cloud they have.
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from ..services import session
+from .context import AWS_IDENTITY_VARS, CloudContext
 from .local_instances import LocalInstanceRunner
 
 if TYPE_CHECKING:
@@ -33,22 +33,31 @@ class Cloud:
         self.region = region
         self.endpoint_url = endpoint_url
         self.runner: LocalInstanceRunner | None = None
+        self.context: CloudContext | None = None  # set by start()
         self._clients: dict[str, Any] = {}
 
     # -- before anything exists ------------------------------------------------------
     def hourly_price(self, cfg: Ec2Config) -> float:
         return 0.0
 
-    def check_credentials(self, dotenv: dict[str, str]) -> None:
+    def check_credentials(self, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> None:
         """Refuse conflicting or missing credentials before anything is created (BadInput)."""
 
-    def start(self, run_dir: Path, dotenv: dict[str, str]) -> None:
-        """Connect (and start what the cloud needs); runs after all input is validated."""
+    def start(self, run_dir: Path, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> CloudContext:
+        """Connect (and start what the cloud needs); runs after all input is validated.
+        `environ` is the environment the run was asked for in (read once, at the CLI)."""
+        self.context = CloudContext(self.region, self.endpoint_url)
+        return self.context
 
     # -- the fleet's life ------------------------------------------------------------
     def client(self, service: str) -> Any:
         if service not in self._clients:
-            self._clients[service] = session.client(service, region=self.region)
+            args = (
+                self.context.client_args()
+                if self.context
+                else {"region": self.region, "endpoint_url": self.endpoint_url}
+            )
+            self._clients[service] = session.client(service, **args)
         return self._clients[service]
 
     def prepare_account(self, cfg: Ec2Config) -> None:
@@ -61,15 +70,15 @@ class Cloud:
         """Do launched instances run on this machine (an EC2 endpoint on loopback)?"""
         return bool(self.endpoint_url and urlparse(self.endpoint_url).hostname in ("127.0.0.1", "localhost"))
 
-    def attach_runner(self, instances_dir: Path, withhold: Iterable[str] = ()) -> None:
+    def attach_runner(self, instances_dir: Path, environ: Mapping[str, str], withhold: Iterable[str] = ()) -> None:
         """Run launched instances locally when the EC2 endpoint is on this machine.
 
-        They inherit this environment minus the names in `withhold` (the fleet's secrets,
-        which reach them through SSM as on EC2)."""
+        They inherit `environ` (the run's) minus the names in `withhold` (the fleet's
+        secrets, which reach them through SSM as on EC2), pointed at this cloud."""
         if self.instances_run_here():
-            hidden = set(withhold)
-            env = {k: v for k, v in os.environ.items() if k not in hidden}
-            env["AWS_REGION"] = self.region
+            hidden = {*withhold, *AWS_IDENTITY_VARS}
+            env = {k: v for k, v in environ.items() if k not in hidden}
+            env.update((self.context or CloudContext(self.region, self.endpoint_url)).env())
             # The AWS CLI the scripts call is this venv's (the venv itself: instance_env).
             env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
             self.runner = LocalInstanceRunner(self.client("ec2"), instances_dir, env)

@@ -7,12 +7,14 @@ sets up once on AWS are created here on first use.
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..services import session, store
+from ..protocol import run_layout
+from ..services import store
 from .base import Cloud
+from .context import CloudContext
 from .moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
 
 if TYPE_CHECKING:
@@ -28,24 +30,19 @@ class EmbeddedCloud(Cloud):
         super().__init__(region)
         self.server: MotoServer | None = None
 
-    def start(self, run_dir: Path, dotenv: dict[str, str]) -> None:
-        """Start a moto server and point this process (and the workers it launches) at it."""
+    def start(self, run_dir: Path, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> CloudContext:
+        """Start a moto server (or adopt the one an earlier controller of this fleet left,
+        with its state); its endpoint and keys are the context, nothing else changes."""
         run_dir.mkdir(parents=True, exist_ok=True)
-        # A server left by an earlier controller of this fleet is adopted, with its state.
-        self.server = MotoServer(log_path=run_dir / "moto.log").start()
+        self.server = MotoServer(log_path=run_dir / run_layout.MOTO_LOG).start()
         self.endpoint_url = self.server.endpoint_url
-        for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_PROFILE"):
-            os.environ.pop(key, None)
-        os.environ.update(
-            {
-                "AWS_ENDPOINT_URL": self.server.endpoint_url,
-                "AWS_ACCESS_KEY_ID": EMBEDDED_ACCESS_KEY,
-                "AWS_SECRET_ACCESS_KEY": EMBEDDED_SECRET_KEY,
-                "AWS_REGION": self.region,
-                "AWS_DEFAULT_REGION": self.region,
-            }
+        self.context = CloudContext(
+            self.region,
+            self.server.endpoint_url,
+            access_key_id=EMBEDDED_ACCESS_KEY,
+            secret_access_key=EMBEDDED_SECRET_KEY,
         )
-        session.reset()
+        return self.context
 
     def prepare_account(self, cfg: Ec2Config) -> None:
         """What an admin sets up once on AWS (bucket, worker role, AMI), done here."""
@@ -77,4 +74,3 @@ class EmbeddedCloud(Cloud):
         super().close()
         if self.server:
             self.server.stop()
-            os.environ.pop("AWS_ENDPOINT_URL", None)

@@ -1,7 +1,9 @@
 """boto3 sessions and clients with the retry policy every call site shares.
 
-The endpoint comes from the standard AWS_ENDPOINT_URL variables (boto3 honours them), so
-the same code talks to AWS or to the embedded moto server.
+The controller passes the endpoint and credentials of the cloud it started (a
+CloudContext's client_args); a worker, and anything that passes none, gets boto3's own
+chain: the standard AWS_* variables of its environment, which is how the same code talks
+to AWS or to the embedded moto server.
 """
 
 from __future__ import annotations
@@ -13,16 +15,14 @@ from typing import Any, Literal, cast
 import boto3
 from botocore.config import Config
 
-# Adaptive mode adds client-side rate limiting on throttling on top of standard retries:
-# SQS/S3 throttling or 5xx must never lose a job or a result.
-RETRY_MODE = os.environ.get("CT_FLEET_RETRY_MODE", "adaptive")
-MAX_ATTEMPTS = int(os.environ.get("CT_FLEET_MAX_ATTEMPTS", "8"))
-
 
 def client_config(max_pool: int = 32) -> Config:
-    mode = cast(Literal["legacy", "standard", "adaptive"], RETRY_MODE)
+    # Adaptive mode adds client-side rate limiting on throttling on top of standard retries:
+    # SQS/S3 throttling or 5xx must never lose a job or a result. Tests of the fault proxy
+    # choose other modes (read when a client is made, not when this module is imported).
+    mode = cast(Literal["legacy", "standard", "adaptive"], os.environ.get("CT_FLEET_RETRY_MODE", "adaptive"))
     return Config(
-        retries={"mode": mode, "max_attempts": MAX_ATTEMPTS},
+        retries={"mode": mode, "max_attempts": int(os.environ.get("CT_FLEET_MAX_ATTEMPTS", "8"))},
         max_pool_connections=max_pool,
         connect_timeout=10,
         read_timeout=70,  # above SQS's 20 s long poll
@@ -30,8 +30,15 @@ def client_config(max_pool: int = 32) -> Config:
 
 
 @cache
-def _session(profile: str | None, region: str | None) -> boto3.Session:
-    return boto3.Session(profile_name=profile, region_name=region)
+def _session(profile: str | None, region: str | None, keys: tuple[str | None, str | None, str | None]) -> boto3.Session:
+    access_key, secret_key, token = keys
+    return boto3.Session(
+        profile_name=profile,
+        region_name=region,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        aws_session_token=token,
+    )
 
 
 def reset() -> None:
@@ -58,8 +65,23 @@ def _record_call(path: str) -> Any:
     return record
 
 
-def client(service: str, region: str | None = None, profile: str | None = None, **kw: Any) -> Any:
-    session = _session(profile or os.environ.get("AWS_PROFILE") or None, region or region_name())
+def client(
+    service: str,
+    region: str | None = None,
+    profile: str | None = None,
+    *,
+    endpoint_url: str | None = None,
+    access_key_id: str | None = None,
+    secret_access_key: str | None = None,
+    session_token: str | None = None,
+    **kw: Any,
+) -> Any:
+    keys = (access_key_id, secret_access_key, session_token)
+    if not access_key_id:
+        profile = profile or os.environ.get("AWS_PROFILE") or None
+    session = _session(profile, region or region_name(), keys)
+    if endpoint_url:
+        kw["endpoint_url"] = endpoint_url
     made: Any = session.client(service, config=client_config(), **kw)  # type: ignore[call-overload]
     api_log = os.environ.get("CT_FLEET_API_LOG")
     if api_log:

@@ -75,7 +75,7 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
     spec, cloud, run_dir, shipped = planned.spec, planned.cloud, planned.run_dir, planned.shipped
     cfg = spec.config
     secrets = worker_secrets(planned.dotenv, dict(planned.environ), names=spec.secret_names)
-    cloud.start(run_dir, planned.dotenv)
+    cloud.start(run_dir, planned.dotenv, planned.environ)
     leave_running = False
     docker: DockerLease | None = None
     try:
@@ -90,7 +90,7 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
             )
         # Local instances inherit this environment: without the secrets, so that jobs get
         # them only the way EC2 workers do, through SSM.
-        cloud.attach_runner(run_dir / run_layout.INSTANCES, withhold=secrets)
+        cloud.attach_runner(run_dir / run_layout.INSTANCES, planned.environ, withhold=secrets)
         sts = cloud.client("sts")
         by = launched_by(sts)
         account = sts.get_caller_identity()["Account"]

@@ -257,7 +257,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     )
     if cfg.resume:
         check_resume(request.runs_dir / fleet_id, [job.job_id for job in fleet_jobs], version.sha)
-    cloud.check_credentials(dotenv)
+    cloud.check_credentials(dotenv, env)
     spec = FleetSpec(
         fleet_id=fleet_id,
         tasks=chosen.fleet_tasks,
