@@ -268,7 +268,7 @@ build {
   # What bin/build-images needs to build the settings' own images on the builder, at
   # their places in the repo (build_settings; packer/scripts/build-images.sh runs it).
   provisioner "file" {
-    sources     = ["${path.root}/../bin/build-images", "${path.root}/../bin/ensure-docker"]
+    sources     = ["${path.root}/../bin/build-images", "${path.root}/../bin/ensure-docker", "${path.root}/../bin/lib.sh"]
     destination = "${local.stage}/bin/"
   }
 

@@ -23,18 +23,6 @@ mkdir -p "$LB_ETC"
 base64 -d <<<"$FLEET_ENV" >"$LB_FLEET_ENV.tmp"
 mv "$LB_FLEET_ENV.tmp" "$LB_FLEET_ENV"
 
-# Stock Ubuntu has no AWS CLI: install v2 before anything else can run.
-install_aws_cli() {
-  local work
-  work=$(mktemp -d)
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip curl >/dev/null
-  curl -sSfo "$work/awscliv2.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
-  unzip -qo "$work/awscliv2.zip" -d "$work"
-  "$work/aws/install"
-  rm -rf "$work"
-}
-
 # A failure before bootstrap takes over still ends the boot: log uploaded, power off.
 on_exit() {
   ct_log "user-data failed (exit $CT_EXIT_STATUS)"
@@ -43,7 +31,8 @@ on_exit() {
 
 ct_tee_log "$LB_LOG"
 ct_at_exit on_exit
+# Stock Ubuntu has no AWS CLI, and fetch-code needs it.
 if ! command -v aws >/dev/null 2>&1; then
-  ct_step install-aws-cli install_aws_cli
+  ct_step install-aws-cli ct_install_aws_cli
 fi
 exec "$LB_SCRIPTS/bootstrap.sh"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # ct.sh: the one bash helper library of ct-fleet. Sourced, never run: by worker/lib.sh,
-# packer/scripts/lib.sh and ops/lib.sh, the small area files that add their own paths and
-# helpers. Every function here and in the area files is named ct_*. It ships in the code
-# artifact (git archive), and Packer stages it on the AMI builder at the same path
-# relative to packer/scripts/, so `../../lib/bash/ct.sh` finds it from either place.
+# packer/scripts/lib.sh, ops/lib.sh and bin/lib.sh, the small area files that add their
+# own paths and helpers. Every function here and in the area files is named ct_*. It ships
+# in the code artifact (git archive) and in every worker's user-data (the boot kit, under
+# EC2's 16 KB: what one area alone needs goes in its area file). Packer stages it on the
+# AMI builder at the same path relative to packer/scripts/, so `../../lib/bash/ct.sh`
+# finds it from either place.
 #
 # Log lines, on stderr: "<UTC time> [<tag>] <message>", time as 2024-05-01T09:00:01Z, tag
 # CT_TAG when set, else the script's name. Step lines (ct_step) are log lines whose
@@ -124,6 +126,47 @@ ct_retry() {
     sleep "$delay"
     n=$((n + 1))
   done
+}
+
+# ct_apt_get ARGS...: non-interactive apt-get that waits for a running apt (cloud-init,
+# unattended-upgrades) instead of failing on the dpkg lock.
+ct_apt_get() {
+  DEBIAN_FRONTEND=noninteractive apt-get -y -q \
+    -o DPkg::Lock::Timeout=600 -o Dpkg::Options::=--force-confold "$@"
+}
+
+# ct_arch_name: x86_64 or aarch64, as AWS CLI and uv downloads name them.
+ct_arch_name() {
+  local machine
+  machine=$(uname -m)
+  case $machine in
+    x86_64 | amd64) echo x86_64 ;;
+    aarch64 | arm64) echo aarch64 ;;
+    *) ct_die "unsupported architecture $machine" ;;
+  esac
+}
+
+# ct_install_aws_cli [BIN_DIR] [INSTALL_DIR]: AWS CLI v2 from AWS's bundle (Ubuntu's
+# awscli is v1), as root; a rerun updates it in place. Here and not in an area file: the
+# AMI build and the user-data of a stock image both install it, and only this file
+# reaches both. curl and unzip come first when missing (stock Ubuntu lacks unzip).
+ct_install_aws_cli() {
+  local bin_dir=${1:-/usr/local/bin} install_dir=${2:-/usr/local/aws-cli} tool work
+  local -a missing=()
+  for tool in curl unzip; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+  done
+  if ((${#missing[@]})); then
+    ct_retry 3 10 ct_apt_get update >/dev/null
+    ct_retry 3 10 ct_apt_get install --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  work=$(mktemp -d)
+  ct_retry 3 10 curl -fsSL -o "$work/awscliv2.zip" \
+    "https://awscli.amazonaws.com/awscli-exe-linux-$(ct_arch_name).zip"
+  unzip -q "$work/awscliv2.zip" -d "$work"
+  "$work/aws/install" --update --bin-dir "$bin_dir" --install-dir "$install_dir"
+  rm -rf "$work"
+  ct_log "$("$bin_dir/aws" --version)"
 }
 
 # ct_require NAME...: stop unless every named variable is set and not empty;

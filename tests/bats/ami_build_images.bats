@@ -33,6 +33,8 @@ setup() {
   BUILD_SETTINGS=toyarena run "$SCRIPT"
   [ "$status" -eq 0 ]
   assert_in_order "$output" "step build-images: start" "toyarena: " "step build-images: ok in"
+  # bin/build-images logs in the library's format, under its own tag: not an AMI step.
+  [[ $output =~ [0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z\ \[build-images\]\ toyarena:\ [0-9]+\ built ]]
   local image
   for image in $LOCAL_IMAGES; do
     assert_contains "$(cat "$CT_AMI_RECORD_DIR/images.tsv")" "$image	$(docker image inspect --format '{{.Id}}' "$image")"

@@ -141,3 +141,75 @@ PY
   sleep 0.2 # tee flushes after the script ends
   assert_equal "$(cat "$log")" "$(printf 'one\ntwo')"
 }
+
+# --- ct_install_aws_cli: AWS's bundle stands in as a local zip, fetched by a stub curl ----
+
+# aws_bundle: a zip laid out as AWS's awscliv2.zip, whose aws/install records its
+# arguments and puts an `aws` in --bin-dir that answers --version as v2 does.
+aws_bundle() {
+  local dir="$BATS_TEST_TMPDIR/bundle"
+  mkdir -p "$dir/aws"
+  cat >"$dir/aws/install" <<'SH'
+#!/usr/bin/env bash
+set -euo pipefail
+printf '%s\n' "$*" >>"$STUB_DIR/aws-install.calls"
+while (($#)); do
+  [[ $1 == --bin-dir ]] && bin=$2
+  shift
+done
+mkdir -p "$bin"
+printf '#!/bin/sh\necho aws-cli/2.99.0 bundle-stub\n' >"$bin/aws"
+chmod +x "$bin/aws"
+SH
+  chmod +x "$dir/aws/install"
+  (cd "$dir" && zip -qr "$BATS_TEST_TMPDIR/awscliv2.zip" aws)
+}
+
+# curl_stub FAILURES: a curl that fails (exit 6, as for an unresolved host) its first
+# FAILURES calls, then writes the bundle to its -o file.
+curl_stub() {
+  aws_bundle
+  make_stub curl "n=\$(wc -l <\"\$STUB_DIR/curl.calls\")
+((n > $1)) || { echo 'curl: (6) Could not resolve host' >&2; exit 6; }
+while ((\$#)); do [[ \$1 == -o ]] && cp '$BATS_TEST_TMPDIR/awscliv2.zip' \"\$2\"; shift; done"
+  make_stub sleep # ct_retry's pauses, not waited for
+}
+
+@test "ct_install_aws_cli: retries a failed download, then installs v2 (--update) where asked" {
+  curl_stub 2
+  local bin="$BATS_TEST_TMPDIR/usr/bin" dest="$BATS_TEST_TMPDIR/usr/aws-cli"
+  run ct "ct_install_aws_cli '$bin' '$dest'"
+  [ "$status" -eq 0 ]
+  assert_equal "$(calls curl | wc -l)" 3
+  assert_contains "$(calls curl)" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
+  assert_equal "$(calls sleep)" "$(printf '10\n10')"
+  assert_in_order "$output" "attempt 1/3 failed" "attempt 2/3 failed" "aws-cli/2.99.0 bundle-stub"
+  assert_equal "$(calls aws-install)" "--update --bin-dir $bin --install-dir $dest"
+  assert_not_called apt-get
+}
+
+@test "ct_install_aws_cli: three failed downloads fail it, with nothing installed" {
+  curl_stub 3
+  run ct "ct_install_aws_cli '$BATS_TEST_TMPDIR/bin2' '$BATS_TEST_TMPDIR/aws-cli'"
+  [ "$status" -eq 1 ]
+  assert_contains "$output" "giving up after 3 attempts: curl"
+  assert_equal "$(calls curl | wc -l)" 3
+  assert_not_called aws-install
+  [ ! -e "$BATS_TEST_TMPDIR/bin2/aws" ]
+}
+
+@test "ct_install_aws_cli: a missing unzip is installed with apt first (stock Ubuntu)" {
+  curl_stub 0
+  # A system without unzip: the commands the function and ct.sh use, and the stubs.
+  local sys="$BATS_TEST_TMPDIR/sys" tool
+  mkdir -p "$sys"
+  for tool in bash env date mktemp rm cp ln wc uname mkdir chmod cat; do
+    ln -s "$(command -v "$tool")" "$sys/$tool"
+  done
+  make_stub apt-get "[[ \$* != *install* ]] || ln -s '$(command -v unzip)' '$STUB_BIN/unzip'"
+  PATH="$STUB_BIN:$sys" run ct "ct_install_aws_cli '$BATS_TEST_TMPDIR/bin' '$BATS_TEST_TMPDIR/aws-cli'"
+  [ "$status" -eq 0 ]
+  local apt="-y -q -o DPkg::Lock::Timeout=600 -o Dpkg::Options::=--force-confold"
+  assert_equal "$(calls apt-get)" "$(printf '%s\n' "$apt update" "$apt install --no-install-recommends unzip")"
+  assert_contains "$output" "aws-cli/2.99.0 bundle-stub"
+}
