@@ -10,7 +10,7 @@ from typing import Any, BinaryIO
 
 from ..evallog import zipio
 from ..evallog.layout import HEADER_JSON, REDUCTIONS_JSON, START_JSON, SUMMARIES_JSON
-from .inspect_api import to_json_safe
+from ..inspect_private import to_json_safe
 from .scan import Group
 from .spool import Kept
 from .util import json_array
