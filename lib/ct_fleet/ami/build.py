@@ -109,7 +109,7 @@ def plan_build(
     unreadable = False
     try:
         previous = current_ami_id(ssm, param)
-    except Exception as exc:  # noqa: BLE001 - only tolerated for --dry-run
+    except Exception as exc:  # only tolerated for --dry-run
         if not tolerate_aws_errors:
             raise
         unreadable = True
@@ -124,7 +124,7 @@ def plan_build(
         image = None
         try:
             image = describe_image(ec2, previous)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if not tolerate_aws_errors:
                 raise
             notes.append(f"could not describe {previous}: {type(exc).__name__}")

@@ -135,7 +135,7 @@ def _record_images(log: EvalLog, out: Path) -> None:
     try:
         sandboxes = [(s.sandbox.type, s.sandbox.config) for s in log.samples or [] if s.sandbox]
         write_sidecar(out, job_images(sandboxes))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print(f"ct-fleet job: could not record the sandbox images: {exc!r}", file=sys.stderr)
 
 
