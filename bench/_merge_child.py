@@ -33,8 +33,6 @@ def paths(list_file: Path) -> Iterator[Path]:
 
 def main(mode: str, lib: str, list_file: Path, out_dir: Path) -> None:
     sys.path.insert(0, lib)
-    import inspect_ai._eval.score  # noqa: F401
-    import inspect_ai._eval.task.results  # noqa: F401
     from inspect_ai.log import read_eval_log, recompute_metrics, write_eval_log
 
     from ct_fleet.merge import merge_eval_logs

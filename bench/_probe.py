@@ -27,7 +27,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "lib"), str(Path(__fil
 from ct_fleet.services import session as aws  # noqa: E402
 
 _lock = threading.Lock()
-_out = open(sys.argv[1], "a", buffering=1)  # noqa: SIM115  (lives as long as the process)
+_out = open(sys.argv[1], "a", buffering=1)  # lives as long as the process
 
 
 def _write(record: dict[str, Any]) -> None:

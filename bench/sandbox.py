@@ -36,10 +36,10 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(REPO / "examples" / "settings"))
-from toyarena.catalog import ENVIRONMENTS  # noqa: E402
-from toyarena.compose import compose_file  # noqa: E402
+from toyarena.catalog import ENVIRONMENTS
+from toyarena.compose import compose_file
 
-from ct_fleet.protocol import WorkMessage  # noqa: E402
+from ct_fleet.protocol import WorkMessage
 
 console = Console(highlight=False)
 SAMPLES = {"web": "web:fix_login", "pipeline": "pipeline:dedupe_rows", "ops": "ops:enable_tls"}

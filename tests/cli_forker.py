@@ -15,14 +15,14 @@ import json
 import os
 import sys
 
-import boto3  # noqa: F401  (imported once here, inherited by every fork)
+import boto3  # imported once here, inherited by every fork
 import boto3.s3.transfer  # noqa: F401
 import botocore.config  # noqa: F401
 import click  # noqa: F401
 import dotenv  # noqa: F401
 import psutil  # noqa: F401
 import pydantic  # noqa: F401
-import rich.console  # noqa: F401
+import rich.console
 import rich.table  # noqa: F401
 import yaml  # noqa: F401
 
@@ -46,7 +46,7 @@ def run(request: dict) -> int:
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        except BaseException:  # noqa: BLE001  (a crash of the CLI itself is the test's finding)
+        except BaseException:  # a crash of the CLI itself is the test's finding
             import traceback
 
             traceback.print_exc()

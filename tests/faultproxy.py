@@ -402,7 +402,7 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 300  # idle keep-alive connections end eventually
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:  # stdlib's signature
         if self.server.proxy.verbose:
             sys.stderr.write("faultproxy: " + (format % args) + "\n")
 
@@ -439,7 +439,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             status, reason, headers, chunks, finish = proxy._forward(self.command, target, self.headers, body)
-        except Exception as exc:  # noqa: BLE001 - any upstream failure becomes a 502
+        except Exception as exc:  # any upstream failure becomes a 502
             proxy._count_upstream_error()
             if proxy.verbose:
                 sys.stderr.write(f"faultproxy: upstream error for {info.action}: {exc!r}\n")
@@ -755,7 +755,7 @@ class FaultProxy:
         def finish() -> None:
             try:
                 complete = resp.isclosed() or not resp.read(1)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 complete = False
             self._release(conn, complete and not resp.will_close)
 

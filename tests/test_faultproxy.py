@@ -36,7 +36,7 @@ from botocore.retries.standard import RetryContext, RetryEventAdapter, Throttlin
 from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from faultproxy import FaultProxy, FaultRule, classify, load_stats, spawn_proxy  # noqa: E402
+from faultproxy import FaultProxy, FaultRule, classify, load_stats, spawn_proxy
 
 REGION = "us-east-1"
 AWS_CLI = str(Path(sys.executable).with_name("aws"))
@@ -159,7 +159,7 @@ def _run_all(jobs: dict[Any, Callable[[], Any]]) -> dict[Any, Any]:
     def safe(fn: Callable[[], Any]) -> Any:
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return exc
 
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:

@@ -10,6 +10,7 @@
   faces, planning knows neither of the others, reporting does not know the fleet;
 - no module imports itself back through others (no import circle);
 - no controller module over 400 lines, no class there over 250.
+- only ct_fleet.inspect_private imports Inspect's private modules and names.
 
 Imports are read with ast (module level and inside functions), following each module's
 imports transitively; imports under `if TYPE_CHECKING:` are types only and not followed.
@@ -165,12 +166,64 @@ def test_only_the_cloud_package_knows_which_cloud_it_is(module: str) -> None:
     )
 
 
+INSPECT_PRIVATE = "ct_fleet.inspect_private"
+
+
+def _private_inspect(dotted: str) -> bool:
+    head, *rest = dotted.split(".")
+    return head == "inspect_ai" and any(part.startswith("_") and not part.startswith("__") for part in rest)
+
+
+def private_inspect_imports(tree: ast.AST) -> list[str]:
+    """What a module takes from Inspect's private API: `inspect_ai._eval...`, a private
+    submodule (`inspect_ai.log._log`) or name (`from inspect_ai.scorer import _metric`),
+    also under TYPE_CHECKING or through importlib (a type-only import breaks an upgrade too)."""
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append(node.args[0].value)
+    return sorted({name for name in found if _private_inspect(name)})
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m != INSPECT_PRIVATE))
+def test_only_the_adapter_uses_inspects_private_api(module: str) -> None:
+    bad = private_inspect_imports(ast.parse(MODULES[module].read_text()))
+    assert not bad, f"{module} imports Inspect's private API ({', '.join(bad)}): go through {INSPECT_PRIVATE}"
+
+
 def test_the_rule_can_fail(tmp_path: Path) -> None:
     """The checker sees a forbidden import (guards against a rule that passes vacuously)."""
     tree = ast.parse("from ..controller import plan\nimport boto3\n")
     found = _imports_of(tree, "ct_fleet.worker.loop", False)
     assert "ct_fleet.controller" in found and "boto3" in found
     assert _under("ct_fleet.controller.plan", CONTROLLER_ONLY)
+    private = ast.parse(
+        "from inspect_ai._eval.loader import load_tasks\n"
+        "import inspect_ai._util.zipfile\n"
+        "from inspect_ai.scorer import _metric, Score\n"
+        "from inspect_ai import __version__, eval\n"
+        "if TYPE_CHECKING:\n    from inspect_ai.log._log import EvalSampleReductions\n"
+        "def f():\n    importlib.import_module('inspect_ai._util.error')\n"
+    )
+    assert private_inspect_imports(private) == [
+        "inspect_ai._eval.loader",
+        "inspect_ai._eval.loader.load_tasks",
+        "inspect_ai._util.error",
+        "inspect_ai._util.zipfile",
+        "inspect_ai.log._log",
+        "inspect_ai.log._log.EvalSampleReductions",
+        "inspect_ai.scorer._metric",
+    ]
 
 
 UNDER_THE_CONTROLLER = sorted(m for m in MODULES if _under(m, ("ct_fleet.cloud", "ct_fleet.services")))

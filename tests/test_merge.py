@@ -599,9 +599,9 @@ def test_scores_reduced_per_sample_equal_eval_results_over_every_score(
 ) -> None:
     """The merge reduces each sample's epochs as it streams; Inspect's eval_results takes
     every score at once. With scores that differ by epoch they must agree exactly."""
-    from ct_fleet.merge.inspect_api import (
-        SampleScore,
-        Score,
+    from inspect_ai.scorer import SampleScore, Score
+
+    from ct_fleet.inspect_private import (
         eval_results,
         metrics_from_log_header,
         reducers_from_log_header,

@@ -20,7 +20,7 @@ from inspect_ai.log import read_eval_log
 from fleet_helpers import FAST, REPO, env_for, fleet_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
-from wheelmaker import build  # noqa: E402
+from wheelmaker import build
 
 FLAKY = """
 import os

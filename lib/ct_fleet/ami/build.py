@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import BadInput
 from ..settings import SettingSources
@@ -16,6 +16,10 @@ from .common import DEFAULT_INSTANCE_PROFILE, DEFAULT_PARAM, PACKER_DIR, REGION_
 from .images import AmiImage, ami_images, read_extra_images, setting_names
 from .packer import PackerPhases, Timings, find_packer, packer_args, packer_version, parse_manifest, run_streaming
 from .rotation import RotateResult, cleanup_builders, current_ami_id, describe_image, discard_build_images, rotate
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_ssm import SSMClient
 
 read_images = read_extra_images  # the name callers know
 
@@ -66,8 +70,8 @@ class BuildResult:
 
 
 def plan_build(
-    ec2: Any,
-    ssm: Any,
+    ec2: EC2Client,
+    ssm: SSMClient,
     *,
     region: str,
     param: str = DEFAULT_PARAM,
@@ -109,7 +113,7 @@ def plan_build(
     unreadable = False
     try:
         previous = current_ami_id(ssm, param)
-    except Exception as exc:  # noqa: BLE001 - only tolerated for --dry-run
+    except Exception as exc:  # only tolerated for --dry-run
         if not tolerate_aws_errors:
             raise
         unreadable = True
@@ -124,7 +128,7 @@ def plan_build(
         image = None
         try:
             image = describe_image(ec2, previous)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if not tolerate_aws_errors:
                 raise
             notes.append(f"could not describe {previous}: {type(exc).__name__}")
@@ -163,8 +167,8 @@ def plan_build(
 
 
 def build_ami(
-    ec2: Any,
-    ssm: Any,
+    ec2: EC2Client,
+    ssm: SSMClient,
     plan: BuildPlan,
     *,
     packer: str = "packer",

@@ -12,11 +12,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import BadInput
 from ..protocol import steplog
 from .common import AMI_ID_RE, AmiError
+
+if TYPE_CHECKING:
+    import boto3
 
 # The tag of every line the provisioning scripts log (CT_TAG in packer/scripts/lib.sh).
 AMI_STEP_TAG = "ct-fleet-ami"
@@ -183,7 +186,7 @@ def run_streaming(cmd: list[str], *, env: dict[str, str] | None = None, on_line:
     return proc.returncode
 
 
-def packer_env(session: Any, region: str, base: dict[str, str] | None = None) -> dict[str, str]:
+def packer_env(session: boto3.Session | None, region: str, base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for Packer: the caller's resolved credentials as plain variables.
 
     Packer 1.6.6's AWS SDK predates SSO profiles, so boto3 resolves them (profile, SSO,
@@ -191,8 +194,9 @@ def packer_env(session: Any, region: str, base: dict[str, str] | None = None) ->
     env = dict(base if base is not None else os.environ)
     env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = region
     credentials = session.get_credentials() if session is not None else None
-    if credentials is not None:
-        frozen = credentials.get_frozen_credentials()
+    frozen = credentials.get_frozen_credentials() if credentials is not None else None
+    # botocore resolves credentials only with both keys; the stubs allow None for either.
+    if frozen is not None and frozen.access_key and frozen.secret_key:
         env.pop("AWS_PROFILE", None)
         env["AWS_ACCESS_KEY_ID"] = frozen.access_key
         env["AWS_SECRET_ACCESS_KEY"] = frozen.secret_key

@@ -5,14 +5,20 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from .common import BUILD_TAG, COMPONENT, DEFAULT_PARAM, LIVE_STATES, MANAGED_BY, PARAM_TAG, AmiError, _code
 
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_ec2.type_defs import DescribeImagesRequestTypeDef, FilterTypeDef, ImageTypeDef
+    from mypy_boto3_ssm import SSMClient
+    from mypy_boto3_sts import STSClient
 
-def current_ami_id(ssm: Any, param: str = DEFAULT_PARAM) -> str | None:
+
+def current_ami_id(ssm: SSMClient, param: str = DEFAULT_PARAM) -> str | None:
     """The AMI id stored in SSM, or None when there is none yet."""
     try:
         value = ssm.get_parameter(Name=param)["Parameter"]["Value"].strip()
@@ -23,9 +29,9 @@ def current_ami_id(ssm: Any, param: str = DEFAULT_PARAM) -> str | None:
     return value or None
 
 
-def describe_image(ec2: Any, ami_id: str, *, own: bool = False) -> dict[str, Any] | None:
+def describe_image(ec2: EC2Client, ami_id: str, *, own: bool = False) -> ImageTypeDef | None:
     """The image, or None when it does not exist (or is not ours when own=True)."""
-    kwargs: dict[str, Any] = {"ImageIds": [ami_id]}
+    kwargs: DescribeImagesRequestTypeDef = {"ImageIds": [ami_id]}
     if own:
         kwargs["Owners"] = ["self"]
     try:
@@ -38,7 +44,7 @@ def describe_image(ec2: Any, ami_id: str, *, own: bool = False) -> dict[str, Any
     return images[0] if images else None
 
 
-def image_snapshot_ids(ec2: Any, image: dict[str, Any]) -> list[str]:
+def image_snapshot_ids(ec2: EC2Client, image: ImageTypeDef) -> list[str]:
     """Every EBS snapshot behind an image: its block device mappings, the snapshots
     CreateImage described as "... for ami-...", and those tagged with its build id."""
     ids: list[str] = []
@@ -49,7 +55,7 @@ def image_snapshot_ids(ec2: Any, image: dict[str, Any]) -> list[str]:
 
     for mapping in image.get("BlockDeviceMappings", []):
         add(mapping.get("Ebs", {}).get("SnapshotId"))
-    filters = [[{"Name": "description", "Values": [f"*{image['ImageId']}*"]}]]
+    filters: list[list[FilterTypeDef]] = [[{"Name": "description", "Values": [f"*{image['ImageId']}*"]}]]
     build_id = _tags(image).get(BUILD_TAG)
     if build_id:
         filters.append([{"Name": f"tag:{BUILD_TAG}", "Values": [build_id]}])
@@ -61,12 +67,12 @@ def image_snapshot_ids(ec2: Any, image: dict[str, Any]) -> list[str]:
     return ids
 
 
-def _tags(resource: dict[str, Any]) -> dict[str, str]:
+def _tags(resource: ImageTypeDef) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in resource.get("Tags", []) or []}
 
 
-def _images_tagged(ec2: Any, **tags: str) -> list[dict[str, Any]]:
-    filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()]
+def _images_tagged(ec2: EC2Client, **tags: str) -> list[ImageTypeDef]:
+    filters: list[FilterTypeDef] = [{"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()]
     images = ec2.describe_images(Owners=["self"], Filters=filters).get("Images", [])
     return [i for i in images if i.get("State") != "deregistered"]
 
@@ -81,7 +87,7 @@ class RotateResult:
     errors: list[str] = field(default_factory=list)
 
 
-def remove_image(ec2: Any, image: dict[str, Any], result: RotateResult, *, snapshot_wait: float = 60.0) -> None:
+def remove_image(ec2: EC2Client, image: ImageTypeDef, result: RotateResult, *, snapshot_wait: float = 60.0) -> None:
     """Deregister an image, then delete its snapshots (AWS refuses to delete a snapshot
     while a registered image uses it; moto never deletes them on deregistration)."""
     ami_id = image["ImageId"]
@@ -111,7 +117,9 @@ def remove_image(ec2: Any, image: dict[str, Any], result: RotateResult, *, snaps
                 break
 
 
-def rotate(ec2: Any, ssm: Any, new_ami_id: str, param: str = DEFAULT_PARAM, *, sweep: bool = True) -> RotateResult:
+def rotate(
+    ec2: EC2Client, ssm: SSMClient, new_ami_id: str, param: str = DEFAULT_PARAM, *, sweep: bool = True
+) -> RotateResult:
     """Make `new_ami_id` the worker AMI and keep only it.
 
     Order: check the new AMI is available -> write it to SSM (Overwrite) -> deregister
@@ -133,7 +141,7 @@ def rotate(ec2: Any, ssm: Any, new_ami_id: str, param: str = DEFAULT_PARAM, *, s
         Description="ct-fleet worker AMI (written by bin/build-ami)",
     )
     result = RotateResult(new_ami_id, previous)
-    doomed: dict[str, dict[str, Any]] = {}
+    doomed: dict[str, ImageTypeDef] = {}
     if previous and previous != new_ami_id:
         old = describe_image(ec2, previous, own=True)
         if old is None:
@@ -149,7 +157,7 @@ def rotate(ec2: Any, ssm: Any, new_ami_id: str, param: str = DEFAULT_PARAM, *, s
     return result
 
 
-def discard_build_images(ec2: Any, build_id: str, keep: Iterable[str] = ()) -> RotateResult:
+def discard_build_images(ec2: EC2Client, build_id: str, keep: Iterable[str] = ()) -> RotateResult:
     """Remove AMIs (and snapshots) registered by a build that then failed."""
     result = RotateResult(new_ami_id="", previous_ami_id=None)
     keep = set(keep)
@@ -167,11 +175,11 @@ def discard_build_images(ec2: Any, build_id: str, keep: Iterable[str] = ()) -> R
     return result
 
 
-def cleanup_builders(ec2: Any, build_id: str) -> list[str]:
+def cleanup_builders(ec2: EC2Client, build_id: str) -> list[str]:
     """Terminate every live instance tagged with this build's id; returns their ids."""
     ids: list[str] = []
     paginator = ec2.get_paginator("describe_instances")
-    filters = [
+    filters: list[FilterTypeDef] = [
         {"Name": f"tag:{BUILD_TAG}", "Values": [build_id]},
         {"Name": "instance-state-name", "Values": LIVE_STATES},
     ]
@@ -183,7 +191,7 @@ def cleanup_builders(ec2: Any, build_id: str) -> list[str]:
     return ids
 
 
-def launched_by(sts: Any) -> str:
+def launched_by(sts: STSClient) -> str:
     """The caller's LaunchedBy value: the last segment of its ARN (IAM user name, or the
     session name of an assumed role, which Identity Center sets to the user name)."""
     arn: str = sts.get_caller_identity()["Arn"]

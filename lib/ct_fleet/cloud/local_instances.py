@@ -13,11 +13,14 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import psutil
 
 from ..sandbox.cleanup import remove_sandboxes
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
 
 SHIMS_DIR = Path(__file__).resolve().parent / "shims"
 SPOT_NOTICE = "spot-interruption-notice"
@@ -44,7 +47,7 @@ def instance_env(home: Path, instance_id: str, venv: str = sys.prefix) -> dict[s
 class LocalInstanceRunner:
     """Runs each launched instance's user-data locally, and kills it when EC2 says it is gone."""
 
-    def __init__(self, ec2: Any, instances_dir: Path, env: dict[str, str]) -> None:
+    def __init__(self, ec2: EC2Client, instances_dir: Path, env: dict[str, str]) -> None:
         self.ec2 = ec2
         self.dir = instances_dir
         self.env = env

@@ -19,7 +19,7 @@ def read_header(path: Path) -> dict[str, Any] | None:
             with zf.open("header.json") as fh:
                 header: dict[str, Any] = json.load(fh)
                 return header
-    except Exception:  # noqa: BLE001  (zstd raises its own error types on damaged bytes)
+    except Exception:  # zstd raises its own error types on damaged bytes
         return None
 
 

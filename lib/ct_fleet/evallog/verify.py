@@ -45,7 +45,7 @@ def problem(path: Path) -> str | None:
                     return "summaries.json is not a list of sample summaries"
     except (OSError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, KeyError) as exc:
         return f"unreadable zip ({type(exc).__name__}: {exc})"
-    except Exception as exc:  # noqa: BLE001  (JSON, zstd's own errors, unknown methods: all mean "does not read")
+    except Exception as exc:  # JSON, zstd's own errors, unknown methods: all mean "does not read"
         return f"corrupt content ({type(exc).__name__}: {str(exc)[:200]})"
     return None
 

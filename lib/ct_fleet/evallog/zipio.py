@@ -1,8 +1,8 @@
 """Low-level zip helpers for Inspect `.eval` logs.
 
-An `.eval` log is a zip whose entries are zstd-compressed (method 93). Importing
-`inspect_ai._util.zipfile` teaches the stdlib `zipfile` to read and write that method
-(pinned: inspect_ai 0.3.285). On top of it this module adds what the merge needs and
+An `.eval` log is a zip whose entries are zstd-compressed (method 93). Inspect's zip
+support (private, through ct_fleet/inspect_private.py) teaches the stdlib `zipfile` to
+read and write that method. On top of it this module adds what the merge needs and
 `zipfile` lacks: copying an entry's *compressed* bytes from one archive into another
 without inflating them (`copy_raw_member`), and writing an entry from a stream of
 chunks.
@@ -27,8 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-import inspect_ai._util.zipfile  # noqa: F401  (registers zstd with zipfile)
-from inspect_ai._util.zipfile import zipfile_compress_kwargs
+from ..inspect_private import MultiFrameZstdCompressObj, zipfile_compress_kwargs
 
 __all__ = [
     "RawMember",
@@ -168,9 +167,8 @@ def _single_threaded_zstd() -> Any:
     without its 12 threads: multi-threaded zstd holds most of a long stream's input in
     memory until it flushes (~90 MB for 100,000 summaries); one thread holds a window."""
     import zstandard
-    from inspect_ai._util.zipfile import _MultiFrameZstdCompressObj
 
-    return _MultiFrameZstdCompressObj(zstandard.ZstdCompressor(level=3, threads=0).compressobj)
+    return MultiFrameZstdCompressObj(zstandard.ZstdCompressor(level=3, threads=0).compressobj)
 
 
 def write_member_chunks(dst: zipfile.ZipFile, name: str, chunks: Iterable[bytes]) -> None:

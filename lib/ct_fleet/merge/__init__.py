@@ -25,10 +25,8 @@ selected, `config.limit` = None, `invalidated` = OR of the contributing inputs, 
 merged, status "error" when samples are missing ("N of M samples missing") or sample
 errors exceed the run's fail_on_error, else "success".
 
-Private Inspect modules used (keep the parity test in tests/test_merge.py when upgrading):
-`inspect_ai._eval.task.results.eval_results`, `inspect_ai._eval.score.{metrics_from_log_header,
-reducers_from_log_header, resolve_scorers_info}`, `inspect_ai._util.json.to_json_safe`,
-`inspect_ai._util.zipfile` (zstd support for zipfile).
+Inspect's results, reducers, metrics and JSON encoding are private API, reached through
+ct_fleet/inspect_private.py (keep the parity tests in tests/test_merge.py when upgrading).
 """
 
 from ..protocol.run_layout import JOB_LOG_SUFFIX

@@ -6,7 +6,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .inspect_api import EvalError, EvalLog, EvalStats, deserializing_context
+from inspect_ai.log import EvalError, EvalLog, EvalStats
+
+from ..inspect_private import deserializing_context
 from .results import should_fail
 from .scan import Group
 from .stats import merge_stats

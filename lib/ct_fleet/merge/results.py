@@ -8,18 +8,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from inspect_ai.log import EvalResults, EvalSampleReductions, EvalSampleScore
+from inspect_ai.scorer import SampleScore, Score
+
 from ..evallog.layout import dumps
-from .inspect_api import (
-    EvalResults,
-    EvalSampleReductions,
-    EvalSampleScore,
-    SampleScore,
-    Score,
+from ..inspect_private import (
     ScorerInfo,
     compute_eval_scores,
     deserializing_context,
     eval_results,
-    has_unreduced_metrics,
     headline_metric_ref,
     metrics_by_scores,
     metrics_from_log_header,
@@ -64,7 +61,7 @@ def compute_results(header: Any, group: Group, epochs: int, total: int, complete
         if not streamed.seen:
             return Results(empty, None, streamed.rates)
         scorers_info = _scorers_info(scorers, metrics, streamed.names)
-        if reducers == [] or any(has_unreduced_metrics(info.metrics) for info in scorers_info):
+        if reducers == [] or any(_has_unreduced_metrics(info.metrics) for info in scorers_info):
             results, reductions = _all_scores(header, group, epochs, total, completed, reducers, scorers, metrics)
         else:
             results, reductions = _from_reduced(streamed, scorers_info, reducers, total, completed, header)
@@ -140,6 +137,10 @@ def _stream(group: Group, epochs: int, reducers: list[Any] | None) -> _Streamed:
     out.names = sorted(first_seen, key=lambda name: first_seen[name])
     out.rates = {name: n / ok for name, n in correct.items()} if ok else {}
     return out
+
+
+def _has_unreduced_metrics(metrics: Any) -> bool:
+    return metrics_by_scores(metrics, {"unreduced"}) is not None
 
 
 def _scorers_info(scorers: list[Any], metrics: Any, names: list[str]) -> list[Any]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .inspect_api import ModelUsage
+from inspect_ai.model import ModelUsage
+
 from .util import timestamp
 
 

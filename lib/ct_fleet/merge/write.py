@@ -10,7 +10,7 @@ from typing import Any, BinaryIO
 
 from ..evallog import zipio
 from ..evallog.layout import HEADER_JSON, REDUCTIONS_JSON, START_JSON, SUMMARIES_JSON
-from .inspect_api import to_json_safe
+from ..inspect_private import to_json_safe
 from .scan import Group
 from .spool import Kept
 from .util import json_array
@@ -59,7 +59,7 @@ def copy_samples(out: zipfile.ZipFile, kept: Iterable[Kept]) -> None:
             if record.path != src_path:
                 if src is not None:
                     src.close()
-                src = open(record.path, "rb")  # noqa: SIM115 (closed in finally)
+                src = open(record.path, "rb")  # closed in finally
                 src_path = record.path
             assert src is not None
             zipio.copy_raw_member(out, src, record.member)

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
 from ..errors import BadInput
 
 if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_ec2.type_defs import FilterTypeDef, InstanceTypeDef
+    from mypy_boto3_ssm import SSMClient
+
     from ..protocol import Ec2Config
+
 MANAGED_BY = "ct-fleet"
 LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 
 
-def _ssm_value(ssm: Any, name: str) -> str | None:
+def _ssm_value(ssm: SSMClient, name: str) -> str | None:
     try:
         value: str = ssm.get_parameter(Name=name)["Parameter"]["Value"]
         return value
@@ -26,7 +31,7 @@ def _ssm_value(ssm: Any, name: str) -> str | None:
         raise
 
 
-def resolve_ami(ec2: Any, ssm: Any, config: Ec2Config) -> tuple[str, bool]:
+def resolve_ami(ec2: EC2Client, ssm: SSMClient, config: Ec2Config) -> tuple[str, bool]:
     """(AMI id, baked?): an explicit id or SSM path, else the baked worker AMI, else stock Ubuntu."""
     if config.ami and config.ami.startswith("ami-"):
         return config.ami, True
@@ -49,7 +54,7 @@ def resolve_ami(ec2: Any, ssm: Any, config: Ec2Config) -> tuple[str, bool]:
     return stock, False
 
 
-def ensure_security_group(ec2: Any, name: str) -> str:
+def ensure_security_group(ec2: EC2Client, name: str) -> str:
     """The workers' group: outbound only. Workers are reached through the queues, never inbound."""
     found = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [name]}])["SecurityGroups"]
     if found:
@@ -73,7 +78,7 @@ def fleet_tags(fleet_id: str, launched_by: str) -> list[dict[str, str]]:
 
 
 def launch(
-    ec2: Any,
+    ec2: EC2Client,
     *,
     count: int,
     ami: str,
@@ -118,8 +123,8 @@ def launch(
     return [inst["InstanceId"] for inst in resp["Instances"]]
 
 
-def live_instances(ec2: Any, fleet_id: str | None = None, launched_by: str | None = None) -> list[dict[str, Any]]:
-    filters = [
+def live_instances(ec2: EC2Client, fleet_id: str | None = None, launched_by: str | None = None) -> list[dict[str, Any]]:
+    filters: list[FilterTypeDef] = [
         {"Name": "instance-state-name", "Values": LIVE_STATES},
         {"Name": "tag:ManagedBy", "Values": [MANAGED_BY]},
     ]
@@ -127,14 +132,15 @@ def live_instances(ec2: Any, fleet_id: str | None = None, launched_by: str | Non
         filters.append({"Name": "tag:FleetId", "Values": [fleet_id]})
     if launched_by:
         filters.append({"Name": "tag:LaunchedBy", "Values": [launched_by]})
-    out = []
+    out: list[InstanceTypeDef] = []
     for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
         for reservation in page["Reservations"]:
             out.extend(reservation["Instances"])
-    return out
+    # As plain dicts: the controller keeps them in records of its own (controller/observe.py).
+    return cast(list[dict[str, Any]], out)
 
 
-def terminate(ec2: Any, instance_ids: Sequence[str]) -> None:
+def terminate(ec2: EC2Client, instance_ids: Sequence[str]) -> None:
     if instance_ids:
         ec2.terminate_instances(InstanceIds=list(instance_ids))
 

@@ -10,11 +10,15 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from ..protocol import queue_names
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef, ReceiveMessageRequestTypeDef
 
 BATCH = 10
 
@@ -29,7 +33,7 @@ class FleetQueues:
         return {"work": self.work, "done": self.done, "dlq": self.dlq}
 
 
-def ensure_queues(sqs: Any, fleet_id: str, *, visibility_timeout: int, max_receive_count: int) -> FleetQueues:
+def ensure_queues(sqs: SQSClient, fleet_id: str, *, visibility_timeout: int, max_receive_count: int) -> FleetQueues:
     names = queue_names(fleet_id)
     retention = str(14 * 24 * 3600)
     dlq = sqs.create_queue(QueueName=names["dlq"], Attributes={"MessageRetentionPeriod": retention})["QueueUrl"]
@@ -47,7 +51,7 @@ def ensure_queues(sqs: Any, fleet_id: str, *, visibility_timeout: int, max_recei
     return FleetQueues(work=work, done=done, dlq=dlq)
 
 
-def find_queues(sqs: Any, fleet_id: str) -> FleetQueues | None:
+def find_queues(sqs: SQSClient, fleet_id: str) -> FleetQueues | None:
     urls = {}
     for role, name in queue_names(fleet_id).items():
         try:
@@ -59,7 +63,7 @@ def find_queues(sqs: Any, fleet_id: str) -> FleetQueues | None:
     return FleetQueues(**urls)
 
 
-def delete_queues(sqs: Any, queues: FleetQueues) -> None:
+def delete_queues(sqs: SQSClient, queues: FleetQueues) -> None:
     for url in queues.urls().values():
         try:
             sqs.delete_queue(QueueUrl=url)
@@ -72,7 +76,7 @@ def _chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def send_batch(sqs: Any, url: str, bodies: Sequence[str]) -> int:
+def send_batch(sqs: SQSClient, url: str, bodies: Sequence[str]) -> int:
     """Send every body, 10 per call; entries that fail inside a batch are resent."""
     sent = 0
     for chunk in _chunks(list(bodies)):
@@ -93,9 +97,9 @@ def send_batch(sqs: Any, url: str, bodies: Sequence[str]) -> int:
 
 
 def receive(
-    sqs: Any, url: str, *, max_messages: int = BATCH, wait: int = 20, visibility: int | None = None
-) -> list[dict[str, Any]]:
-    kwargs: dict[str, Any] = {
+    sqs: SQSClient, url: str, *, max_messages: int = BATCH, wait: int = 20, visibility: int | None = None
+) -> list[MessageTypeDef]:
+    kwargs: ReceiveMessageRequestTypeDef = {
         "QueueUrl": url,
         "MaxNumberOfMessages": max(1, min(BATCH, max_messages)),
         "WaitTimeSeconds": wait,
@@ -103,11 +107,10 @@ def receive(
     }
     if visibility is not None:
         kwargs["VisibilityTimeout"] = visibility
-    messages: list[dict[str, Any]] = sqs.receive_message(**kwargs).get("Messages", [])
-    return messages
+    return sqs.receive_message(**kwargs).get("Messages", [])
 
 
-def delete_batch(sqs: Any, url: str, receipt_handles: Sequence[str]) -> None:
+def delete_batch(sqs: SQSClient, url: str, receipt_handles: Sequence[str]) -> None:
     for chunk in _chunks(list(receipt_handles)):
         resp = sqs.delete_message_batch(
             QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(chunk)]
@@ -118,7 +121,7 @@ def delete_batch(sqs: Any, url: str, receipt_handles: Sequence[str]) -> None:
                 sqs.delete_message(QueueUrl=url, ReceiptHandle=chunk[int(failed["Id"])])
 
 
-def change_visibility_batch(sqs: Any, url: str, handles: Sequence[str], timeout: int) -> None:
+def change_visibility_batch(sqs: SQSClient, url: str, handles: Sequence[str], timeout: int) -> None:
     for chunk in _chunks(list(handles)):
         sqs.change_message_visibility_batch(
             QueueUrl=url,
@@ -126,15 +129,16 @@ def change_visibility_batch(sqs: Any, url: str, handles: Sequence[str], timeout:
         )
 
 
-def depths(sqs: Any, queues: FleetQueues, roles: tuple[str, ...] = ("work", "done", "dlq")) -> dict[str, int]:
+def depths(sqs: SQSClient, queues: FleetQueues, roles: tuple[str, ...] = ("work", "done", "dlq")) -> dict[str, int]:
     """Approximate counts per queue role: "<role>" visible and "<role>_in_flight"."""
-    attrs = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     out: dict[str, int] = {}
     for role, url in queues.urls().items():
         if role not in roles:
             continue
         try:
-            a = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=attrs)["Attributes"]
+            a = sqs.get_queue_attributes(
+                QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+            )["Attributes"]
         except ClientError:
             continue
         out[role] = int(a.get("ApproximateNumberOfMessages", 0))

@@ -8,15 +8,18 @@ deleted at teardown.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from ..protocol import secret_param, secrets_prefix
 
+if TYPE_CHECKING:
+    from mypy_boto3_ssm import SSMClient
+
 
 def put_for_instances(
-    ssm: Any, fleet_id: str, instance_ids: Sequence[str], secrets: Mapping[str, str], *, account: str, region: str
+    ssm: SSMClient, fleet_id: str, instance_ids: Sequence[str], secrets: Mapping[str, str], *, account: str, region: str
 ) -> None:
     for instance_id in instance_ids:
         arn = f"arn:aws:ec2:{region}:{account}:instance/{instance_id}"
@@ -35,7 +38,7 @@ def put_for_instances(
                 ssm.put_parameter(Name=param, Value=value, Type="SecureString", Overwrite=True)
 
 
-def delete_fleet_secrets(ssm: Any, fleet_id: str) -> int:
+def delete_fleet_secrets(ssm: SSMClient, fleet_id: str) -> int:
     names: list[str] = []
     paginator = ssm.get_paginator("get_parameters_by_path")
     try:

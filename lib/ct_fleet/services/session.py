@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import os
 from functools import cache
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import boto3
 from botocore.config import Config
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_iam import IAMClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_ssm import SSMClient
+    from mypy_boto3_sts import STSClient
 
 
 def client_config(max_pool: int = 32) -> Config:
@@ -65,6 +73,22 @@ def _record_call(path: str) -> Any:
     return record
 
 
+# Typed for the services the fleet uses (their stubs are locked in requirements-test.lock);
+# any other service is untyped.
+@overload
+def client(service: Literal["ec2"], region: str | None = None, profile: str | None = None, **kw: Any) -> EC2Client: ...
+@overload
+def client(service: Literal["iam"], region: str | None = None, profile: str | None = None, **kw: Any) -> IAMClient: ...
+@overload
+def client(service: Literal["s3"], region: str | None = None, profile: str | None = None, **kw: Any) -> S3Client: ...
+@overload
+def client(service: Literal["sqs"], region: str | None = None, profile: str | None = None, **kw: Any) -> SQSClient: ...
+@overload
+def client(service: Literal["ssm"], region: str | None = None, profile: str | None = None, **kw: Any) -> SSMClient: ...
+@overload
+def client(service: Literal["sts"], region: str | None = None, profile: str | None = None, **kw: Any) -> STSClient: ...
+@overload
+def client(service: str, region: str | None = None, profile: str | None = None, **kw: Any) -> Any: ...
 def client(
     service: str,
     region: str | None = None,

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -15,12 +15,15 @@ from ..errors import BadInput
 from ..evallog import is_readable
 from ..protocol import Manifest, artifact_key, manifest_key, result_job_id
 
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
 
 def _missing(exc: ClientError) -> bool:
     return exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound", "NoSuchBucket")
 
 
-def ensure_bucket(s3: Any, bucket: str, *, create: bool) -> None:
+def ensure_bucket(s3: S3Client, bucket: str, *, create: bool) -> None:
     try:
         s3.head_bucket(Bucket=bucket)
         return
@@ -38,7 +41,7 @@ def ensure_bucket(s3: Any, bucket: str, *, create: bool) -> None:
     s3.create_bucket(**kwargs)
 
 
-def exists(s3: Any, bucket: str, key: str) -> bool:
+def exists(s3: S3Client, bucket: str, key: str) -> bool:
     try:
         s3.head_object(Bucket=bucket, Key=key)
         return True
@@ -48,7 +51,7 @@ def exists(s3: Any, bucket: str, key: str) -> bool:
         raise
 
 
-def get_manifest(s3: Any, bucket: str, fleet_id: str) -> Manifest | None:
+def get_manifest(s3: S3Client, bucket: str, fleet_id: str) -> Manifest | None:
     """The fleet's manifest, None when there is none; ValueError when it is not a manifest."""
     try:
         body = s3.get_object(Bucket=bucket, Key=manifest_key(fleet_id))["Body"].read()
@@ -59,7 +62,7 @@ def get_manifest(s3: Any, bucket: str, fleet_id: str) -> Manifest | None:
     return Manifest.from_json(body)
 
 
-def put_manifest(s3: Any, bucket: str, manifest: Manifest) -> None:
+def put_manifest(s3: S3Client, bucket: str, manifest: Manifest) -> None:
     s3.put_object(
         Bucket=bucket,
         Key=manifest_key(manifest.fleet_id),
@@ -68,7 +71,7 @@ def put_manifest(s3: Any, bucket: str, manifest: Manifest) -> None:
     )
 
 
-def upload_artifact(s3: Any, bucket: str, sha: str, tarball: Path) -> bool:
+def upload_artifact(s3: S3Client, bucket: str, sha: str, tarball: Path) -> bool:
     """Upload the code tarball once per SHA; returns whether it was uploaded now."""
     key = artifact_key(sha)
     if exists(s3, bucket, key):
@@ -77,7 +80,7 @@ def upload_artifact(s3: Any, bucket: str, sha: str, tarball: Path) -> bool:
     return True
 
 
-def list_keys(s3: Any, bucket: str, prefix: str) -> Iterator[str]:
+def list_keys(s3: S3Client, bucket: str, prefix: str) -> Iterator[str]:
     """Every key under prefix: one list call per 1,000 keys."""
     paginator = s3.get_paginator("list_objects_v2")
     for page in paginator.paginate(Bucket=bucket, Prefix=prefix, PaginationConfig={"PageSize": 1000}):
@@ -85,7 +88,7 @@ def list_keys(s3: Any, bucket: str, prefix: str) -> Iterator[str]:
             yield obj["Key"]
 
 
-def list_result_job_ids(s3: Any, bucket: str, fleet_id: str) -> set[str]:
+def list_result_job_ids(s3: S3Client, bucket: str, fleet_id: str) -> set[str]:
     """Job ids that have a result object (not yet proven readable) directly under the fleet prefix."""
     out = set()
     for key in list_keys(s3, bucket, f"{fleet_id}/"):
@@ -95,7 +98,7 @@ def list_result_job_ids(s3: Any, bucket: str, fleet_id: str) -> set[str]:
     return out
 
 
-def download_result(s3: Any, bucket: str, key: str, dest: Path) -> bool:
+def download_result(s3: S3Client, bucket: str, key: str, dest: Path) -> bool:
     """Fetch a result to dest; True only if it is a log that reads in full (else dest is left as it was)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".part")
@@ -125,7 +128,7 @@ def download_result(s3: Any, bucket: str, key: str, dest: Path) -> bool:
 SINGLE_PUT_LIMIT = 64 * 2**20
 
 
-def upload_result(s3: Any, bucket: str, key: str, path: Path) -> None:
+def upload_result(s3: S3Client, bucket: str, key: str, path: Path) -> None:
     if path.stat().st_size <= SINGLE_PUT_LIMIT:
         with open(path, "rb") as body:
             s3.put_object(Bucket=bucket, Key=key, Body=body)

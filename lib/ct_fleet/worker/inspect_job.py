@@ -82,11 +82,11 @@ def task_key(job: WorkMessage) -> str:
 def build_task(job: WorkMessage) -> Any:
     """The job's Inspect task, built as `inspect eval` builds it from a spec and task args.
 
-    Uses inspect's task loader (`inspect_ai._eval.loader.load_tasks`, private; pinned at
-    0.3.285): a Task built by it and passed to eval() resolves to the same task file,
-    registry name and args as the spec itself (tests/test_warm_runner.py pins the parity).
+    Uses inspect's task loader (private, see ct_fleet/inspect_private.py): a Task built by
+    it and passed to eval() resolves to the same task file, registry name and args as the
+    spec itself (tests/test_warm_runner.py pins the parity).
     """
-    from inspect_ai._eval.loader import load_tasks
+    from ..inspect_private import load_tasks
 
     import_setting(job)
     sandbox_type(job.sandbox)
@@ -135,7 +135,7 @@ def _record_images(log: EvalLog, out: Path) -> None:
     try:
         sandboxes = [(s.sandbox.type, s.sandbox.config) for s in log.samples or [] if s.sandbox]
         write_sidecar(out, job_images(sandboxes))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print(f"ct-fleet job: could not record the sandbox images: {exc!r}", file=sys.stderr)
 
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -44,6 +44,9 @@ from .inspect_job import command_env, finish_command_output
 from .reporter import Reporter
 from .supervise import JobProcess, PopenJob, supervise
 from .warm import WarmRunner
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 log = logging.getLogger("ct_fleet.worker")
 
@@ -274,7 +277,7 @@ class Worker:
         if removed:
             log.info("job %s: removed its leftover sandboxes %s", job.job_id, ", ".join(removed))
 
-    def handle(self, msg: dict[str, Any]) -> None:
+    def handle(self, msg: MessageTypeDef) -> None:
         received_at = time.time()
         handle = msg["ReceiptHandle"]
         receive_count = int(msg.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
@@ -351,7 +354,7 @@ class Worker:
             log.exception("could not look for the fleet-done marker")
             return False
 
-    def _pass_on(self, msg: dict[str, Any]) -> None:
+    def _pass_on(self, msg: MessageTypeDef) -> None:
         try:
             stop.pass_on(self.sqs, self.work_url, self.s.fleet_id, msg["ReceiptHandle"])
         except Exception:

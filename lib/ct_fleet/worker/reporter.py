@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..protocol import DoneMessage, encode_reports
 from ..services import queues
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
 
 log = logging.getLogger("ct_fleet.worker")
 
@@ -22,7 +25,7 @@ class Reporter:
     attempt finds the result and reports a duplicate.
     """
 
-    def __init__(self, sqs: Any, done_url: str, work_url: str, interval: float) -> None:
+    def __init__(self, sqs: SQSClient, done_url: str, work_url: str, interval: float) -> None:
         self.sqs, self.done_url, self.work_url, self.interval = sqs, done_url, work_url, interval
         self.lock = threading.Lock()
         self.reports: list[DoneMessage] = []

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...cloud import Cloud
 from ...evallog import read_header
@@ -24,6 +25,9 @@ from ..reporting import UsageTotals, last_line
 from . import job_images, phases
 from .local_results import LocalResults
 from .tracker import JobTracker
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 
 class ResultCollector:
@@ -71,10 +75,10 @@ class ResultCollector:
         self.state.resumed(done)
         return done
 
-    def take(self, messages: list[dict[str, str]]) -> None:
+    def take(self, messages: Sequence[MessageTypeDef]) -> None:
         """One receive's done-queue messages (each a batch of reports)."""
         for msg in messages:
-            for report in decode_reports(msg["Body"]):
+            for report in decode_reports(msg.get("Body", "")):
                 self.on_report(report)
 
     def on_report(self, msg: DoneMessage) -> None:

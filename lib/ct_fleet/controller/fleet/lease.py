@@ -162,7 +162,7 @@ class S3Lease:
                 if _is_412(exc) or exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                     self.lost = True
                     return
-            except Exception:  # noqa: BLE001  (the network is back next time; the lease lasts TTL)
+            except Exception:  # the network is back next time; the lease lasts TTL
                 continue
 
     def _still_mine(self) -> bool:
@@ -171,7 +171,7 @@ class S3Lease:
         try:
             resp = self.s3.get_object(Bucket=self.bucket, Key=self.key)
             holder = json.loads(resp["Body"].read())
-        except Exception:  # noqa: BLE001  (unknown: the next renewal asks again)
+        except Exception:  # unknown: the next renewal asks again
             return True
         if holder.get("token") != self.owner["token"]:
             return False
@@ -188,7 +188,7 @@ class S3Lease:
             try:
                 self.s3.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self.etag)
                 break
-            except Exception:  # noqa: BLE001  (an expired lease is as good as a deleted one)
+            except Exception:  # an expired lease is as good as a deleted one
                 if not self._still_mine():
                     break
         self.etag = None

@@ -102,8 +102,9 @@ def _check_provider(model: str, model_args: Mapping[str, Any]) -> None:
     missing SDKs fail here. Keys were checked above; a placeholder stands in for them."""
     if provider_of(model) in ("mockllm", "none"):
         return
-    from inspect_ai._util.error import PrerequisiteError
     from inspect_ai.model import get_model
+
+    from ...inspect_private import PrerequisiteError
 
     base_url = "http://127.0.0.1:9/v1" if provider_of(model).startswith("openai-api") else None
     try:

@@ -12,8 +12,8 @@ Request: {"spec": ..., "task_args": {...}, "limit": N | [start, stop] | null,
 "registry_name", "sandbox_types"}]} with each task's selected ids in dataset order, with their types; or
 exit 1 with the error on one line, last on stderr.
 
-Private Inspect API used (pinned inspect-ai==0.3.285, like the merge): the task loader
-and `slice_dataset`, so the selection is exactly the one `inspect eval` makes.
+Inspect's task loader and `slice_dataset` (private, through ct_fleet/inspect_private.py)
+make the selection exactly the one `inspect eval` makes.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ def _sandbox_type(holder: Any) -> str | None:
 
 
 def probe(request: dict[str, Any]) -> dict[str, Any]:
-    from inspect_ai._eval.loader import load_tasks
-    from inspect_ai._eval.task.util import slice_dataset
+    from ...inspect_private import load_tasks, slice_dataset
 
     limit = request.get("limit")
     tasks = load_tasks([request["spec"]], request.get("task_args") or {})

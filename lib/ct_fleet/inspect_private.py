@@ -1,0 +1,89 @@
+"""Every inspect_ai name ct-fleet uses that is not public API, in one place.
+
+Pinned to inspect_ai 0.3.285 (requirements.lock), which has no public form of these
+(where it has one, e.g. EvalError, EvalSampleReductions or SampleScore, callers import the
+public name). What each group is for:
+
+- the task loader and `slice_dataset`: a task built, and samples selected, exactly as
+  `inspect eval SPEC -T ... --limit/--sample-id` does (worker jobs, the controller probe);
+- `PrerequisiteError`: what get_model raises when a provider's SDK is missing (preflight);
+- Inspect's zip support: importing it registers zstd (method 93, multi-frame) with the
+  stdlib zipfile; `.eval` entries are written with its settings and frame cap (evallog);
+- results, reducers, metrics, headline metric, scorer names, the deserializing context and
+  `to_json_safe`: a merged log's results computed and written as `inspect eval` does (merge).
+
+An upgrade that moves a name breaks here: tests/test_inspect_private.py resolves each
+import below and names the one that moved, tests/test_merge.py's parity tests check the
+merge still computes what Inspect computes, and tests/test_layout.py keeps every other
+module off Inspect's private modules.
+
+Importing this module imports inspect_ai itself (seconds): the CLI and the worker's job
+path import it inside the functions that need it, never at start-up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inspect_ai._eval.loader import load_tasks
+from inspect_ai._eval.score import metrics_from_log_header, reducers_from_log_header, resolve_scorers_info
+from inspect_ai._eval.task.results import (
+    ScorerInfo,
+    _filter_metrics_by_scores,
+    _reduced_views,
+    _unique_scorer_names,
+    compute_eval_scores,
+    eval_results,
+    reduce_scores,
+)
+from inspect_ai._eval.task.util import slice_dataset
+from inspect_ai._util.constants import get_deserializing_context
+from inspect_ai._util.error import PrerequisiteError
+from inspect_ai._util.json import to_json_safe
+from inspect_ai._util.zipfile import _MultiFrameZstdCompressObj, zipfile_compress_kwargs
+from inspect_ai.log._headline import headline_metric_ref, resolve_headline_metric
+from inspect_ai.scorer._scorer import unique_scorer_name
+
+__all__ = [
+    "MultiFrameZstdCompressObj",
+    "PrerequisiteError",
+    "ScorerInfo",
+    "compute_eval_scores",
+    "deserializing_context",
+    "eval_results",
+    "headline_metric_ref",
+    "load_tasks",
+    "metrics_by_scores",
+    "metrics_from_log_header",
+    "reduce_scores",
+    "reduced_views",
+    "reducers_from_log_header",
+    "resolve_headline_metric",
+    "resolve_scorers_info",
+    "slice_dataset",
+    "to_json_safe",
+    "unique_scorer_name",
+    "unique_scorer_names",
+    "zipfile_compress_kwargs",
+]
+
+MultiFrameZstdCompressObj = _MultiFrameZstdCompressObj
+
+
+def deserializing_context() -> dict[str, Any]:
+    """The pydantic context Inspect validates a log's models with when it reads one."""
+    return get_deserializing_context()
+
+
+def metrics_by_scores(metrics: Any, modes: set[str]) -> Any:
+    """The metrics (list or dict form) that read scores in one of `modes`, else None."""
+    return _filter_metrics_by_scores(metrics, modes)  # type: ignore[arg-type]
+
+
+def reduced_views(reducers: Any, name_implicit_mean: bool) -> list[tuple[Any, str | None]]:
+    """(reducer, display name) per reduced view, as eval_results makes them."""
+    return _reduced_views(reducers, name_implicit_mean)
+
+
+def unique_scorer_names(infos: list[Any]) -> list[str]:
+    return _unique_scorer_names(infos)
