@@ -1,30 +1,18 @@
 #!/usr/bin/env bash
-# Step: run the Python job loop (ct_fleet.worker) until the queue stays empty. Jobs see
-# the secrets, the worker-setup environment and the extra-src trees on PYTHONPATH.
+# Step: run the Python job loop (ct_fleet.worker) until the queue stays empty, in the
+# environment every job gets (job-env.sh: secrets, worker-setup env, extra-src trees).
 # Safe to rerun by hand while the fleet has work:   sudo /opt/linuxbench/worker/run-worker.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=worker/lib.sh
 source "$here/lib.sh"
+# shellcheck source=worker/job-env.sh
+source "$here/job-env.sh"
 
 main() {
   ct_require FLEET_ID BUCKET
-  set -a
-  # shellcheck source=/dev/null
-  [[ -f $LB_SECRETS_ENV ]] && source "$LB_SECRETS_ENV"
-  # shellcheck source=/dev/null
-  [[ -f $LB_SETUP_ENV ]] && source "$LB_SETUP_ENV"
-  set +a
-  local pypath="$LB_ROOT/lib:$LB_ROOT/examples/settings" tree
-  [[ -d $LB_SITE ]] && pypath="$pypath:$LB_SITE"
-  for tree in "$LB_EXTRA"/*/; do
-    [[ -d $tree ]] && pypath="$pypath:${tree%/}"
-  done
-  # CT_EXTRA_ROOT: where jobs find a task shipped in an extra-src tree (ct_fleet.worker.inspect_job).
-  export PYTHONPATH="$pypath" CODE_ROOT="$LB_ROOT" CT_EXTRA_ROOT="$LB_EXTRA"
+  ct_job_env
   export WORK_DIR="${WORK_DIR:-$LB_HOME/var/lib/linuxbench/jobs}"
-  # Command jobs call the venv's tools (inspect, python) by name, as on the launching machine.
-  export PATH="$LB_VENV/bin:$PATH"
   INSTANCE_ID=$(ct_instance_id)
   export INSTANCE_ID
   # Marks this process's AWS calls as the worker's in a CT_FLEET_API_LOG (the IAM proof).

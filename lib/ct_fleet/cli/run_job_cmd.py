@@ -13,13 +13,14 @@ import click
 from ..controller.planning import dotenv_path, model_needs, read_dotenv, runs_dir, secret_values, worker_secrets
 from ..errors import BadInput
 from ..evallog import read_header, sample_error
-from ..paths import REPO_ROOT, SETTINGS_DIR
+from ..paths import REPO_ROOT, WORKER_SCRIPTS
 from ..protocol import Manifest, run_layout
 from ..protocol.keys import extra_src_basename
 from ..worker.inspect_job import command_env
 from .console import console, err
 
 ERROR_LINES = 12
+JOB_ENV = WORKER_SCRIPTS / "job-env.sh"
 
 
 def _unpack_extra(run_dir: Path, keys: list[str], dest: Path) -> None:
@@ -61,7 +62,6 @@ def run_job_command(fleet_id: str, job_id: str) -> None:
     out.unlink(missing_ok=True)
     extra = rerun / "extra"
     _unpack_extra(run_dir, manifest.extra_src, extra)
-    trees = sorted(str(p) for p in extra.iterdir() if p.is_dir())
     # The secrets a worker would get through SSM, from the shell or .env here.
     dotenv = read_dotenv(dotenv_path(os.environ))
     values = secret_values(dotenv)
@@ -70,13 +70,16 @@ def run_job_command(fleet_id: str, job_id: str) -> None:
     env = {
         **os.environ,
         **worker_secrets(dotenv, names=[*names, *forward]),
-        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "lib"), str(SETTINGS_DIR), *trees]),
-        "CT_EXTRA_ROOT": str(extra),
-        "CODE_ROOT": str(REPO_ROOT),
+        # The worker's own job environment (worker/job-env.sh), over this checkout and the
+        # trees unpacked here; LB_HOME keeps it away from a real worker's /etc/linuxbench.
+        "LB_HOME": str(rerun / "home"),
+        "LB_ROOT": str(REPO_ROOT),
+        "LB_EXTRA": str(extra),
+        "LB_VENV": sys.prefix,
     }
     env.update(command_env(message, out))  # the job's identity, as a worker's job sees it
     console.print(f"running {job.sample_id!r} epoch {job.epoch} of fleet {fleet_id} here", highlight=False)
-    cmd = [sys.executable, "-m", "ct_fleet.worker.runner", message.to_json(), str(out)]
+    cmd = [str(JOB_ENV), sys.executable, "-m", "ct_fleet.worker.runner", message.to_json(), str(out)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stderr=subprocess.PIPE, text=True)
     header = read_header(out) if out.exists() else None
     if proc.returncode != 0 or header is None:
