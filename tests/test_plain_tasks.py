@@ -16,7 +16,7 @@ from inspect_ai import eval as inspect_eval
 from inspect_ai.log import list_eval_logs, read_eval_log
 
 from ct_fleet.controller.fleet import merging as fleet_merge
-from ct_fleet.protocol import Manifest
+from ct_fleet.protocol import Manifest, run_layout
 from fleet_helpers import FAST, REPO, env_for, fleet_dir
 
 TASK_SOURCE = """
@@ -151,7 +151,7 @@ def test_the_viewer_lists_only_the_merged_run(fleet_run):
     runs, proc = fleet_run
     assert proc.returncode == 0, proc.stderr
     run_dir = fleet_dir(runs)
-    assert len(fleet_merge.job_logs(run_dir)) == 12
+    assert len(run_layout.job_logs(run_dir)) == 12
     listed = [Path(info.name.removeprefix("file://")) for info in list_eval_logs(str(run_dir))]
     assert listed == [next((run_dir / "merged").glob("*.eval"))]
 
@@ -178,7 +178,7 @@ def test_merge_exits_non_zero_when_a_sample_is_missing(fleet_run, tmp_path: Path
     assert proc.returncode == 0, proc.stderr
     copy = tmp_path / "fleet"
     shutil.copytree(fleet_dir(runs), copy, ignore=shutil.ignore_patterns("instances", "merged"))
-    fleet_merge.job_logs(copy)[0].unlink()
+    run_layout.job_logs(copy)[0].unlink()
     merged = ct_fleet(runs, "merge", str(copy))
     assert merged.returncode == 1, merged.stdout + merged.stderr
     assert "status error" in merged.stderr and "1 of 12 samples missing" in merged.stderr
