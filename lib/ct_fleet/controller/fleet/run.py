@@ -55,7 +55,6 @@ class FleetRun:
         self.warn = warn
         self.sqs = cloud.client("sqs")
         self.s3 = cloud.client("s3")
-        self.ec2 = cloud.client("ec2")
         self.jobs = {job.job_id: job for job in spec.jobs}
         self.state = JobTracker.of(self.jobs)
         self.manifest = spec.manifest(launched_by=launched_by, extra_src=extra_src)

@@ -48,10 +48,6 @@ class PlannedFleet:
     notes: list[str] = field(default_factory=list)  # warnings to show before the run starts
 
     @property
-    def docker_images(self) -> list[str]:
-        return self.docker.images
-
-    @property
     def large(self) -> bool:
         """So many jobs that the user is asked to confirm (a typo in --epochs costs hours)."""
         return len(self.spec.jobs) > jobs.LARGE_RUN_JOBS
