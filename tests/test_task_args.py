@@ -56,10 +56,12 @@ def test_task_args_reach_the_manifest_and_the_fleet_id(tmp_path: Path):
 
 
 def test_the_setting_decides_whether_docker_is_needed(tmp_path: Path):
-    images = plan(tmp_path).docker_images
-    assert sorted(images) == sorted(plan(tmp_path, "sandbox=docker").docker_images)
-    assert len(images) == 3 and all(ref.startswith("ct-fleet/toyarena-") for ref in images)
-    assert plan(tmp_path, "sandbox=local").docker_images == []
+    needs = plan(tmp_path).docker
+    assert sorted(needs.images) == sorted(plan(tmp_path, "sandbox=docker").docker.images)
+    assert len(needs.images) == 3 and all(ref.startswith("ct-fleet/toyarena-") for ref in needs.images)
+    assert needs.required and needs.builders == ["toyarena"]
+    local = plan(tmp_path, "sandbox=local").docker
+    assert local.images == [] and not local.required
 
 
 @pytest.mark.parametrize(
