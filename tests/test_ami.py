@@ -342,7 +342,12 @@ def test_rotate_sweeps_older_orphans_but_spares_newer_builds(ec2, ssm, param) ->
     ami.rotate(ec2, ssm, current, param)
     orphan, orphan_snaps = bake(ec2, param)  # registered, then its rotation never happened
     new, _ = bake(ec2, param)
-    time.sleep(1.1)  # CreationDate has a one-second resolution
+    # CreationDate has a one-second resolution: the next image must be of a later second.
+    (made,) = ec2.describe_images(ImageIds=[new])["Images"]
+    deadline = time.monotonic() + 30
+    while time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) <= made["CreationDate"][:19]:
+        assert time.monotonic() < deadline, made["CreationDate"]
+        time.sleep(0.05)
     newer, _ = bake(ec2, param)  # another build still running: not ours to remove
     other_param = f"{param}-other"
     foreign, _ = bake(ec2, other_param)  # kept for another parameter

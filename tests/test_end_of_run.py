@@ -18,7 +18,7 @@ from ct_fleet.protocol import WorkMessage, decode_reports, queue_names
 from ct_fleet.protocol.stop import MARKER_POLL, is_stop
 from ct_fleet.services import queues, session, stop, store
 from ct_fleet.worker.loop import Worker, WorkerSettings
-from fleet_helpers import FAST, LOCAL, fleet_dir, merged_pairs
+from fleet_helpers import FAST, LOCAL, fleet_dir, merged_pairs, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET = "end-of-run-test"
@@ -57,6 +57,18 @@ def command_job(fleet_id: str, job_id: str, command: str) -> WorkMessage:
     )
 
 
+def sleeping_jobs() -> list[psutil.Process]:
+    """The `sleep` processes of command jobs this test's workers run."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if "sleep" in " ".join(proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
 def test_idle_and_busy_workers_leave_on_the_signal(aws_env: dict[str, str], tmp_path: Path) -> None:
     session.reset()
     fleet_id = "endofrun1"
@@ -71,14 +83,12 @@ def test_idle_and_busy_workers_leave_on_the_signal(aws_env: dict[str, str], tmp_
     threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while not any(w.in_flight for w in workers):
         assert time.monotonic() < deadline, "no worker took the job"
         time.sleep(0.1)
     (busy,) = [w for w in workers if w.in_flight]
-    time.sleep(1)  # the job's process is up
-    job_procs = [p for p in psutil.Process().children(recursive=True) if "sleep" in " ".join(p.cmdline())]
-    assert job_procs
+    job_procs = wait_for(sleeping_jobs, timeout=120)  # the job's process is up
 
     stop.announce(s3, sqs, BUCKET, fleet_id, q.work)
     signalled = time.monotonic()
@@ -128,10 +138,10 @@ def test_a_busy_worker_is_not_idle(aws_env: dict[str, str], tmp_path: Path) -> N
     worker = Worker(replace(settings(fleet_id, 0, tmp_path), idle_timeout=1, retry_backoff=600))
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
-    thread.join(timeout=60)
+    thread.join(timeout=120)
     assert not thread.is_alive()
     done: set[str] = set()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120
     while len(done) < 2 and time.monotonic() < deadline:  # a receive may return only some messages
         for m in queues.receive(sqs, q.done, max_messages=10, wait=1):
             done |= {r.job_id for r in decode_reports(m["Body"]) if r.type == "done" and r.job_id}

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 import signal
-import time
 from pathlib import Path
 
+import psutil
 import pytest
 from inspect_ai.log import read_eval_log
 
@@ -27,6 +27,25 @@ from fleet_helpers import (
     stat,
     wait_for,
 )
+
+
+def worker_with_a_job(runs: Path) -> psutil.Process | None:
+    """A live worker job loop under runs/ with a job of its own running."""
+    jobs = {p.pid for p in running_jobs(runs)}
+    for worker in processes_in(runs, "ct_fleet.worker"):
+        try:
+            if not gone(worker) and any(c.pid in jobs for c in worker.children(recursive=True)):
+                return worker
+        except psutil.Error:
+            continue
+    return None
+
+
+def gone(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 @pytest.mark.faults
@@ -52,13 +71,14 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
     )
     kills = 0
     for _ in range(3):
-        # Kill a worker (its job loop) while a job of it is running.
-        wait_for(lambda: running_jobs(runs))
-        victims = processes_in(runs, "ct_fleet.worker")
-        if victims:
-            victims[0].send_signal(signal.SIGKILL)
-            kills += 1
-        time.sleep(2.5)
+        # Kill a worker (its job loop) while a job of it is running: one that runs a job now,
+        # not one whose killed predecessor's job has yet to go.
+        victim = wait_for(lambda: proc.poll() is not None or worker_with_a_job(runs), timeout=300)
+        if victim is True:
+            break  # the run is over
+        victim.send_signal(signal.SIGKILL)
+        kills += 1
+        wait_for(lambda v=victim: gone(v), timeout=60)
     code, out, err = finish(proc)
     assert code == 0, out + err
     assert kills >= 2

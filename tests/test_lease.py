@@ -27,7 +27,7 @@ def _rewrite(client, bucket: str, fleet: str, token: str) -> str:
     return str(client.put_object(Bucket=bucket, Key=lease_key(fleet), Body=body.encode())["ETag"])
 
 
-def _wait(predicate, timeout: float = 5.0) -> bool:
+def _wait(predicate, timeout: float = 60) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

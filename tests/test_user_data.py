@@ -142,7 +142,7 @@ def boot(fleet: dict[str, Any], env: FleetEnv) -> tuple[int, Path, str]:
     return status, home, log.read_text(errors="replace") if log.exists() else ""
 
 
-def _settle(pgid: int, timeout: float = 20) -> None:
+def _settle(pgid: int, timeout: float = 120) -> None:
     """Wait for what the user-data left behind (the log's tee) to finish writing."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -45,12 +45,23 @@ check_secrets_file() {
 
 @test "fetch-secrets: waits for secrets the controller writes after launch" {
   fleet_env "SECRET_NAMES=GH_TOKEN"
-  # GH_TOKEN lands 2 s into the step: the first read misses it, a retry finds it.
-  (sleep 2 && ssm_secret "$PREFIX/$INSTANCE_ID/GH_TOKEN" "$GH_VALUE") 3>&- &
+  # GH_TOKEN lands once the first read has missed it, while the step waits to read again
+  # (its sleep, recorded by a stub that then sleeps): a retry finds it.
+  local real_sleep
+  real_sleep=$(command -v sleep)
+  make_stub sleep "exec $real_sleep \"\$@\""
+  (
+    for _ in $(seq 1200); do
+      [[ -s $STUB_DIR/sleep.calls ]] && break
+      "$real_sleep" 0.05
+    done
+    ssm_secret "$PREFIX/$INSTANCE_ID/GH_TOKEN" "$GH_VALUE"
+  ) 3>&- &
   local put=$!
   SECRETS_WAIT=60 run "$WORKER_DIR/fetch-secrets.sh"
   wait "$put"
   [ "$status" -eq 0 ]
+  [ -s "$STUB_DIR/sleep.calls" ] # it did miss once and wait
   assert_equal "$(source "$SECRETS" && echo "$GH_TOKEN")" "$GH_VALUE"
   assert_equal "$(stat -c %a "$SECRETS")" 600
 }
