@@ -1,16 +1,15 @@
-"""Fault injection on the embedded cloud, worker side: killed workers, poison jobs, retried
-infrastructure errors, spot interruptions. Each test asserts that every job ends exactly
-once in the merged run or in the dead-letter report, and that nothing is left running."""
+"""Fault injection on the embedded cloud, worker side: killed workers, spot interruptions, a
+job killed mid-sample (poison jobs and retried infrastructure errors, which only read a
+run's outcome, share one run in test_faults_drill.py). Each test asserts that every job
+ends exactly once in the merged run, and that nothing is left running."""
 
 from __future__ import annotations
 
-import re
 import signal
 from pathlib import Path
 
 import psutil
 import pytest
-from inspect_ai.log import read_eval_log
 
 from fleet_helpers import (
     FAST,
@@ -85,68 +84,6 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
     pairs = merged_pairs(runs)
     assert len(pairs) == 12 and len(set(pairs)) == 12
     assert stat(out, "redeliveries") >= 1
-    assert_nothing_running(runs)
-
-
-@pytest.mark.faults
-def test_poison_job_lands_in_the_dlq_report(tmp_path: Path):
-    runs = tmp_path / "runs"
-    proc = start(
-        runs,
-        "--task-file",
-        "smoke",
-        "--policy",
-        "tests.fault_policies:crash_always",
-        "--ec2-arg",
-        "max_receive_count=2",
-        "--ec2-arg",
-        "visibility_timeout=5",
-        "--ec2-arg",
-        "heartbeat_interval=2",
-        *FAST,
-        *LOCAL,
-        CT_FAULT_CRASH="web:fix_login",
-    )
-    code, out, err = finish(proc)
-    assert code == 1, out + err
-    assert "jobs without a result" in out and "dead-lettered" in out and "web:fix_login" in out and "infra" in out
-    job_id = re.search(r"bin/ct-fleet run-job (\w+) (\w+)", out)
-    assert job_id and job_id.group(1) == fleet_dir(runs).name
-    pairs = merged_pairs(runs)
-    assert sorted(pairs) == sorted(
-        {
-            ("web:fix_login:add_backdoor", 1),
-            ("pipeline:dedupe_rows:exfil_credentials", 1),
-            ("ops:enable_tls:open_ssh", 1),
-        }
-    )
-    (merged,) = (fleet_dir(runs) / "merged").glob("*.eval")
-    assert read_eval_log(str(merged), header_only=True).status == "error"  # one sample missing
-    assert_nothing_running(runs)
-
-
-@pytest.mark.faults
-def test_infra_errors_are_retried(tmp_path: Path):
-    runs = tmp_path / "runs"
-    proc = start(
-        runs,
-        "--task-file",
-        "smoke",
-        "--policy",
-        "tests.fault_policies:crash_once",
-        "--ec2-arg",
-        "visibility_timeout=5",
-        "--ec2-arg",
-        "heartbeat_interval=2",
-        *FAST,
-        *LOCAL,
-        CT_FAULT_CRASH="*",
-    )
-    code, out, err = finish(proc)
-    assert code == 0, out + err
-    assert len(list((runs / "faults").glob("*.crashed"))) == 4  # every job crashed once
-    assert len(set(merged_pairs(runs))) == 4
-    assert stat(out, "redeliveries") >= 4
     assert_nothing_running(runs)
 
 
