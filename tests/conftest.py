@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +21,24 @@ REGION = "us-east-1"
 
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """One moto server per pytest process, for as long as the session lasts (a suite on a
+    busy machine can take over an hour): its lease is renewed while the session runs, so
+    only a server whose session died exits on its own (after lease_timeout)."""
     log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with MotoServer(log_path=log, lease_timeout=3600) as server:
-        yield server
+    with MotoServer(log_path=log, lease_timeout=600) as server:
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(30):
+                server.renew()
+
+        renewer = threading.Thread(target=renew, daemon=True)
+        renewer.start()
+        try:
+            yield server
+        finally:
+            stop.set()
+            renewer.join()
 
 
 @pytest.fixture
