@@ -4,7 +4,8 @@ They ship to workers inside the code artifact (the repo root is an import root t
 are steered by environment variables the test sets on the controller, which local instances
 inherit: CT_FAULT_CRASH (comma-separated sample ids, or *), CT_FAULT_DIR (markers of first
 attempts), CT_FAULT_SLEEP (seconds before each sample), CT_FAULT_LEAK_MB (how much `leak`
-allocates at most), CT_FAULT_DRILL (which fault `drill` injects into which sample).
+allocates at most), CT_FAULT_DRILL (which fault `drill` injects into which sample),
+CT_FAULT_GATE and CT_FAULT_FREE (the file `gated` jobs wait for, and how many run without).
 """
 
 from __future__ import annotations
@@ -76,6 +77,24 @@ def _leak(state: TaskState) -> None:
         time.sleep(0.05)
 
 
+def _wait_at_the_gate(state: TaskState) -> None:
+    """The first CT_FAULT_FREE jobs to get here go on; the others wait until the file
+    CT_FAULT_GATE exists (the test opens it once it has done what needs jobs running)."""
+    where = Path(os.environ["CT_FAULT_DIR"])
+    where.mkdir(parents=True, exist_ok=True)
+    for slot in range(int(os.environ.get("CT_FAULT_FREE", "0"))):
+        try:
+            os.close(os.open(where / f"free-{slot}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return
+        except FileExistsError:
+            continue
+    gate, deadline = Path(os.environ["CT_FAULT_GATE"]), time.monotonic() + 1800
+    while not gate.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the gate {gate} was never opened")
+        time.sleep(0.1)
+
+
 def _print_secrets_and_crash(state: TaskState) -> None:
     for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GH_TOKEN"):
         if os.environ.get(name):
@@ -99,6 +118,13 @@ def crash_once() -> Solver:
 def slow() -> Solver:
     """Takes CT_FAULT_SLEEP seconds per sample, so tests can act while jobs run."""
     return _with(_sleep)
+
+
+@solver
+def gated() -> Solver:
+    """Jobs that hold on until the test opens their gate (CT_FAULT_GATE, CT_FAULT_FREE): a
+    test acts on running jobs, or on a run with work left, without racing their end."""
+    return _with(_wait_at_the_gate)
 
 
 @solver
@@ -129,6 +155,7 @@ FAULTS = {
     "crash_always": _crash,
     "crash_once": _crash_once,
     "slow": _sleep,
+    "gated": _wait_at_the_gate,
     "segfault": _segfault,
     "hang": _hang,
     "leak": _leak,

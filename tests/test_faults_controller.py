@@ -24,14 +24,19 @@ from fleet_helpers import (
 
 @pytest.mark.faults
 def test_killed_controller_is_adopted_by_a_rerun(tmp_path: Path):
-    runs = tmp_path / "runs"
-    args = ["--task-file", "smoke", "--epochs", "3", "--policy", "tests.fault_policies:slow", *FAST, *LOCAL]
-    first = start(runs, *args, CT_FAULT_SLEEP="1.5")
-    wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 3, timeout=200)
+    runs, gate = tmp_path / "runs", tmp_path / "gate"
+    # Four jobs run, the other eight wait at the gate: the fleet still has work when the
+    # second controller comes, however slow the machine; the gate opens once it has adopted.
+    args = ["--task-file", "smoke", "--epochs", "3", "--policy", "tests.fault_policies:gated", *FAST, *LOCAL]
+    first = start(runs, *args, CT_FAULT_FREE="4", CT_FAULT_GATE=str(gate))
+    wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 3, timeout=300)
     first.send_signal(signal.SIGKILL)  # bin/ct-fleet execs python: this is the controller
     first.communicate()
     assert processes_in(runs, "ct_fleet.worker"), "workers should outlive the controller"
-    second = start(runs, *args, CT_FAULT_SLEEP="1.5")
+    second = start(runs, *args, CT_FAULT_GATE=str(gate), CT_FLEET_PAUSE_AT="tracking")
+    marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-tracking")), None), timeout=300)
+    gate.touch()
+    marker.unlink()
     code, out, err = finish(second)
     assert code == 0, out + err
     assert "adopting the running fleet" in err
@@ -107,6 +112,8 @@ def test_hard_timeouts_terminate_the_fleet(tmp_path: Path, knobs: list[str], mes
 @pytest.mark.faults
 def test_ctrl_c_without_a_terminal_stops_the_fleet_and_keeps_results(tmp_path: Path):
     runs = tmp_path / "runs"
+    # One job runs, the others wait at a gate that never opens: the run is still going
+    # when Ctrl-C comes, however slow the machine.
     proc = start(
         runs,
         "--task-file",
@@ -114,12 +121,13 @@ def test_ctrl_c_without_a_terminal_stops_the_fleet_and_keeps_results(tmp_path: P
         "--epochs",
         "2",
         "--policy",
-        "tests.fault_policies:slow",
+        "tests.fault_policies:gated",
         *FAST,
         *LOCAL,
-        CT_FAULT_SLEEP="2",
+        CT_FAULT_FREE="1",
+        CT_FAULT_GATE=str(tmp_path / "gate"),
     )
-    wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 1, timeout=200)
+    wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 1, timeout=300)
     proc.send_signal(signal.SIGINT)
     code, out, err = finish(proc)
     assert code == 130, out + err

@@ -89,8 +89,9 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
 
 @pytest.mark.faults
 def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
-    runs = tmp_path / "runs"
+    runs, gate = tmp_path / "runs", tmp_path / "gate"
     # A long visibility timeout: only an immediate release lets the run finish in time.
+    # Jobs wait at a gate until the worker has seen the notice: it holds jobs when it does.
     proc = start(
         runs,
         "--task-file",
@@ -98,21 +99,24 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
         "--epochs",
         "2",
         "--policy",
-        "tests.fault_policies:slow",
+        "tests.fault_policies:gated",
         "--ec2-arg",
         "max_workers=1",
         "--ec2-arg",
         "visibility_timeout=600",
         *FAST,
         *LOCAL,
-        CT_FAULT_SLEEP="3",
+        CT_FAULT_GATE=str(gate),
     )
-    wait_for(lambda: running_jobs(runs))
+    wait_for(lambda: running_jobs(runs), timeout=300)
     (first,) = [p for p in (fleet_dir(runs) / "instances").iterdir() if p.is_dir()]
     (first / "spot-interruption-notice").touch()
+    log = first / "var" / "log" / "linuxbench-bootstrap.log"
+    wait_for(lambda: "spot interruption notice" in log.read_text(), timeout=120)
+    gate.touch()
     code, out, err = finish(proc, timeout=300)
     assert code == 0, out + err
-    assert "spot interruption notice" in (first / "var" / "log" / "linuxbench-bootstrap.log").read_text()
+    assert "spot interruption notice" in log.read_text()
     assert len(set(merged_pairs(runs))) == 8
     assert len([p for p in (fleet_dir(runs) / "instances").iterdir() if p.is_dir()]) >= 2  # replaced
     assert_nothing_running(runs)
@@ -129,11 +133,11 @@ def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images
             "--task-file",
             "smoke",
             "--policy",
-            "tests.fault_policies:slow",
+            "tests.fault_policies:gated",  # the first job holds on (its container up) until killed
             *("--ec2-arg", "visibility_timeout=6", "--ec2-arg", "heartbeat_interval=2"),
             *("--ec2-arg", "max_workers=1", "--ec2-arg", "concurrency_per_worker=1"),
             *FAST,
-            CT_FAULT_SLEEP="5",
+            CT_FAULT_GATE=str(tmp_path / "gate"),
         )
         fleet_id = wait_for(lambda: next((m.parent.name for m in runs.glob("*/manifest.json")), None))
 
@@ -147,6 +151,7 @@ def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images
         # One job at a time: the job process running now is the one whose container runs.
         (victim,) = running_jobs(runs)
         victim.send_signal(signal.SIGKILL)
+        (tmp_path / "gate").touch()  # the retry and the other jobs go on
         code, out, err = finish(proc)
     assert code == 0, out + err
     assert sorted({sid for sid, _ in merged_pairs(runs)}) == sorted(
