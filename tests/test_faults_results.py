@@ -55,26 +55,28 @@ def embedded_s3(run_dir: Path):
 
 
 @pytest.mark.faults
-@pytest.mark.parametrize("also_in_s3", [False, True], ids=["local copy", "local and S3 copies"])
-def test_a_result_damaged_before_the_merge_is_fetched_again_or_rerun(good_results: Path, tmp_path: Path, also_in_s3):
+def test_a_result_damaged_before_the_merge_is_fetched_again_or_rerun(good_results: Path, tmp_path: Path):
+    """Two results damaged in one run: one local copy only (fetched again from S3), one
+    whose S3 copy is damaged too (run again)."""
     runs = tmp_path / "runs"
     proc = start(
         runs, "--task-file", "smoke", *LOCAL, "--command", copy_command(good_results), *FAST, CT_FLEET_PAUSE_AT="verify"
     )
     marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-verify")), None), timeout=300)
     run_dir = marker.parent
-    victim = sorted((run_dir / "jobs").glob("*.evaljob"))[0]
-    damage(victim)
-    if also_in_s3:
-        embedded_s3(run_dir).put_object(
-            Bucket="lb-fleet-results-migrated", Key=f"{run_dir.name}/{victim.stem}.eval", Body=b"not a log at all"
-        )
+    local_only, both = sorted((run_dir / "jobs").glob("*.evaljob"))[:2]
+    damage(local_only)
+    damage(both)
+    embedded_s3(run_dir).put_object(
+        Bucket="lb-fleet-results-migrated", Key=f"{run_dir.name}/{both.stem}.eval", Body=b"not a log at all"
+    )
     marker.unlink()  # the run goes on: the check before the merge
     code, out, err = finish(proc)
     assert code == 0, out + err
-    assert f"local result of job {victim.stem} was damaged" in err
-    if also_in_s3:
-        assert f"result of job {victim.stem} is unreadable" in err and "running it again" in err
+    for victim in (local_only, both):
+        assert f"local result of job {victim.stem} was damaged" in err
+    assert f"result of job {both.stem} is unreadable" in err and "running it again" in err
+    assert f"result of job {local_only.stem} is unreadable (" not in err  # its S3 copy was good: fetched, not rerun
     pairs = merged_pairs(runs)
     assert len(pairs) == 4 and len(set(pairs)) == 4
     assert_nothing_running(runs)
