@@ -14,6 +14,9 @@ from inspect_ai.log import read_eval_log
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--ec2-arg", "idle_timeout=3", "--ec2-arg", "retry_backoff=1"]
+# For fleets whose tests are not about several workers: each local worker pays its own warm
+# runner's start (inspect_ai imported, a warm-up eval), the largest part of a small fleet's CPU.
+ONE_WORKER = ["--ec2-arg", "max_workers=1"]
 # Tests that are not about Docker run toyarena in Inspect's local sandbox (the default is Docker).
 LOCAL = ["-T", "sandbox=local"]
 

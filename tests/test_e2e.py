@@ -1,7 +1,7 @@
 """`bin/ct-fleet eval` end to end on the embedded cloud, as a user runs it.
 
-The smoke run is the README's first command: every sample in a Docker sandbox. The other
-fleets here are about the fleet, not the sandbox, and run Inspect's local sandbox."""
+The smoke run is the README's first command: every sample in a Docker sandbox. Fleets that
+are about the fleet, not the sandbox, run Inspect's local sandbox (test_local_run.py)."""
 
 from __future__ import annotations
 
@@ -46,9 +46,6 @@ def processes_under(path: Path) -> list[str]:
         if str(path) in text:
             found.append(text)
     return found
-
-
-LOCAL = ["-T", "sandbox=local"]
 
 
 @pytest.fixture(scope="module")
@@ -178,16 +175,6 @@ def test_bad_input_is_one_line_exit_2_and_launches_nothing(tmp_path: Path, args:
     ]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], proc.stderr
     assert list(runs.iterdir()) == []  # no run directory: nothing archived, launched or uploaded
-
-
-@pytest.mark.e2e
-def test_new_fleet_runs_everything_again_under_a_new_id(tmp_path: Path):
-    args = ["eval", "-e", "web", "-t", "fix_login", *LOCAL, "--ec2-arg", "idle_timeout=3"]
-    first = ct_fleet(tmp_path, *args)
-    again = ct_fleet(tmp_path, *args, "--ec2-arg", "new_fleet=true")
-    assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
-    assert "1 jobs (0 already done)" in " ".join(again.stdout.split())
-    assert len([p for p in tmp_path.iterdir() if (p / "manifest.json").exists()]) == 2
 
 
 @pytest.mark.e2e

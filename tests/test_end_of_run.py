@@ -1,24 +1,22 @@
 """The end-of-run signal: once the controller has every result, workers leave at once
 (idle ones on the stop message, busy ones on the fleet-done marker) instead of waiting
-out idle_timeout, and a whole local run ends within seconds of its last result."""
+out idle_timeout. That a whole local run ends within seconds of its last result is read
+from the shared run of test_local_run.py."""
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 
 import psutil
-import pytest
 
 from ct_fleet.protocol import WorkMessage, decode_reports, queue_names
 from ct_fleet.protocol.stop import MARKER_POLL, is_stop
 from ct_fleet.services import queues, session, stop, store
 from ct_fleet.worker.loop import Worker, WorkerSettings
-from fleet_helpers import FAST, LOCAL, fleet_dir, merged_pairs, wait_for
+from fleet_helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET = "end-of-run-test"
@@ -146,33 +144,3 @@ def test_a_busy_worker_is_not_idle(aws_env: dict[str, str], tmp_path: Path) -> N
         for m in queues.receive(sqs, q.done, max_messages=10, wait=1):
             done |= {r.job_id for r in decode_reports(m["Body"]) if r.type == "done" and r.job_id}
     assert sorted(done) == ["j0", "j1"]
-
-
-def _times(log: str, pattern: str) -> list[float]:
-    found = []
-    for line in log.splitlines():
-        match = re.match(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO " + pattern, line)
-        if match:
-            found.append(datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp())
-    return found
-
-
-@pytest.mark.e2e
-def test_a_local_run_ends_within_seconds_of_its_last_result(tmp_path: Path) -> None:
-    from fleet_helpers import finish, start
-
-    runs = tmp_path / "runs"
-    proc = start(
-        runs, "--task-file", "smoke", "--epochs", "2", *FAST, *LOCAL, "--ec2-arg", f"idle_timeout={IDLE_TIMEOUT}"
-    )
-    code, out, err = finish(proc, timeout=IDLE_TIMEOUT - 60)  # waiting out idle_timeout fails this
-    assert code == 0, out + err
-    assert len(set(merged_pairs(runs))) == 8
-    logs = [p.read_text() for p in fleet_dir(runs).glob("instances/*/var/log/linuxbench-bootstrap.log")]
-    assert logs
-    last_job = max(t for log in logs for t in _times(log, r"job "))
-    for log in logs:
-        (left,) = _times(log, r"fleet is done \(")
-        assert left >= last_job  # ordering: the signal follows the last result
-        assert left - last_job < 60  # a generous bound; idle_timeout is 600 s
-        assert "log uploaded to s3://" in log and "[shutdown] shutting down" in log

@@ -1,5 +1,6 @@
 """Fault injection on the embedded cloud, controller side: a killed controller adopted by a
-rerun, resume of missing or unreadable results, hard timeouts."""
+rerun, hard timeouts, Ctrl-C (the resume of missing or unreadable results starts from the
+shared run of test_local_run.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from fleet_helpers import (
     FAST,
     LOCAL,
+    ONE_WORKER,
     assert_nothing_running,
     finish,
     fleet_dir,
@@ -27,7 +29,17 @@ def test_killed_controller_is_adopted_by_a_rerun(tmp_path: Path):
     runs, gate = tmp_path / "runs", tmp_path / "gate"
     # Four jobs run, the other eight wait at the gate: the fleet still has work when the
     # second controller comes, however slow the machine; the gate opens once it has adopted.
-    args = ["--task-file", "smoke", "--epochs", "3", "--policy", "tests.fault_policies:gated", *FAST, *LOCAL]
+    args = [
+        "--task-file",
+        "smoke",
+        "--epochs",
+        "3",
+        "--policy",
+        "tests.fault_policies:gated",
+        *FAST,
+        *LOCAL,
+        *ONE_WORKER,
+    ]
     first = start(runs, *args, CT_FAULT_FREE="4", CT_FAULT_GATE=str(gate))
     wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 3, timeout=300)
     first.send_signal(signal.SIGKILL)  # bin/ct-fleet execs python: this is the controller
@@ -43,24 +55,6 @@ def test_killed_controller_is_adopted_by_a_rerun(tmp_path: Path):
     assert stat(out, "enqueued") == 0  # nothing sent twice
     pairs = merged_pairs(runs)
     assert len(pairs) == 12 and len(set(pairs)) == 12
-    assert_nothing_running(runs)
-
-
-@pytest.mark.faults
-def test_rerun_enqueues_only_missing_or_unreadable_results(tmp_path: Path):
-    runs = tmp_path / "runs"
-    args = ["--task-file", "smoke", "--epochs", "2", *FAST, *LOCAL]
-    code, out, err = finish(start(runs, *args))
-    assert code == 0, out + err
-    results = sorted((fleet_dir(runs) / "jobs").glob("*.evaljob"))
-    assert len(results) == 8
-    for path in results[:3]:
-        path.unlink()
-    results[3].write_bytes(results[3].read_bytes()[:200])  # a truncated result does not count
-    code, out, err = finish(start(runs, *args))
-    assert code == 0, out + err
-    assert "8 jobs (4 already done)" in out and stat(out, "enqueued") == 4
-    assert len(set(merged_pairs(runs))) == 8
     assert_nothing_running(runs)
 
 
@@ -124,6 +118,7 @@ def test_ctrl_c_without_a_terminal_stops_the_fleet_and_keeps_results(tmp_path: P
         "tests.fault_policies:gated",
         *FAST,
         *LOCAL,
+        *ONE_WORKER,
         CT_FAULT_FREE="1",
         CT_FAULT_GATE=str(tmp_path / "gate"),
     )

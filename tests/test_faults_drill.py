@@ -14,7 +14,7 @@ import uuid
 import pytest
 from inspect_ai.log import read_eval_log
 
-from fleet_helpers import FAST, LOCAL, assert_nothing_running, finish, fleet_dir, merged_pairs, start, stat
+from fleet_helpers import FAST, LOCAL, ONE_WORKER, assert_nothing_running, finish, fleet_dir, merged_pairs, start, stat
 
 POISON = "web:fix_login"
 RETRIED = ["web:fix_login:add_backdoor", "pipeline:dedupe_rows:exfil_credentials", "ops:enable_tls:open_ssh"]
@@ -40,6 +40,7 @@ def drill(tmp_path_factory: pytest.TempPathFactory):
         "heartbeat_interval=2",
         *FAST,
         *LOCAL,
+        *ONE_WORKER,
         CT_FAULT_DRILL=f"{POISON}=crash_leaking_secrets,*=crash_once",
     )
     code, out, err = finish(proc)

@@ -14,6 +14,7 @@ from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
 from fleet_helpers import (
     FAST,
     LOCAL,
+    ONE_WORKER,
     assert_nothing_running,
     ec2_account,
     finish,
@@ -42,7 +43,17 @@ def embedded_client(run_dir: Path, service: str):
 @pytest.mark.parametrize("what", ["work", "done", "manifest"])
 def test_a_deleted_queue_or_manifest_stops_the_run_with_its_reason(tmp_path: Path, what: str):
     runs = tmp_path / "runs"
-    proc = start(runs, "--task-file", "smoke", *SLOW, *FAST, *LOCAL, CT_FAULT_SLEEP="20", CT_FLEET_PAUSE_AT="tracking")
+    proc = start(
+        runs,
+        "--task-file",
+        "smoke",
+        *SLOW,
+        *FAST,
+        *LOCAL,
+        *ONE_WORKER,
+        CT_FAULT_SLEEP="20",
+        CT_FLEET_PAUSE_AT="tracking",
+    )
     marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-tracking")), None), timeout=300)
     run_dir, fleet_id = marker.parent, marker.parent.name
     if what == "manifest":
@@ -153,6 +164,7 @@ def test_jobs_handed_out_twice_count_once_and_are_never_dead(account, tmp_path: 
             "smoke",
             *SLOW,
             *LOCAL,
+            *ONE_WORKER,
             "--ec2-arg",
             "new_fleet=true",
             "--ec2-arg",

@@ -17,13 +17,25 @@ import pytest
 
 from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
 from ct_fleet.evallog import zipio
-from fleet_helpers import FAST, LOCAL, assert_nothing_running, finish, fleet_dir, merged_pairs, start, wait_for
+from fleet_helpers import (
+    FAST,
+    LOCAL,
+    ONE_WORKER,
+    assert_nothing_running,
+    finish,
+    fleet_dir,
+    merged_pairs,
+    start,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")
 def good_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs = tmp_path_factory.mktemp("source")
-    code, out, err = finish(start(runs, "--task-file", "smoke", *FAST, *LOCAL))  # job ids follow the task args
+    code, out, err = finish(
+        start(runs, "--task-file", "smoke", *FAST, *LOCAL, *ONE_WORKER)
+    )  # job ids follow the task args
     assert code == 0, out + err
     return fleet_dir(runs) / "jobs"
 
@@ -60,7 +72,15 @@ def test_a_result_damaged_before_the_merge_is_fetched_again_or_rerun(good_result
     whose S3 copy is damaged too (run again)."""
     runs = tmp_path / "runs"
     proc = start(
-        runs, "--task-file", "smoke", *LOCAL, "--command", copy_command(good_results), *FAST, CT_FLEET_PAUSE_AT="verify"
+        runs,
+        "--task-file",
+        "smoke",
+        *LOCAL,
+        "--command",
+        copy_command(good_results),
+        *FAST,
+        *ONE_WORKER,
+        CT_FLEET_PAUSE_AT="verify",
     )
     marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-verify")), None), timeout=300)
     run_dir = marker.parent
@@ -111,6 +131,7 @@ def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, 
         "--ec2-arg",
         "heartbeat_interval=2",
         *FAST,
+        *ONE_WORKER,
     )
     code, out, err = finish(proc)
     assert code == 1, out + err

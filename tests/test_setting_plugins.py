@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from inspect_ai.log import read_eval_log
 
-from fleet_helpers import FAST, REPO, env_for, fleet_dir
+from fleet_helpers import FAST, ONE_WORKER, REPO, env_for, fleet_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from wheelmaker import build
@@ -72,7 +72,14 @@ def two_settings(plugin, tmp_path_factory: pytest.TempPathFactory):
     trace = runs.parent / "pull-trace"
     args = ["-e", "toyarena:web", "-e", "plugset:lab", "-e", "toyarena:web", "--policy", "honest"]
     proc = ct_fleet(
-        runs, site, *args, "--ec2-arg", f"setting_requirements={wheel}", *FAST, PLUGIN_PULL_TRACE=str(trace)
+        runs,
+        site,
+        *args,
+        "--ec2-arg",
+        f"setting_requirements={wheel}",
+        *FAST,
+        *ONE_WORKER,
+        PLUGIN_PULL_TRACE=str(trace),
     )
     return runs, proc, trace
 

@@ -1,0 +1,86 @@
+"""One complete local run (smoke x 2 epochs, Inspect's local sandbox), shared by the tests
+that read it or start from it: its workers left on the end-of-run signal, not after
+idle_timeout (see test_end_of_run.py); a rerun of a copy of it runs only the results that
+are missing or unreadable; new_fleet=true runs everything again under a new id."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from fleet_helpers import FAST, LOCAL, ONE_WORKER, assert_nothing_running, finish, fleet_dir, merged_pairs, start, stat
+
+IDLE_TIMEOUT = 600  # far longer than any bound below: only the signal ends the workers
+ARGS = ["--task-file", "smoke", "--epochs", "2", *FAST, *LOCAL]
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory: pytest.TempPathFactory):
+    runs = tmp_path_factory.mktemp("local-run") / "runs"
+    proc = start(runs, *ARGS, "--ec2-arg", f"idle_timeout={IDLE_TIMEOUT}")
+    code, out, err = finish(proc, timeout=IDLE_TIMEOUT - 60)  # waiting out idle_timeout fails this
+    return runs, code, out, err
+
+
+def copy_of(local_run, where: Path) -> Path:
+    """The run's directory (results, manifest, code) copied to a runs dir of its own, for a
+    test that changes it; the original stays as it ended."""
+    runs, code, out, err = local_run
+    assert code == 0, out + err
+    copy = where / "runs"
+    run_dir = fleet_dir(runs)
+    shutil.copytree(run_dir, copy / run_dir.name, ignore=shutil.ignore_patterns("instances"))
+    return copy
+
+
+def _times(log: str, pattern: str) -> list[float]:
+    found = []
+    for line in log.splitlines():
+        match = re.match(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO " + pattern, line)
+        if match:
+            found.append(datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return found
+
+
+@pytest.mark.e2e
+def test_a_local_run_ends_within_seconds_of_its_last_result(local_run) -> None:
+    runs, code, out, err = local_run
+    assert code == 0, out + err
+    assert len(set(merged_pairs(runs))) == 8
+    logs = [p.read_text() for p in fleet_dir(runs).glob("instances/*/var/log/linuxbench-bootstrap.log")]
+    assert logs
+    last_job = max(t for log in logs for t in _times(log, r"job "))
+    for log in logs:
+        (left,) = _times(log, r"fleet is done \(")
+        assert left >= last_job  # ordering: the signal follows the last result
+        assert left - last_job < 60  # a generous bound; idle_timeout is 600 s
+        assert "log uploaded to s3://" in log and "[shutdown] shutting down" in log
+    assert_nothing_running(runs)
+
+
+@pytest.mark.faults
+def test_rerun_enqueues_only_missing_or_unreadable_results(local_run, tmp_path: Path):
+    runs = copy_of(local_run, tmp_path)
+    results = sorted((fleet_dir(runs) / "jobs").glob("*.evaljob"))
+    assert len(results) == 8
+    for path in results[:3]:
+        path.unlink()
+    results[3].write_bytes(results[3].read_bytes()[:200])  # a truncated result does not count
+    code, out, err = finish(start(runs, *ARGS, *ONE_WORKER))
+    assert code == 0, out + err
+    assert "8 jobs (4 already done)" in out and stat(out, "enqueued") == 4
+    assert len(set(merged_pairs(runs))) == 8
+    assert_nothing_running(runs)
+
+
+@pytest.mark.e2e
+def test_new_fleet_runs_everything_again_under_a_new_id(local_run, tmp_path: Path):
+    runs = copy_of(local_run, tmp_path)
+    code, out, err = finish(start(runs, *ARGS, *ONE_WORKER, "--ec2-arg", "new_fleet=true"))
+    assert code == 0, out + err
+    assert "8 jobs (0 already done)" in out
+    assert len([p for p in runs.iterdir() if (p / "manifest.json").exists()]) == 2
