@@ -304,6 +304,8 @@ def test_throttling_and_5xx_lose_no_job_and_no_result(account, tmp_path: Path):
             "heartbeat_interval=5",
             "--ec2-arg",
             "retry_backoff=1",
+            "--ec2-arg",
+            "max_workers=1",  # one warm runner's start, not two: the faults are in the calls
             extra_env={"AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": "10"},
             endpoint=proxy.endpoint_url,
         )

@@ -129,7 +129,7 @@ def model_run(account, tmp_path_factory: pytest.TempPathFactory):
         f"bucket={account['bucket']}",
         f"ami_param={account['param']}",
         "auto_confirm=true",
-        "max_workers=2",
+        "max_workers=1",  # one warm runner's start; the key still reaches it through per-instance SSM
         "concurrency_per_worker=2",
         "idle_timeout=5",
     ):

@@ -17,7 +17,7 @@ from inspect_ai.log import list_eval_logs, read_eval_log
 
 from ct_fleet.controller.fleet import merging as fleet_merge
 from ct_fleet.protocol import Manifest, run_layout
-from fleet_helpers import FAST, REPO, env_for, fleet_dir
+from fleet_helpers import FAST, ONE_WORKER, REPO, env_for, fleet_dir
 
 TASK_SOURCE = """
 from inspect_ai import Task, task
@@ -76,7 +76,20 @@ def own_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def fleet_run(own_task: Path, tmp_path_factory: pytest.TempPathFactory):
     runs = tmp_path_factory.mktemp("runs")
-    args = ["eval", f"{own_task}@arith", "-T", "n=8", "-T", "offset=2", "--limit", "6", "--epochs", "2", *FAST]
+    args = [
+        "eval",
+        f"{own_task}@arith",
+        "-T",
+        "n=8",
+        "-T",
+        "offset=2",
+        "--limit",
+        "6",
+        "--epochs",
+        "2",
+        *FAST,
+        *ONE_WORKER,
+    ]
     return runs, ct_fleet(runs, *args)
 
 
@@ -195,10 +208,12 @@ COMMAND = (
 @pytest.mark.e2e
 def test_command_jobs_run_the_task_in_its_own_terms(own_task: Path, tmp_path: Path):
     runs = tmp_path / "runs"
-    args = [f"{own_task}@arith", "-T", "n=8", "-T", "offset=2", "--limit", "3", "--epochs", "2"]
-    proc = ct_fleet(runs, "eval", *args, "--command", COMMAND, *FAST)
+    # Two samples, one scored right and one wrong (3 is a multiple of 3), twice each: every
+    # job a cold `inspect eval` process, the costliest kind of job there is.
+    args = [f"{own_task}@arith", "-T", "n=8", "-T", "offset=2", "--sample-id", "2,3", "--epochs", "2"]
+    proc = ct_fleet(runs, "eval", *args, "--command", COMMAND, *FAST, *ONE_WORKER)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _, log = _merged(runs)
-    assert log.status == "success" and log.eval.dataset.sample_ids == [1, 2, 3]
-    assert [(s.id, s.epoch) for s in log.samples or []] == [(i, e) for e in (1, 2) for i in (1, 2, 3)]
-    assert log.results and log.results.scores[0].metrics["accuracy"].value == pytest.approx(2 / 3)
+    assert log.status == "success" and log.eval.dataset.sample_ids == [2, 3]
+    assert [(s.id, s.epoch) for s in log.samples or []] == [(i, e) for e in (1, 2) for i in (2, 3)]
+    assert log.results and log.results.scores[0].metrics["accuracy"].value == pytest.approx(1 / 2)
