@@ -18,6 +18,37 @@ from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY,
 REPO = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"
 
+# The modules that take longest (fleets, cold Inspect evals; measured with --durations),
+# longest first. They are collected first, so that with bin/test's `--dist loadfile
+# --no-loadscope-reorder` each pytest worker starts on a long one and the last modules
+# left to hand out are short: both workers finish at about the same time. Order only: a
+# module not listed runs after these, in the usual order.
+HEAVY_FIRST = [
+    "test_faults_fleet.py",
+    "test_faults_workers.py",
+    "test_plain_tasks.py",
+    "test_interrupts.py",
+    "test_faults_controller.py",
+    "test_faults_results.py",
+    "test_warm_runner.py",
+    "test_local_run.py",
+    "test_job_failures.py",
+    "test_setting_plugins.py",
+    "test_e2e.py",
+    "test_ec2_mode.py",
+    "test_task_inputs.py",
+    "test_faults_drill.py",
+    "test_model_fleet.py",
+    "test_bad_inputs.py",
+    "test_setting.py",
+    "test_policies.py",
+]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: n for n, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: modules stay whole
+
 
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
