@@ -75,8 +75,6 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer
 @pytest.fixture
 def aws_env(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Point boto3 and the AWS CLI (via --endpoint-url in scripts) at the moto server."""
-    # The session's server leaves after an idle lease (1 h): a slow suite renews it per test.
-    moto_server.renew()
     env = {
         "AWS_ENDPOINT_URL": moto_server.endpoint_url,
         "AWS_ACCESS_KEY_ID": EMBEDDED_ACCESS_KEY,
