@@ -21,7 +21,7 @@ from ...errors import BadInput
 from ...paths import REPO_ROOT
 from ...protocol import START_CONCURRENCY, Ec2Config, knobs
 from ...settings import DEFAULT_SETTING, SettingSources
-from . import code, credentials, estimate, jobs, models, preflight, setting_plan, tasks
+from . import code, credentials, estimate, jobs, models, preflight, setting_plan, sizes, tasks
 from .docker_needs import DockerNeeds, fleet_docker
 from .jobs import FleetTask
 from .request import FleetRequest
@@ -273,6 +273,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         secret_names=secret_names,
         hourly_price=cloud.hourly_price(cfg),
     )
+    sizes.check_sizes(spec.manifest())
     return PlannedFleet(
         spec=spec,
         cloud=cloud,
