@@ -7,6 +7,7 @@ before any run directory, upload or instance exists.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -102,6 +103,8 @@ PLAN_CASES = [
     ({"envs": ["web"], "ec2_args": ["setting_requirements=*"]}, "setting requirement *: not a pip requirement"),
     ({"envs": ["web"], "ec2_args": ["setting_requirements=foo$(id)"]}, "foo$(id): not a pip requirement"),
     ({"envs": ["web"], "ec2_args": ['setting_requirements=foo;os_name=="nt"']}, "no URLs or markers"),
+    ({"task": "{dir}"}, "is a directory; name a task file in it"),
+    ({"task": "{fifo}"}, "is not a regular file"),
     ({"task": "{syntax}"}, "SyntaxError: invalid syntax (syntax.py, line 6)"),
     ({"task": "{type_clash}"}, "sample id 1 is in clash's dataset as 1 and as '1'"),
     ({"task": "{same_id}"}, "sample id 'a' is in clash's dataset twice"),
@@ -117,8 +120,10 @@ def project(tmp_path: Path) -> dict[str, Path]:
     (where / "syntax.py").write_text(SYNTAX_ERROR_TASK)
     (where / "type_clash.py").write_text(_ids_task('[1, 2, "1"]'))
     (where / "same_id.py").write_text(_ids_task('["a", "b", "a"]'))
-    names = ("missing", "broken", "good", "syntax", "type_clash", "same_id")
-    return {name: where / f"{'nope' if name == 'missing' else name}.py" for name in names}
+    os.mkfifo(where / "fifo.py")  # opened by a loader, it would wait for a writer forever
+    names = ("missing", "broken", "good", "syntax", "type_clash", "same_id", "fifo")
+    paths = {name: where / f"{'nope' if name == 'missing' else name}.py" for name in names}
+    return {**paths, "dir": where}
 
 
 @pytest.fixture

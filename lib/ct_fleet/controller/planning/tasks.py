@@ -92,6 +92,12 @@ def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
         return Located("registry", task, task, None)
     if not path.exists():
         raise BadInput(f"task {task}: no such file {path}")
+    if path.is_dir():
+        # Inspect runs every task of every file under a directory, but a job names one
+        # file; which ran would be a guess, so the user names it.
+        raise BadInput(f"task {task}: is a directory; name a task file in it ({file_part.rstrip('/')}/FILE.py[@NAME])")
+    if not path.is_file():
+        raise BadInput(f"task {task}: {path} is not a regular file")
     path = path.resolve()
     suffix = f"@{name}" if name else ""
     display = _cwd_relative(path)
@@ -103,7 +109,7 @@ def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
         if path.is_relative_to(tree):
             rel = (Path(tree.name) / path.relative_to(tree)).as_posix()
             return Located("extra", rel + suffix, rel + suffix, display)
-    directory = path if path.is_dir() else path.parent
+    directory = path.parent
     if sum(len(files) for _, _, files in os.walk(directory)) > IMPLICIT_TREE_MAX_FILES:
         raise BadInput(
             f"task {task}: its directory {directory} holds over {IMPLICIT_TREE_MAX_FILES} files; "
