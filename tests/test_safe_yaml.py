@@ -82,3 +82,12 @@ def test_a_whole_number_beyond_64_bits_is_refused_not_a_crash():
 def test_a_bad_date_is_bad_yaml_not_a_crash():
     with pytest.raises(BadInput, match=r"f.yml: not valid YAML \(month must be in 1..12\)"):
         safe_yaml.load("when: 2024-13-01\n", "f.yml")
+
+
+def test_a_huge_number_in_a_jsonl_task_file_is_bad_json_not_a_crash(tmp_path: Path):
+    from ct_fleet.controller.planning.jobs import load_task_file
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"env": "web", "main_task": "x"}\n{"env": ' + "1" * 5000 + "}\n")
+    with pytest.raises(BadInput, match=r"t.jsonl:2: not valid JSON \(a number of 5,000 digits\)"):
+        load_task_file(path)

@@ -185,8 +185,7 @@ def probe(
     if located.root == "code" and not (shipped.image / _split(located.spec)[0]).exists():
         raise BadInput(f"task {display}: not tracked by git, so it would not ship (git add it)")
     request = {"spec": located.probe_spec, "task_args": task_args, "limit": limit, "sample_id": sample_id}
-    answer = _run_probe(request, cwd, shipped, display)
-    answers = answer["tasks"]
+    answers = _run_probe(request, cwd, shipped, display)["tasks"]
     if not answers and located.root == "registry":
         raise BadInput(f"task {display}: no such task (not a file here, and no installed package registers it)")
     if not answers:
