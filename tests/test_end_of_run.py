@@ -18,7 +18,7 @@ from ct_fleet.protocol import WorkMessage, decode_reports, queue_names
 from ct_fleet.protocol.stop import MARKER_POLL, is_stop
 from ct_fleet.services import queues, session, stop, store
 from ct_fleet.worker.loop import Worker, WorkerSettings
-from fleet_helpers import FAST, LOCAL, fleet_dir, merged_pairs
+from fleet_helpers import LOCAL, fleet_dir, merged_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET = "end-of-run-test"
@@ -153,7 +153,16 @@ def test_a_local_run_ends_within_seconds_of_its_last_result(tmp_path: Path) -> N
 
     runs = tmp_path / "runs"
     proc = start(
-        runs, "--task-file", "smoke", "--epochs", "2", *FAST, *LOCAL, "--ec2-arg", f"idle_timeout={IDLE_TIMEOUT}"
+        runs,
+        "--task-file",
+        "smoke",
+        "--epochs",
+        "2",
+        *LOCAL,
+        "--ec2-arg",
+        f"idle_timeout={IDLE_TIMEOUT}",
+        "--ec2-arg",
+        "retry_backoff=1",
     )
     code, out, err = finish(proc, timeout=IDLE_TIMEOUT - 60)  # waiting out idle_timeout fails this
     assert code == 0, out + err

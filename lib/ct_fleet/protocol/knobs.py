@@ -326,13 +326,13 @@ def parse_ec2_args(pairs: Iterable[str], cls: type[Ec2Config] = Ec2Config) -> di
         if not sep:
             raise BadInput(f"--ec2-arg {pair!r}: write key=value")
         _check_key(key, cls)
+        values[key] = _coerce(key, raw, "--ec2-arg", cls)  # a bad value is named for itself first
         if key in given:
             # Which one was meant is a guess either way; a silent last-wins hides a typo.
             raise BadInput(
                 f"--ec2-arg {key} is given twice ({key}={r.shown(given[key])} and {key}={r.shown(raw)}): keep one"
             )
         given[key] = raw
-        values[key] = _coerce(key, raw, "--ec2-arg", cls)
     return values
 
 
