@@ -7,6 +7,7 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -150,6 +151,14 @@ def ec2_account(endpoint_url: str, runs: Path, dotenv: str = "") -> dict:
     return {"kw": kw, "bucket": bucket, "param": param, "runs": runs, "client": lambda svc: boto3.client(svc, **kw)}
 
 
+def ec2_defaults(defaults: dict[str, str], args: Sequence[str]) -> list[str]:
+    """--ec2-arg KEY=VALUE for each default that `args` do not set, then `args`: ct-fleet
+    refuses a knob given twice, so a test's own value replaces the default instead."""
+    given = {args[i + 1].partition("=")[0] for i in range(len(args) - 1) if args[i] == "--ec2-arg"}
+    pairs = [("--ec2-arg", f"{key}={value}") for key, value in defaults.items() if key not in given]
+    return [*(part for pair in pairs for part in pair), *args]
+
+
 def start_ec2(account: dict, *args: str, **extra: str) -> subprocess.Popen[str]:
     """`bin/ct-fleet eval --ec2` against the account's moto server; instances run locally."""
     env = env_for(account["runs"], **extra)
@@ -164,13 +173,7 @@ def start_ec2(account: dict, *args: str, **extra: str) -> subprocess.Popen[str]:
         str(REPO / "bin" / "ct-fleet"),
         "eval",
         "--ec2",
-        "--ec2-arg",
-        f"bucket={account['bucket']}",
-        "--ec2-arg",
-        f"ami_param={account['param']}",
-        "--ec2-arg",
-        "auto_confirm=true",
-        *args,
+        *ec2_defaults({"bucket": account["bucket"], "ami_param": account["param"], "auto_confirm": "true"}, args),
     ]
     return subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL

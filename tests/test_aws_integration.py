@@ -35,6 +35,19 @@ def test_queues_redrive_to_the_dlq_after_max_receives(aws_client):
     assert dead["Body"] == "poison"
 
 
+def test_large_messages_are_sent_in_batches_sqs_accepts(aws_client):
+    """Ten bodies of 120 KiB, each one within SQS's limit: in one SendMessageBatch, BatchRequestTooLong."""
+    sqs = aws_client("sqs")
+    q = queues.ensure_queues(sqs, _fid(), visibility_timeout=30, max_receive_count=3)
+    bodies = [f"{i:02d}" + "x" * (120 << 10) for i in range(10)]
+    assert queues.send_batch(sqs, q.work, bodies) == 10
+    seen = []
+    while got := queues.receive(sqs, q.work, wait=0):
+        seen += [m["Body"][:2] for m in got]
+        queues.delete_batch(sqs, q.work, [m["ReceiptHandle"] for m in got])
+    assert sorted(seen) == [f"{i:02d}" for i in range(10)]
+
+
 def test_batched_send_receive_delete_moves_every_message_once(aws_client):
     sqs = aws_client("sqs")
     q = queues.ensure_queues(sqs, _fid(), visibility_timeout=30, max_receive_count=3)

@@ -25,6 +25,8 @@ import boto3
 import psutil
 import pytest
 
+from fleet_helpers import ec2_defaults
+
 REPO = Path(__file__).resolve().parents[1]
 FORKERS = 3  # cases run side by side (most of a case is moto round trips and file checks)
 # The first test's setup runs every case (a few at a time): give it room on a busy machine.
@@ -428,7 +430,8 @@ def run_case(case: Case, base: Path, account: dict[str, Any], forkers: queue.Que
         if not args[at + 1]:
             del args[at : at + 2]  # an empty --task-file means "choose with -e"
     if case.ec2:
-        base_args += ["--ec2", *ec2("bucket", account["bucket"]), *ec2("auto_confirm", "true")]
+        base_args += ["--ec2", *ec2_defaults({"bucket": account["bucket"], "auto_confirm": "true"}, args)]
+        args = []
     out, err = case_dir / "stdout.txt", case_dir / "stderr.txt"
     forker = forkers.get()
     try:

@@ -16,6 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from fleet_helpers import ec2_defaults
+
 REPO = Path(__file__).resolve().parents[1]
 CANARY = "canary-" + uuid.uuid4().hex
 
@@ -68,21 +70,19 @@ def run_ec2(
         "smoke",
         "--epochs",
         "1",
-        "--ec2-arg",
-        f"bucket={account['bucket']}",
-        "--ec2-arg",
-        f"ami_param={account['param']}",
-        "--ec2-arg",
-        "auto_confirm=true",
-        "--ec2-arg",
-        "max_workers=2",
-        "--ec2-arg",
-        "concurrency_per_worker=2",
-        "--ec2-arg",
-        "idle_timeout=5",
         "-T",
         "sandbox=local",
-        *args,
+        *ec2_defaults(
+            {
+                "bucket": account["bucket"],
+                "ami_param": account["param"],
+                "auto_confirm": "true",
+                "max_workers": "2",
+                "concurrency_per_worker": "2",
+                "idle_timeout": "5",
+            },
+            args,
+        ),
     ]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 

@@ -77,7 +77,8 @@ def nothing_left(account, fleet_id: str) -> None:
 def test_interrupt_at_any_phase_leaves_no_secret_and_no_worker(account, phase: str, sig: int):
     # Workers linger after the last job (idle_timeout) so that the end-of-run wait has some to wait for.
     idle = "60" if phase == "end-wait" else "3"
-    proc = start_ec2(account, *ONE_JOB, *NEW, "--ec2-arg", f"idle_timeout={idle}", CT_FLEET_PAUSE_AT=phase)
+    one_job = [a.replace("idle_timeout=3", f"idle_timeout={idle}") for a in ONE_JOB]
+    proc = start_ec2(account, *one_job, *NEW, CT_FLEET_PAUSE_AT=phase)
     fleet_id = paused_fleet(account, phase)
     if phase != "merge":  # a complete run deletes its queues before the merge
         assert account["client"]("sqs").get_queue_url(QueueName=f"lb-fleet-{fleet_id}-work")["QueueUrl"]

@@ -3,6 +3,7 @@ and handed to every job next to the policy; the setting's compose files decide D
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,33 @@ def test_the_setting_decides_whether_docker_is_needed(tmp_path: Path):
 def test_the_setting_refuses_what_its_task_does_not_take(tmp_path: Path, pair: str, message: str):
     with pytest.raises(BadInput, match=message):
         plan(tmp_path, pair)
+
+
+@pytest.mark.parametrize(
+    "pair,message",
+    [
+        ("xs=[&a [1,2], *a, *a]", "-T xs: YAML anchors"),
+        ("x=*a", "-T x: YAML aliases"),
+        ("n=" + "1" * 120_000, "over the 32,768-byte limit of one value"),
+        ("n=" + "9" * 24, "-T n: the number " + "9" * 24 + " is beyond 64 bits"),
+    ],
+)
+def test_values_that_amplify_or_overflow_are_refused(pair: str, message: str):
+    with pytest.raises(BadInput, match=re.escape(message)):
+        parse_task_args([pair])
+
+
+def test_text_that_is_not_yaml_stays_the_text_typed():
+    assert parse_task_args(["x=a: [1", "d=2024-13-01", "q='9999999999999999999999999'"]) == {
+        "x": "a: [1",
+        "d": "2024-13-01",
+        "q": "9999999999999999999999999",
+    }
+
+
+def test_arguments_too_large_for_a_work_message_are_refused_before_launch(tmp_path: Path):
+    """Each value is under its own limit; together they make a message SQS would refuse."""
+    big = [f"a{i}=" + "x" * (30 << 10) for i in range(9)]
+    request = FleetRequest(task_file="smoke", model_args=big, runs_dir=tmp_path, dotenv=tmp_path / ".env")
+    with pytest.raises(BadInput, match=r"one job's work message would be [\d,]+ bytes, over SQS's 262,144-byte limit"):
+        plan_fleet(request)

@@ -7,6 +7,7 @@ before any run directory, upload or instance exists.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -34,6 +35,28 @@ from inspect_ai.dataset import MemoryDataset, Sample
 def fine():
     return Task(dataset=MemoryDataset([Sample(id=1, input="x")]))
 """
+
+SYNTAX_ERROR_TASK = """
+from inspect_ai import Task, task
+
+
+@task
+def broken(:
+    return Task()
+"""
+
+
+def _ids_task(ids: str) -> str:
+    return f"""
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+
+
+@task
+def clash():
+    return Task(dataset=MemoryDataset([Sample(id=i, input="x") for i in {ids}]))
+"""
+
 
 UNTRACKED = f"untracked_policy_{uuid.uuid4().hex[:8]}"
 
@@ -65,6 +88,26 @@ PLAN_CASES = [
     ({"envs": ["os:path"]}, "setting 'os' found in no source"),  # importable, but not a setting
     ({"envs": ["toyarena:web", "toyarena:nowhere"]}, "unknown env 'nowhere'"),
     ({"envs": ["web"], "ec2_args": ["setting_requirements=/no/such.whl"]}, "no such wheel file"),
+    # Once accepted silently, or a crash:
+    ({"task": "{good}@"}, "no task name after @; write"),
+    ({"task": "{good}", "sample_ids": [",,,"]}, "--sample-id ',,,': no sample ids in it"),
+    ({"task": "{good}", "environ": {"CT_FLEET_EC2": "banana"}}, "CT_FLEET_EC2=banana: expected true or false"),
+    ({"task": "{good}", "ec2_args": ["job_memory_mb=-1"]}, "job_memory_mb=-1: must be at least 0"),
+    ({"task": "{good}", "ec2_args": ["forward_env=PATH"]}, "PATH is a system variable of the worker's own"),
+    ({"task": "{good}", "ec2_args": ["forward_env=MY_KEY,LD_PRELOAD"]}, "LD_PRELOAD is a system variable"),
+    ({"task": "{good}", "ec2_args": ["forward_env=A B"]}, "A B is not a variable name"),
+    (
+        {"task": "{good}", "ec2_args": ["max_workers=2", "max_workers=3"]},
+        "--ec2-arg max_workers is given twice (max_workers=2 and max_workers=3): keep one",
+    ),
+    ({"envs": ["web"], "ec2_args": ["setting_requirements=*"]}, "setting requirement *: not a pip requirement"),
+    ({"envs": ["web"], "ec2_args": ["setting_requirements=foo$(id)"]}, "foo$(id): not a pip requirement"),
+    ({"envs": ["web"], "ec2_args": ['setting_requirements=foo;os_name=="nt"']}, "no URLs or markers"),
+    ({"task": "{dir}"}, "is a directory; name a task file in it"),
+    ({"task": "{fifo}"}, "is not a regular file"),
+    ({"task": "{syntax}"}, "SyntaxError: invalid syntax (syntax.py, line 6)"),
+    ({"task": "{type_clash}"}, "sample id 1 is in clash's dataset as 1 and as '1'"),
+    ({"task": "{same_id}"}, "sample id 'a' is in clash's dataset twice"),
 ]
 
 
@@ -74,7 +117,13 @@ def project(tmp_path: Path) -> dict[str, Path]:
     where.mkdir()
     (where / "broken.py").write_text(BROKEN_TASK)
     (where / "good.py").write_text(GOOD_TASK)
-    return {"missing": where / "nope.py", "broken": where / "broken.py", "good": where / "good.py"}
+    (where / "syntax.py").write_text(SYNTAX_ERROR_TASK)
+    (where / "type_clash.py").write_text(_ids_task('[1, 2, "1"]'))
+    (where / "same_id.py").write_text(_ids_task('["a", "b", "a"]'))
+    os.mkfifo(where / "fifo.py")  # opened by a loader, it would wait for a writer forever
+    names = ("missing", "broken", "good", "syntax", "type_clash", "same_id", "fifo")
+    paths = {name: where / f"{'nope' if name == 'missing' else name}.py" for name in names}
+    return {**paths, "dir": where}
 
 
 @pytest.fixture

@@ -20,13 +20,12 @@ fetch_wheels() {
 }
 
 install_requirements() {
-  local wheels reqs=() req wheel
+  local wheels reqs=() wheel
   wheels=$(mktemp -d)
   fetch_wheels "$wheels"
-  # Word splitting is the list format: requirements never hold spaces (the controller checks).
-  for req in ${SETTING_REQUIREMENTS:-}; do
-    reqs+=("$req")
-  done
+  # Space-separated words (the controller refuses spaces); read -a splits them without
+  # globbing, which an unquoted expansion would do (foo[extra] is a glob pattern too).
+  read -r -a reqs <<<"${SETTING_REQUIREMENTS:-}"
   for wheel in "$wheels"/*.whl; do
     [[ -f $wheel ]] && reqs+=("$wheel")
   done

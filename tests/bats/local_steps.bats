@@ -220,6 +220,20 @@ EOF
   [ "$status" -ne 0 ]
 }
 
+@test "settings-pull: requirements reach uv as written, never globbed" {
+  settings_code
+  make_uv_stub
+  # foo[ab] (foo with the extra "ab") is also a glob that matches fooa: an unquoted
+  # expansion would have uv install "fooa".
+  mkdir -p "$BATS_TEST_TMPDIR/cwd"
+  cd "$BATS_TEST_TMPDIR/cwd"
+  touch fooa
+  fleet_env "SETTINGS=toyarena" "SETTING_REQUIREMENTS=foo[ab] bar"
+  LB_VENV="$TEST_VENV" run "$WORKER_DIR/settings-pull.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$(calls uv)" "pip install --python $TEST_VENV/bin/python foo[ab] bar"
+}
+
 @test "settings-pull: no SETTINGS does nothing" {
   # No code and no venv: anything it tried to run would fail.
   run "$WORKER_DIR/settings-pull.sh"

@@ -128,7 +128,8 @@ def eval_command(
             ec2_args=ec2_args,
         )
     )
-    if planned.cloud.bills and not _confirm_cost(planned):
+    # estimate=true stops every cloud: on the embedded one it is a rehearsal of the real run.
+    if (planned.cloud.bills or planned.spec.config.estimate) and not _confirm_cost(planned):
         return
     if planned.large and not _confirm_large(planned):
         return

@@ -7,10 +7,19 @@ the file its full traceback was written to, and exits 1.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
-from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
+from botocore.exceptions import (
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    ProfileNotFound,
+    SSOError,
+    TokenRetrievalError,
+)
 from rich.markup import escape
 
 from ..errors import BadInput
@@ -21,6 +30,19 @@ from .crash import write_crash_report
 def _one_line(text: object) -> str:
     lines = str(text).strip().splitlines()
     return lines[0][:400] if lines else ""
+
+
+def _login_hint(exc: Exception) -> str:
+    profile = os.environ.get("AWS_PROFILE")
+    login = f"aws sso login --profile {profile or 'PROFILE'}"
+    if isinstance(exc, ProfileNotFound):
+        return f"{_one_line(exc)}: name a profile of ~/.aws/config in AWS_PROFILE (`aws configure sso` makes one)"
+    if isinstance(exc, SSOError | TokenRetrievalError):
+        return f"the AWS SSO session has expired or is missing: run `{login}`"
+    return (
+        f"no AWS credentials: run `{login}` and export AWS_PROFILE={profile or 'PROFILE'}, "
+        "or put AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in .env"
+    )
 
 
 class CtFleetGroup(click.Group):
@@ -46,6 +68,10 @@ class CtFleetGroup(click.Group):
         except KeyboardInterrupt:
             err.print("interrupted", highlight=False)
             sys.exit(130)
+        except (NoCredentialsError, PartialCredentialsError, ProfileNotFound, SSOError, TokenRetrievalError) as exc:
+            # Bad input too: this machine is not logged in to AWS (status, logs, cloud status, --ec2).
+            err.print(f"error: {_login_hint(exc)}", highlight=False, markup=False, soft_wrap=True)
+            sys.exit(BadInput.exit_code)
         except (EndpointConnectionError, ConnectTimeoutError) as exc:
             # Not a bug: the network, or an endpoint that is not there (AWS_ENDPOINT_URL).
             err.print(

@@ -81,6 +81,55 @@ def worker_setup(value: str) -> str:
     return value
 
 
+# The worker's own environment, not secrets: forwarded, they would replace the worker's
+# values (PATH, HOME) with the launching machine's.
+SYSTEM_VARIABLES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "PWD",
+        "OLDPWD",
+        "TERM",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "HOSTNAME",
+        "DISPLAY",
+        "EDITOR",
+        "PAGER",
+        "MAIL",
+        "SHLVL",
+        "IFS",
+        "PS1",
+        "PS4",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "VIRTUAL_ENV",
+        "BASH_ENV",
+        "ENV",
+        "CDPATH",
+        "XDG_RUNTIME_DIR",
+    }
+)
+SYSTEM_PREFIXES = ("LC_", "LD_", "SSH_", "XDG_", "BASH_FUNC_", "DYLD_")
+
+
+def secret_names(value: str) -> str:
+    """NAME,... of variables to forward as secrets: names, none of them the system's own."""
+    for name in (n.strip() for n in value.split(",")):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
+            raise ValueError(f"{shown(name) or 'an empty name'} is not a variable name (letters, digits and _)")
+        if name in SYSTEM_VARIABLES or name.startswith(SYSTEM_PREFIXES):
+            raise ValueError(
+                f"{name} is a system variable of the worker's own, not a secret: forward only secrets (API keys, tokens)"
+            )
+    return value
+
+
 def _no_bool(value: Any) -> Any:
     # YAML's `true` would otherwise be read as the number 1.
     if isinstance(value, bool):

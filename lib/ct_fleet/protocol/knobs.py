@@ -160,6 +160,7 @@ class Ec2Config:
     job_memory_mb: int = knob(
         0,
         "MB of RSS one job may use before it is killed (class memory); 0: half the worker's RAM",
+        rule=r.whole(0, 16 << 20),
         worker="JOB_MEMORY_MB",
     )
     warm_runner: bool = knob(
@@ -174,7 +175,9 @@ class Ec2Config:
         identity=True,
         worker="WORKER_SETUP",
     )
-    forward_env: str | None = knob(None, "NAME,... of more variables jobs get, as per-instance SSM secrets")
+    forward_env: str | None = knob(
+        None, "NAME,... of more variables jobs get, as per-instance SSM secrets", rule=r.text(r.secret_names)
+    )
     setting_requirements: str | None = knob(
         None,
         "pip requirements (or .whl paths), comma-separated, workers install before settings-pull",
@@ -316,13 +319,20 @@ def _check_key(key: str, cls: type[Ec2Config]) -> None:
 
 def parse_ec2_args(pairs: Iterable[str], cls: type[Ec2Config] = Ec2Config) -> dict[str, Any]:
     values: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         key = key.strip()
         if not sep:
             raise BadInput(f"--ec2-arg {pair!r}: write key=value")
         _check_key(key, cls)
-        values[key] = _coerce(key, raw, "--ec2-arg", cls)
+        values[key] = _coerce(key, raw, "--ec2-arg", cls)  # a bad value is named for itself first
+        if key in given:
+            # Which one was meant is a guess either way; a silent last-wins hides a typo.
+            raise BadInput(
+                f"--ec2-arg {key} is given twice ({key}={r.shown(given[key])} and {key}={r.shown(raw)}): keep one"
+            )
+        given[key] = raw
     return values
 
 

@@ -14,6 +14,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 SCHEMA = 2
+# SQS's default MaximumMessageSize (the queues are created with it), which is also the
+# most one SendMessageBatch call may carry in all.
+MAX_MESSAGE_BYTES = 256 * 1024
 
 # Outcomes of one attempt. "success" and "sample_error" are final and leave a result in S3,
 # "failed" is final without one (a timeout), "skipped_duplicate" means the result was

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from ..protocol import queue_names
+from ..protocol.messages import MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -76,10 +77,26 @@ def _chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
         yield items[start : start + size]
 
 
+def _batches(bodies: Sequence[str]) -> Iterable[list[str]]:
+    """Up to BATCH bodies a call, within what one call may carry in all (SQS refuses the
+    whole batch past it: BatchRequestTooLong)."""
+    batch: list[str] = []
+    size = 0
+    for body in bodies:
+        length = len(body.encode())
+        if batch and (len(batch) == BATCH or size + length > MAX_MESSAGE_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(body)
+        size += length
+    if batch:
+        yield batch
+
+
 def send_batch(sqs: SQSClient, url: str, bodies: Sequence[str]) -> int:
-    """Send every body, 10 per call; entries that fail inside a batch are resent."""
+    """Send every body, 10 per call at most; entries that fail inside a batch are resent."""
     sent = 0
-    for chunk in _chunks(list(bodies)):
+    for chunk in _batches(bodies):
         pending = {str(i): body for i, body in enumerate(chunk)}
         for attempt in range(8):
             resp = sqs.send_message_batch(

@@ -114,6 +114,13 @@ def _task_from_mapping(entry: object, where: str) -> TaskSpec:
     return TaskSpec(task.env, task.main_task, task.side_task, task.setting)
 
 
+def _json_int(text: str) -> int:
+    # Past 4,300 digits int() raises a ValueError of its own, after a slow parse.
+    if len(text) > safe_yaml.INT_MAX_CHARS:
+        raise ValueError(f"a number of {len(text):,} digits")
+    return int(text)
+
+
 def load_task_file(path: Path) -> list[TaskSpec]:
     text = safe_yaml.read_text(path, max_bytes=MAX_TASK_FILE_BYTES, what="task file")
     if path.suffix == ".jsonl":
@@ -122,9 +129,12 @@ def load_task_file(path: Path) -> list[TaskSpec]:
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             try:
-                entry = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as exc:
-                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+                entry = json.loads(line, parse_int=_json_int)
+            except (ValueError, RecursionError) as exc:
+                if isinstance(exc, RecursionError):
+                    reason = "nested too deeply"
+                else:
+                    reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
                 raise BadInput(f"{path}:{number}: not valid JSON ({reason})") from None
             tasks.append(_task_from_mapping(entry, f"{path}:{number}"))
     else:

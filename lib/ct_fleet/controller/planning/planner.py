@@ -16,12 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from ...cloud import Cloud, open_cloud
 from ...errors import BadInput
 from ...paths import REPO_ROOT
 from ...protocol import START_CONCURRENCY, Ec2Config, knobs
+from ...protocol.knob_rules import shown
 from ...settings import DEFAULT_SETTING, SettingSources
-from . import code, credentials, estimate, jobs, models, preflight, setting_plan, tasks
+from . import code, credentials, estimate, jobs, models, preflight, setting_plan, sizes, tasks
 from .docker_needs import DockerNeeds, fleet_docker
 from .jobs import FleetTask
 from .request import FleetRequest
@@ -30,6 +33,8 @@ from .runconfig import load_run_config
 from .shipped import ShippedCode
 from .spec import FleetSpec
 from .task_args import parse_kv
+
+BOOL = TypeAdapter(bool)  # pydantic's words for true and false, as --ec2-arg spot=... takes them
 
 
 @dataclass
@@ -95,7 +100,15 @@ def use_ec2(request: FleetRequest, defaults: dict[str, Any]) -> bool:
         return request.ec2
     if "ec2" in defaults:
         return bool(defaults["ec2"])
-    return request.environ.get("CT_FLEET_EC2", "").strip().lower() in ("1", "true", "yes", "on")
+    raw = request.environ.get("CT_FLEET_EC2", "").strip()
+    if not raw:
+        return False
+    try:
+        return BOOL.validate_python(raw)
+    except ValidationError:
+        raise BadInput(
+            f"CT_FLEET_EC2={shown(raw)}: expected true or false (1/0, yes/no); unset it to run the local fleet"
+        ) from None
 
 
 def _knobs(
@@ -198,6 +211,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     """Validate the request and decide the fleet; raises BadInput, changes nothing."""
     env = dict(request.environ)
     assert request.runs_dir is not None and request.dotenv is not None
+    preflight.check_runs_dir(request.runs_dir, env)
     defaults, config_args = load_run_config(request.config_path, request.attack)
     task = request.task or defaults.get("task")
     model = request.model or defaults.get("model") or "mockllm/model"
@@ -273,6 +287,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         secret_names=secret_names,
         hourly_price=cloud.hourly_price(cfg),
     )
+    sizes.check_sizes(spec.manifest())
     return PlannedFleet(
         spec=spec,
         cloud=cloud,

@@ -9,6 +9,7 @@ tasks.py), not against whatever happens to be importable on the launching machin
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,21 @@ MAX_COMMAND = 10_000
 REGISTRY = re.compile(
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?::[0-9]{1,5})?"
 )
+
+
+def check_runs_dir(runs: Path, environ: dict[str, str]) -> None:
+    """The runs directory is a directory this user may write, or can be made one."""
+    named = f"CT_FLEET_RUNS={runs}" if environ.get("CT_FLEET_RUNS") else f"the runs directory {runs}"
+    fix = "point CT_FLEET_RUNS at a directory you can write" if environ.get("CT_FLEET_RUNS") else "make it writable"
+    existing = runs
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is" if existing == runs else f"is under {existing}, which is"
+        raise BadInput(f"{named} {where} not a directory: {fix}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "is not writable" if existing == runs else f"cannot be made: {existing} is not writable"
+        raise BadInput(f"{named} {where}: {fix}")
 
 
 def check_model(model: str) -> None:

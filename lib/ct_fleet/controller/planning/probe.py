@@ -1,6 +1,6 @@
 """Load a plain Inspect task once, as a worker would, and list its samples under a selection.
 
-    python -m ct_fleet.controller.planning.probe < request.json > answer.json
+    python -m ct_fleet.controller.planning.probe ANSWER.json < request.json
 
 Run by controller/tasks.py in a subprocess whose working directory is the shipped code
 image and whose sys.path is a worker's (the code's lib, examples/settings, the unpacked
@@ -8,9 +8,12 @@ image and whose sys.path is a worker's (the code's lib, examples/settings, the u
 in that throwaway process, not in the controller.
 
 Request: {"spec": ..., "task_args": {...}, "limit": N | [start, stop] | null,
-"sample_id": [patterns] | null}. Answer: {"tasks": [{"name", "sample_ids", "epochs",
-"registry_name", "sandbox_types"}]} with each task's selected ids in dataset order, with their types; or
-exit 1 with the error on one line, last on stderr.
+"sample_id": [patterns] | null}. Answer, written to the file named on the command line:
+{"tasks": [{"name", "sample_ids", "epochs", "registry_name", "sandbox_types", "id_clash"}]}
+with each task's selected ids in dataset order, with their types, and the first two ids
+of its dataset that are the same id (1 and "1" too: Inspect refuses such a dataset); or
+{"error": one line}, with exit status 1. The answer has a file of its own because the
+user's code may print anything on stdout and stderr.
 
 Inspect's task loader and `slice_dataset` (private, through ct_fleet/inspect_private.py)
 make the selection exactly the one `inspect eval` makes.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -46,6 +50,13 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
         for index, sample in enumerate(dataset):
             if sample.id is None:
                 sample.id = index + 1
+        seen: dict[str, Any] = {}
+        clash = None
+        for sample in dataset:
+            key = str(sample.id)
+            if key in seen and clash is None:
+                clash = [seen[key], sample.id]
+            seen.setdefault(key, sample.id)
         chosen = slice_dataset(dataset, tuple(limit) if isinstance(limit, list) else limit, request.get("sample_id"))
         answers.append(
             {
@@ -54,21 +65,35 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
                 "epochs": task.epochs,
                 "registry_name": task.registry_name,
                 "sandbox_types": sorted({t for t in map(_sandbox_type, [task, *chosen]) if t}),
+                "id_clash": clash,
             }
         )
+    if not tasks:
+        _why_no_tasks(str(request["spec"]))
     return {"tasks": answers}
 
 
+def _why_no_tasks(spec: str) -> None:
+    """Inspect finds tasks by parsing a file, and skips a file that does not parse: a
+    syntax error would read as "no @task in it". Compile what was named to show it."""
+    path = Path(spec.rpartition("@")[0] or spec)
+    files = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.suffix == ".py" else []
+    for file in files:
+        if file.is_file():
+            compile(file.read_bytes(), str(file), "exec")
+
+
 def main() -> int:
+    answer_path = Path(sys.argv[1])
     request = json.load(sys.stdin)
+    code = 0
     try:
         answer = probe(request)
     except BaseException as exc:  # the user's code: anything may come out of it
         text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        print(f"{type(exc).__name__}: {text[:400]}".rstrip(": "), file=sys.stderr)
-        return 1
-    json.dump(answer, sys.stdout)
-    return 0
+        answer, code = {"error": f"{type(exc).__name__}: {text[:400]}".rstrip(": ")}, 1
+    answer_path.write_text(json.dumps(answer))
+    return code
 
 
 if __name__ == "__main__":

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from ...errors import BadInput
+from ...protocol.knob_rules import shown
 from ...settings import DEFAULT_SETTING, Setting, SettingSources, find_setting
 from . import jobs as plan
 from .jobs import FleetTask, TaskSpec
@@ -88,8 +91,26 @@ def plan_requirements(requirements: Sequence[str]) -> Requirements:
                 raise BadInput(f"setting requirement {req}: no such wheel file")
             wheels.append(path.resolve())
         else:
-            specs.append(req)
+            specs.append(_requirement(req))
     return Requirements(specs, wheels)
+
+
+# A requirement crosses a shell on workers as a word; PEP 508 allows more than a word
+# needs (URLs, markers with quotes and spaces), which are refused here rather than quoted.
+WORD = re.compile(r"[A-Za-z0-9._\-\[\],<>=!~]+")
+
+
+def _requirement(req: str) -> str:
+    try:
+        Requirement(req)
+    except InvalidRequirement as exc:
+        reason = str(exc).splitlines()[0]
+        raise BadInput(
+            f"setting requirement {shown(req)}: not a pip requirement ({reason}); write name[extras]>=version"
+        ) from None
+    if not WORD.fullmatch(req):
+        raise BadInput(f"setting requirement {shown(req)}: write name[extras] and versions only (no URLs or markers)")
+    return req
 
 
 def locked_names(lock: Path) -> set[str]:

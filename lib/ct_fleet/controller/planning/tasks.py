@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from .shipped import ShippedCode
 # probably a home or temp directory, not a project.
 IMPLICIT_TREE_MAX_FILES = 2000
 PROBE_TIMEOUT = 300
+PROBE_LOG_TAIL = 8192
 
 
 def parse_limit(text: str | None) -> int | list[int] | None:
@@ -48,6 +50,10 @@ def parse_limit(text: str | None) -> int | list[int] | None:
 
 def parse_sample_ids(values: Sequence[str]) -> list[str] | None:
     ids = [part.strip() for value in values for part in value.split(",") if part.strip()]
+    if values and not ids:
+        # Inspect reads no ids as no selection: every sample would run.
+        shown = " ".join(repr(v) for v in values)[:60]
+        raise BadInput(f"--sample-id {shown}: no sample ids in it; write --sample-id ID[,ID...] or leave it out")
     return ids or None
 
 
@@ -77,12 +83,21 @@ def _cwd_relative(path: Path) -> str:
 def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
     """Find TASK (a file, file@name or a registered name) before anything is packed."""
     file_part, name = _split(task)
+    if name == "":
+        # Inspect reads an empty name as none: every task of the file would run.
+        raise BadInput(f"task {task}: no task name after @; write {file_part}@NAME, or {file_part} for all its tasks")
     path = Path(file_part).expanduser()
     if not (path.suffix == ".py" or path.is_file() or path.is_dir()):
         # A registered name: Inspect's registry on a worker (installed packages) must know it.
         return Located("registry", task, task, None)
     if not path.exists():
         raise BadInput(f"task {task}: no such file {path}")
+    if path.is_dir():
+        # Inspect runs every task of every file under a directory, but a job names one
+        # file; which ran would be a guess, so the user names it.
+        raise BadInput(f"task {task}: is a directory; name a task file in it ({file_part.rstrip('/')}/FILE.py[@NAME])")
+    if not path.is_file():
+        raise BadInput(f"task {task}: {path} is not a regular file")
     path = path.resolve()
     suffix = f"@{name}" if name else ""
     display = _cwd_relative(path)
@@ -94,7 +109,7 @@ def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
         if path.is_relative_to(tree):
             rel = (Path(tree.name) / path.relative_to(tree)).as_posix()
             return Located("extra", rel + suffix, rel + suffix, display)
-    directory = path if path.is_dir() else path.parent
+    directory = path.parent
     if sum(len(files) for _, _, files in os.walk(directory)) > IMPLICIT_TREE_MAX_FILES:
         raise BadInput(
             f"task {task}: its directory {directory} holds over {IMPLICIT_TREE_MAX_FILES} files; "
@@ -102,6 +117,40 @@ def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
         )
     rel = (Path(directory.name) / path.relative_to(directory)).as_posix()
     return Located("extra", rel + suffix, rel + suffix, display, implicit_tree=directory)
+
+
+def _run_probe(request: dict[str, Any], cwd: Path, shipped: ShippedCode, display: str) -> dict[str, Any]:
+    """The probe's answer, read from a file of its own: the task's prints go to stdout and
+    stderr, which are kept apart (stderr's tail is shown if the probe dies unanswered)."""
+    with tempfile.TemporaryDirectory(prefix="ct-fleet-probe-") as tmp:
+        answer_path, log_path = Path(tmp) / "answer.json", Path(tmp) / "stderr.log"
+        with open(log_path, "wb") as log:
+            try:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "ct_fleet.controller.planning.probe", str(answer_path)],
+                    input=json.dumps(request).encode(),
+                    cwd=cwd,
+                    env=_worker_like_env(shipped),
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    timeout=PROBE_TIMEOUT,
+                )
+            except subprocess.TimeoutExpired:
+                raise BadInput(f"task {display}: loading it took over {PROBE_TIMEOUT}s") from None
+        try:
+            answer: dict[str, Any] = json.loads(answer_path.read_bytes())
+        except (OSError, ValueError):
+            answer = {"error": _last_line(log_path) or f"the loader exited {proc.returncode} without an answer"}
+    if proc.returncode != 0 or "error" in answer:
+        raise BadInput(f"task {display} does not load from what ships: {answer.get('error') or 'no error text'}")
+    return answer
+
+
+def _last_line(path: Path) -> str:
+    with open(path, "rb") as fh:
+        fh.seek(max(0, fh.seek(0, os.SEEK_END) - PROBE_LOG_TAIL))
+        lines = [line for line in fh.read().decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip()[:400] if lines else ""
 
 
 @dataclass(frozen=True)
@@ -136,22 +185,7 @@ def probe(
     if located.root == "code" and not (shipped.image / _split(located.spec)[0]).exists():
         raise BadInput(f"task {display}: not tracked by git, so it would not ship (git add it)")
     request = {"spec": located.probe_spec, "task_args": task_args, "limit": limit, "sample_id": sample_id}
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "ct_fleet.controller.planning.probe"],
-            input=json.dumps(request),
-            cwd=cwd,
-            env=_worker_like_env(shipped),
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT,
-        )
-    except subprocess.TimeoutExpired:
-        raise BadInput(f"task {display}: loading it took over {PROBE_TIMEOUT}s") from None
-    if proc.returncode != 0:
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        raise BadInput(f"task {display} does not load from what ships: {lines[-1] if lines else 'no error text'}")
-    answers = json.loads(proc.stdout)["tasks"]
+    answers = _run_probe(request, cwd, shipped, display)["tasks"]
     if not answers and located.root == "registry":
         raise BadInput(f"task {display}: no such task (not a file here, and no installed package registers it)")
     if not answers:
@@ -161,6 +195,13 @@ def probe(
     for answer in answers:
         if not answer["sample_ids"]:
             raise BadInput(f"task {display}: the selection leaves no samples of {answer['name']}")
+        if answer.get("id_clash"):
+            first, second = answer["id_clash"]
+            same = "twice" if first == second else f"as {first!r} and as {second!r}"
+            raise BadInput(
+                f"task {display}: sample id {first!r} is in {answer['name']}'s dataset {same}; Inspect refuses "
+                "such a dataset: give each sample an id of its own"
+            )
         if located.root == "registry":
             one = located.spec
         else:
