@@ -28,9 +28,31 @@ def env_for(runs: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def last_wins(args: Sequence[str]) -> list[str]:
+    """`args` with each --ec2-arg key once, holding its last value: ct-fleet refuses a knob
+    given twice, and tests add their own values to shared ones like FAST."""
+    values: dict[str, str] = {}
+    for flag, pair in zip(args, args[1:], strict=False):
+        if flag == "--ec2-arg":
+            values[pair.partition("=")[0]] = pair
+    out: list[str] = []
+    skip = False
+    for flag, pair in zip(args, [*args[1:], ""], strict=True):
+        if skip:
+            skip = False
+        elif flag == "--ec2-arg":
+            key = pair.partition("=")[0]
+            if key in values:
+                out += [flag, values.pop(key)]
+            skip = True
+        else:
+            out.append(flag)
+    return out
+
+
 def start(runs: Path, *args: str, **extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [str(REPO / "bin" / "ct-fleet"), "eval", *args],
+        [str(REPO / "bin" / "ct-fleet"), "eval", *last_wins(args)],
         cwd=REPO,
         env=env_for(runs, **extra),
         stdout=subprocess.PIPE,
