@@ -53,7 +53,7 @@ def merge_fleet(
 
     out_dir = out_dir or run_dir / run_layout.MERGED
     names = stems(manifest)
-    merged = []
+    merged: list[merge.MergedTask] = []
     for task in manifest.tasks:
         inputs = [run_layout.job_log(run_dir, j.job_id) for j in manifest.jobs if j.task == task.key]
         inputs = [p for p in inputs if p.exists()]
