@@ -111,3 +111,37 @@ def test_a_task_that_fails_to_load_on_workers_is_fatal_and_says_why(tmp_path: Pa
     ending = proc.stderr[proc.stderr.index("not a complete, successful run") :]
     assert "2 job(s) failed without a result (fatal)" in ending
     assert re.search(rf"2 x fatal: .*{re.escape(words)}", ending), ending  # the exit message, grouped
+
+
+UNBUILDABLE = """
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+
+
+@task
+def unbuildable():
+    return Task(
+        dataset=MemoryDataset([Sample(id=i, input="x") for i in (1, 2)], name="unbuildable"),
+        sandbox=("docker", "compose.yaml"),
+    )
+"""
+
+
+@pytest.mark.e2e
+def test_a_sandbox_that_cannot_build_is_fatal_and_names_the_cause(tmp_path: Path, docker_daemon):
+    """Inspect says only `Failed to build docker containers`; the build's own error line is
+    in the job's output, and goes into the report."""
+    project = tmp_path / "lab"
+    project.mkdir()
+    (project / "lab.py").write_text(UNBUILDABLE)
+    (project / "compose.yaml").write_text("services:\n  default:\n    build: .\n    command: sleep infinity\n")
+    (project / "Dockerfile").write_text("FROM scratch\nRUN false\n")  # offline: no base image to pull
+    runs = tmp_path / "runs"
+    proc = ct_fleet(runs, "eval", f"{project / 'lab.py'}@unbuildable", *FAST)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert stat(out, "attempts") == 2 and stat(out, "redeliveries") == 0
+    ending = proc.stderr[proc.stderr.index("not a complete, successful run") :]
+    assert "2 job(s) failed without a result (fatal)" in ending
+    assert re.search(r"fatal: PrerequisiteError: Failed to build docker containers: failed to solve: ", ending), ending
+    assert "ExceptionGroup" not in ending

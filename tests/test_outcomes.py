@@ -164,6 +164,14 @@ def test_a_failed_task_is_fatal_by_the_runner_s_exit_status_whatever_its_text():
     assert failures.exit_status(OSError(28, "No space left on device")) == 1  # the machine: retried
     assert failures.exit_status(MemoryError()) == 1
     assert failures.classify_exit(-9, "Killed")[0] == "infra"  # no summary: not the task's own failure
+    try:
+        try:
+            raise ExceptionGroup("unhandled errors in a TaskGroup", [ValueError("the real one")])
+        except ExceptionGroup:
+            raise LookupError("while cleaning up") from None
+    except LookupError as exc:
+        assert failures.describe(exc) == "LookupError: while cleaning up"
+    assert failures.describe(ExceptionGroup("g", [ValueError("the real one")])) == "ValueError: the real one"
 
 
 def test_a_sandbox_that_cannot_build_names_the_tool_s_cause():

@@ -71,15 +71,20 @@ def classify(text: str) -> str:
 
 
 def describe(exc: BaseException) -> str:
-    """The exception and what caused it, on one line: `Type: message <- Type: message`."""
+    """The exception and what it was raised from, on one line: `Type: message <- Type: message`.
+
+    Only explicit causes (`raise ... from`): an exception met while handling another is
+    often cleanup noise. A group (anyio's task groups) stands for its first member."""
     parts: list[str] = []
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen and len(parts) < 4:
         seen.add(id(current))
+        while isinstance(current, BaseExceptionGroup) and current.exceptions:
+            current = current.exceptions[0]
         text = " ".join(str(current).split())
         parts.append(f"{type(current).__name__}: {text}" if text else type(current).__name__)
-        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+        current = current.__cause__
     return " <- ".join(parts)
 
 
