@@ -164,6 +164,7 @@ def test_a_failed_task_is_fatal_by_the_runner_s_exit_status_whatever_its_text():
     assert failures.exit_status(OSError(28, "No space left on device")) == 1  # the machine: retried
     assert failures.exit_status(MemoryError()) == 1
     assert failures.classify_exit(-9, "Killed")[0] == "infra"  # no summary: not the task's own failure
+    assert failures.classify_exit(failures.TASK_FAILED, "a solver's os._exit(3)")[0] == "infra"  # nor here
     try:
         try:
             raise ExceptionGroup("unhandled errors in a TaskGroup", [ValueError("the real one")])

@@ -99,13 +99,14 @@ def summary_line(exc: BaseException) -> str:
     return SUMMARY + describe(exc)
 
 
-def task_failure(output: str) -> str:
+def task_failure(output: str) -> str | None:
     """What a runner that exited TASK_FAILED said went wrong: its summary line, with the
-    last error line of a tool before the traceback when the summary names only a step."""
+    last error line of a tool before the traceback when the summary names only a step.
+    None without a summary line: then the exit status is not the runner's own."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     summary = next((line[len(SUMMARY) :] for line in reversed(lines) if line.startswith(SUMMARY)), "")
     if not summary:
-        return last_line(output)
+        return None
     before = lines[: next((i for i, line in enumerate(lines) if line.startswith("Traceback")), len(lines))]
     cause = next((line for line in reversed(before) if TOOL_ERROR.match(line)), "")
     cause = re.sub(r"^#\d+ ", "", cause)
@@ -114,8 +115,9 @@ def task_failure(output: str) -> str:
 
 def classify_exit(code: int, output: str) -> tuple[str, str]:
     """(class, the line that says why) of a runner that exited non-zero (module doc)."""
-    if code == TASK_FAILED:
-        why = task_failure(output)
+    # Both the status and the summary line: a task's own code may exit 3 too (os._exit).
+    why = task_failure(output) if code == TASK_FAILED else None
+    if why is not None:
         if RATE_LIMIT.search(why):
             return "model_api", why
         return ("infra" if MACHINE.search(why) else "fatal"), why
