@@ -112,6 +112,16 @@ def _docker_answers() -> bool:
 
 
 @pytest.fixture(scope="session")
+def docker_daemon() -> None:
+    """A running Docker, else a skip that says so (a failure under CT_FLEET_REQUIRE_DOCKER)."""
+    if not _docker_answers():
+        message = "Docker is not running here (bin/ensure-docker starts it)"
+        if os.environ.get("CT_FLEET_REQUIRE_DOCKER"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
 def docker_images() -> list[str]:
     """toyarena's images, built (a no-op when they exist) on a running Docker.
 

@@ -34,6 +34,15 @@ pytestmark = pytest.mark.timeout(1800)
 
 Setup = Callable[[Path], list[str]]
 
+# Nowhere for boto3 to find credentials: no keys, no files, no instance metadata.
+NO_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "",
+    "AWS_SECRET_ACCESS_KEY": "",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/credentials",
+    "AWS_CONFIG_FILE": "/nonexistent/config",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
 
 @dataclass
 class Case:
@@ -283,6 +292,7 @@ CASES = [
     Case("model without provider", ["--model", "gpt"], "write provider/model"),
     Case("model with a space", ["--model", "openai/gpt 4"], "write provider/model"),
     Case("command blank", ["--command", "   "], "--command"),
+    Case("command unterminated quote", ["--command", 'echo "unterminated'], "--command is not valid bash"),
     Case("epochs zero", ["--epochs", "0"], "at least 1"),
     Case("epochs negative", ["--epochs", "-3"], "at least 1"),
     Case("epochs not a number", ["--epochs", "many"], "not a valid integer"),
@@ -296,6 +306,8 @@ CASES = [
     Case("dotenv too large", [], "byte limit", files={".env": b"#" * (2 << 20)}),
     Case("dotenv is a directory", [], "is a directory", files={".env/x": b""}),
     Case("profile and keys", [], "AWS_PROFILE=p and AWS_ACCESS_KEY_ID are both set", env={"AWS_PROFILE": "p"}),
+    Case("no AWS credentials", [], "no AWS credentials: run `aws sso login --profile NAME`", env=NO_CREDENTIALS),
+    Case("profile unknown", [], "AWS profile 'nope' is not configured", env={**NO_CREDENTIALS, "AWS_PROFILE": "nope"}),
     Case(
         "docker param injection",
         [],
@@ -488,3 +500,37 @@ def test_bad_input_is_refused_in_one_line(case: Case, outcomes):
 def test_nothing_was_created_in_moto(outcomes):
     before, after = outcomes["__moto__"]
     assert after == before
+
+
+@pytest.mark.parametrize(
+    "args,env,message",
+    [
+        (["ssh", "i-0123;id", "--dry-run"], {}, "'i-0123;id' is not an EC2 instance id"),
+        (["logs", "0123456789ab", "i-0123 x"], {}, "is not an EC2 instance id"),
+        (["ssh", "i-0123456789abcdef0", "--dry-run"], NO_CREDENTIALS, "no AWS credentials: run `aws sso login"),
+        (["cloud", "status"], NO_CREDENTIALS, "no AWS credentials: run `aws sso login"),
+    ],
+)
+def test_fleet_commands_refuse_bad_ids_and_missing_credentials_in_one_line(
+    args: list[str], env: dict[str, str], message: str, moto_server, tmp_path: Path
+):
+    """Checked before anything is asked of AWS (the moto server would answer anything)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE",)}
+    base.update(
+        AWS_ENDPOINT_URL=moto_server.endpoint_url,
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        CT_FLEET_DOTENV=str(tmp_path / ".env"),
+        COLUMNS="300",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "ct_fleet.cli", *args],
+        cwd=tmp_path,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(lines) == 1 and message in lines[0], proc.stderr

@@ -67,3 +67,81 @@ def test_fatal_job_failure_is_final_after_one_attempt(tmp_path: Path):
     )
     assert again.returncode == 1, again.stdout + again.stderr
     assert "No module named 'package_only_on_my_laptop'" in again.stderr
+
+
+# A task that loads on the controller and raises on a worker, with an error whose text
+# marks nothing as fatal: the runner's exit status does (worker/failures.py).
+WORKER_ONLY_FAILURES = {
+    "raises": (
+        """
+import os
+
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+
+
+@task
+def broken():
+    if os.environ.get("CODE_ROOT"):  # on a worker
+        raise RuntimeError("the lab's config is only on my laptop")
+    return Task(dataset=MemoryDataset([Sample(id=i, input="x") for i in (1, 2)], name="broken"))
+""",
+        "RuntimeError: the lab's config is only on my laptop",
+    ),
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("case", sorted(WORKER_ONLY_FAILURES))
+def test_a_task_that_fails_to_load_on_workers_is_fatal_and_says_why(tmp_path: Path, case: str):
+    source, words = WORKER_ONLY_FAILURES[case]
+    project = tmp_path / "lab"
+    project.mkdir()
+    (project / "lab.py").write_text(source)
+    runs = tmp_path / "runs"
+    proc = ct_fleet(runs, "eval", f"{project / 'lab.py'}@broken", *FAST)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert stat(out, "attempts") == 2 and stat(out, "redeliveries") == 0  # one attempt per job, not retried
+    assert "workers keep dying" not in proc.stderr
+    progress = [line for line in proc.stdout.splitlines() if line.startswith("progress:")]
+    assert any("failed: " in line and "fatal: " in line and words in line for line in progress), progress  # live
+    table = proc.stdout[proc.stdout.index("jobs without a result") :]
+    assert "fatal" in table and words in " ".join(table.split())  # the final table
+    ending = proc.stderr[proc.stderr.index("not a complete, successful run") :]
+    assert "2 job(s) failed without a result (fatal)" in ending
+    assert re.search(rf"2 x fatal: .*{re.escape(words)}", ending), ending  # the exit message, grouped
+
+
+UNBUILDABLE = """
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+
+
+@task
+def unbuildable():
+    return Task(
+        dataset=MemoryDataset([Sample(id=i, input="x") for i in (1, 2)], name="unbuildable"),
+        sandbox=("docker", "compose.yaml"),
+    )
+"""
+
+
+@pytest.mark.e2e
+def test_a_sandbox_that_cannot_build_is_fatal_and_names_the_cause(tmp_path: Path, docker_daemon):
+    """Inspect says only `Failed to build docker containers`; the build's own error line is
+    in the job's output, and goes into the report."""
+    project = tmp_path / "lab"
+    project.mkdir()
+    (project / "lab.py").write_text(UNBUILDABLE)
+    (project / "compose.yaml").write_text("services:\n  default:\n    build: .\n    command: sleep infinity\n")
+    (project / "Dockerfile").write_text("FROM scratch\nRUN false\n")  # offline: no base image to pull
+    runs = tmp_path / "runs"
+    proc = ct_fleet(runs, "eval", f"{project / 'lab.py'}@unbuildable", *FAST)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert stat(out, "attempts") == 2 and stat(out, "redeliveries") == 0
+    ending = proc.stderr[proc.stderr.index("not a complete, successful run") :]
+    assert "2 job(s) failed without a result (fatal)" in ending
+    assert re.search(r"fatal: PrerequisiteError: Failed to build docker containers: failed to solve: ", ending), ending
+    assert "ExceptionGroup" not in ending

@@ -65,10 +65,12 @@ def test_a_run_is_ok_only_when_complete_and_successful():
     assert _result(merged=[_Merged("error", "2 of 12 samples missing: (3, 1), (3, 2)")]).problems() == [
         "t: 2 of 12 samples missing: (3, 1), (3, 2)"
     ]
-    rows = [{"dead": True, "error_class": "infra"}, {"dead": False, "error_class": "fatal"}]
+    rows = [{"dead": True, "error_class": "infra", "error": "lost"}, {"dead": False, "error_class": "fatal"}]
     assert _result(dead_report=rows).problems() == [
         "1 job(s) dead-lettered after every attempt failed",
+        "  1 x infra: lost",
         "1 job(s) failed without a result (fatal)",
+        "  1 x fatal:",
     ]
     assert _result(stopped_reason="max_cost", unmerged=["qa"]).problems() == ["max_cost", "qa: no results"]
 
@@ -138,3 +140,96 @@ def test_ec2_by_default_from_the_run_config_or_the_environment(monkeypatch: pyte
     monkeypatch.setenv("CT_FLEET_EC2", "true")
     assert use_ec2(FleetRequest(), {}) is True
     assert use_ec2(FleetRequest(ec2=False), {"ec2": True}) is False  # --no-ec2 wins
+
+
+def test_a_failed_task_is_fatal_by_the_runner_s_exit_status_whatever_its_text():
+    """The runner says the task failed (TASK_FAILED and its summary line); the text then
+    only tells the model API's pushback and a machine's faults apart."""
+    try:
+        try:
+            raise KeyError("lab")
+        except KeyError as cause:
+            raise RuntimeError("slashy/count names 0 tasks, expected one") from cause
+    except RuntimeError as exc:
+        line = failures.summary_line(exc)
+        assert failures.exit_status(exc) == failures.TASK_FAILED
+    assert line == "ct-fleet job failed: RuntimeError: slashy/count names 0 tasks, expected one <- KeyError: 'lab'"
+    output = (
+        f"some inspect output\nTraceback (most recent call last):\n  File x\nRuntimeError: ...\n{line}\natexit noise\n"
+    )
+    assert failures.classify_exit(failures.TASK_FAILED, output) == ("fatal", line.removeprefix(failures.SUMMARY))
+    assert failures.classify("RuntimeError: slashy/count names 0 tasks, expected one") == "infra"  # the old guess
+    rate = f"{failures.SUMMARY}RateLimitError: Error code: 429"
+    assert failures.classify_exit(failures.TASK_FAILED, rate)[0] == "model_api"
+    assert failures.exit_status(OSError(28, "No space left on device")) == 1  # the machine: retried
+    assert failures.exit_status(MemoryError()) == 1
+    assert failures.classify_exit(-9, "Killed")[0] == "infra"  # no summary: not the task's own failure
+    assert failures.classify_exit(failures.TASK_FAILED, "a solver's os._exit(3)")[0] == "infra"  # nor here
+    try:
+        try:
+            raise ExceptionGroup("unhandled errors in a TaskGroup", [ValueError("the real one")])
+        except ExceptionGroup:
+            raise LookupError("while cleaning up") from None
+    except LookupError as exc:
+        assert failures.describe(exc) == "LookupError: while cleaning up"
+    assert failures.describe(ExceptionGroup("g", [ValueError("the real one")])) == "ValueError: the real one"
+
+
+def test_a_sandbox_that_cannot_build_names_the_tool_s_cause():
+    output = "\n".join(
+        [
+            "#2 [default internal] load metadata for docker.io/library/nope:1",
+            "#2 ERROR: failed to do request: lookup registry-1.docker.io: no such host",
+            "failed to solve: nope:1: failed to resolve source metadata: lookup registry-1.docker.io: no such host",
+            "Traceback (most recent call last):",
+            '  File "compose.py", line 196, in compose_build',
+            "inspect_ai._util.error.PrerequisiteError: Failed to build docker containers",
+            f"{failures.SUMMARY}PrerequisiteError: Failed to build docker containers",
+        ]
+    )
+    cls, why = failures.classify_exit(failures.TASK_FAILED, output)
+    assert cls == "fatal"
+    assert why == (
+        "PrerequisiteError: Failed to build docker containers: failed to solve: nope:1: failed to resolve "
+        "source metadata: lookup registry-1.docker.io: no such host"
+    )
+
+
+def test_many_failures_alike_are_a_few_lines_with_counts():
+    """40 errored samples: a line per kind with its count, not 20 repeated reprs."""
+    from ct_fleet.summaries import grouped
+
+    rows = [{"dead": False, "error_class": "fatal", "error": "RuntimeError('boom ' * 50)" * 3} for _ in range(40)]
+    rows += [{"dead": False, "error_class": "fatal", "error": f"other {i}"} for i in range(5)]
+    problems = _result(dead_report=rows).problems()
+    assert problems[0] == "45 job(s) failed without a result (fatal)"
+    assert problems[1].startswith("  40 x fatal: RuntimeError") and len(problems[1]) < 300
+    assert problems[-1] == "  and 3 more of 3 other kind(s)"
+    assert len(problems) == 5
+    assert grouped(["a", "b", "a"]) == ["2 x a", "1 x b"]
+
+
+def test_merged_header_groups_sample_errors():
+    from types import SimpleNamespace
+
+    from ct_fleet.merge.header import set_status
+
+    header = SimpleNamespace(eval=SimpleNamespace(config=SimpleNamespace(fail_on_error=None)))
+    errors = [(i, 1, "RuntimeError('the sandbox went away: ' + 'x' * 200)") for i in range(40)]
+    set_status(header, 40, [], errors)
+    assert header.status == "error"
+    assert header.error.message.startswith("40 of 40 samples failed: 40 x RuntimeError(")
+    assert len(header.error.message) < 400 and header.error.message.count("RuntimeError") == 1
+
+
+def test_running_never_exceeds_the_workers_slots():
+    """SQS counts a job waiting out a retry's backoff as in flight: it is not running."""
+    from ct_fleet.controller.fleet.tracker import JobTracker
+    from ct_fleet.controller.reporting import progress_of
+
+    state = JobTracker.of([f"j{i}" for i in range(10)])
+    kw = dict(total=10, elapsed=1.0, cost=None, tokens=0, model_cost=0.0)
+    p = progress_of(state, depths={"work": 2, "work_in_flight": 7}, workers=2, slots=4, **kw)
+    assert (p.running, p.queued) == (4, 5)
+    p = progress_of(state, depths={"work": 0, "work_in_flight": 8}, workers=0, slots=0, **kw)
+    assert (p.running, p.queued) == (0, 8)

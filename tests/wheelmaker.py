@@ -87,16 +87,26 @@ def _digest(data: bytes) -> str:
 
 
 def build(out_dir: Path, name: str) -> Path:
-    dist = f"ct_fleet_{name}"
-    info = f"{dist}-{VERSION}.dist-info"
     files = {
         f"{name}/__init__.py": INIT.format(name=name),
         f"{name}/policies.py": POLICIES,
         f"{name}/task.py": TASK.format(name=name),
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: ct-fleet-{name}\nVersion: {VERSION}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: ct-fleet-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{info}/entry_points.txt": f"[ct_fleet.settings]\n{name} = {name}\n",
     }
+    return write_wheel(out_dir, f"ct-fleet-{name}", files, f"[ct_fleet.settings]\n{name} = {name}\n")
+
+
+def write_wheel(out_dir: Path, project: str, files: dict[str, str], entry_points: str = "") -> Path:
+    """A pure-Python wheel of PROJECT holding FILES (path -> text), with ENTRY_POINTS (the
+    entry_points.txt text) when given."""
+    dist = project.replace("-", "_")
+    info = f"{dist}-{VERSION}.dist-info"
+    files = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {project}\nVersion: {VERSION}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: ct-fleet-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    if entry_points:
+        files[f"{info}/entry_points.txt"] = entry_points
     record = [f"{path},sha256={_digest(text.encode())},{len(text.encode())}" for path, text in files.items()]
     files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)

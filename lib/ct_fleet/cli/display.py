@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ..controller.reporting import Progress
+from ..summaries import clipped
 
 
 def _duration(seconds: float | None) -> str:
@@ -53,6 +54,8 @@ def progress_table(p: Progress) -> Table:
         money(p.model_cost),
         money(p.cost),
     )
+    if p.failures:
+        table.caption = f"failed: {p.failures}"
     return table
 
 
@@ -87,6 +90,9 @@ class LiveProgress:
                 f"{p.workers} workers, {_duration(p.elapsed)} elapsed"
                 + (f", {tokens_text(p.tokens)} tokens ({money(p.model_cost)})" if p.tokens else "")
                 + ("" if p.cost is None else f", EC2 {money(p.cost)} so far")
+                + (f"; failed: {p.failures}" if p.failures else ""),
+                markup=False,
+                highlight=False,
             )
 
 
@@ -134,7 +140,7 @@ def dead_table(rows: Sequence[dict[str, Any]]) -> Table:
             str(row["epoch"]),
             "dead-lettered" if row.get("dead") else "failed",
             row["error_class"],
-            row["error"][:160],
+            clipped(row["error"], 300),
         )
     table.caption = "rerun one here with the command printed below it"
     return table

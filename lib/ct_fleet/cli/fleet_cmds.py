@@ -14,6 +14,7 @@ from ..controller.planning import dotenv_path, launched_by, read_dotenv
 from ..controller.reporting import cloud_status, fleet_status, log_keys
 from ..errors import BadInput
 from ..protocol import Ec2Config
+from ..protocol.keys import INSTANCE_ID
 from .console import console
 from .display import cloud_status_table, run_status_table
 
@@ -23,6 +24,15 @@ def _aws_cloud(region: str | None) -> Cloud:
     return connect_aws(
         region or os.environ.get("AWS_REGION") or "us-east-1", os.environ, read_dotenv(dotenv_path(os.environ))
     )
+
+
+def _instance_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Checked before anything is asked of AWS: the id also goes into ssh's ProxyCommand."""
+    if value is not None and not INSTANCE_ID.fullmatch(value):
+        raise BadInput(
+            f"{value!r} is not an EC2 instance id: give one like i-0123456789abcdef0 (ct-fleet cloud status)"
+        )
+    return value
 
 
 region_option = click.option("--region", help="AWS region (default: AWS_REGION, else us-east-1)")
@@ -67,7 +77,7 @@ def status_command(fleet_id: str, region: str | None, bucket: str) -> None:
 
 @click.command(name="logs")
 @click.argument("fleet_id")
-@click.argument("instance_id", required=False)
+@click.argument("instance_id", required=False, callback=_instance_id)
 @click.option(
     "-o",
     "--out",
@@ -98,7 +108,7 @@ def logs_command(fleet_id: str, instance_id: str | None, out: Path | None, regio
 
 
 @click.command(name="ssh")
-@click.argument("instance_id")
+@click.argument("instance_id", callback=_instance_id)
 @click.option("--user", default="ubuntu", show_default=True, help="OS user on the worker")
 @click.option("--dry-run", is_flag=True, help="push the key and print the ssh command instead of running it")
 @region_option

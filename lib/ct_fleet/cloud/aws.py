@@ -29,7 +29,9 @@ class AwsCloud(Cloud):
         return hourly_price(cfg.instance_type, cfg.hourly_price)
 
     def check_credentials(self, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> None:
-        credentials.apply_aws_credentials(dict(dotenv), environ=dict(environ))
+        env = dict(environ)
+        credentials.apply_aws_credentials(dict(dotenv), environ=env)
+        credentials.require_credentials(env)
 
     def start(self, run_dir: Path, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> CloudContext:
         """The credentials the operator docs' rules choose (shell, else .env), as a context."""
@@ -58,5 +60,6 @@ class AwsCloud(Cloud):
 def connect_aws(region: str, environ: Mapping[str, str], dotenv: Mapping[str, str] | None = None) -> AwsCloud:
     """An AWS cloud for commands that look at real fleets (status, logs, ssh)."""
     cloud = AwsCloud(region)
+    cloud.check_credentials(dotenv or {}, environ)
     cloud.start(Path("."), dotenv or {}, environ)
     return cloud

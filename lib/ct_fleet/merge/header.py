@@ -9,10 +9,11 @@ from typing import Any
 from inspect_ai.log import EvalError, EvalLog, EvalStats
 
 from ..inspect_private import deserializing_context
+from ..summaries import one_line
 from .results import should_fail
 from .scan import Group
 from .stats import merge_stats
-from .util import LISTED, canonical, id_sort_key, list_keys, short_id
+from .util import canonical, id_sort_key, list_keys, short_id
 
 
 def selection(group: Group, sample_ids: Sequence[str | int] | None, epochs: int | None) -> tuple[list[str | int], int]:
@@ -101,8 +102,8 @@ def set_status(
     if missing:
         problems.append(f"{len(missing)} of {total} samples missing: {list_keys(missing)}")
     if errors and should_fail(len(errors), total, header.eval.config.fail_on_error):
-        listed = "; ".join(f"({sid!r}, {ep}): {msg}" for sid, ep, msg in errors[:LISTED])
-        more = f"; ... {len(errors) - LISTED} more" if len(errors) > LISTED else ""
-        problems.append(f"{len(errors)} of {total} samples failed: {listed}{more}")
+        # Grouped by message: many samples failing alike is one line, not one repr each.
+        first = f" (first: ({errors[0][0]!r}, {errors[0][1]}))"
+        problems.append(f"{len(errors)} of {total} samples failed: {one_line(msg for _, _, msg in errors)}{first}")
     header.status = "error" if problems else "success"
     header.error = EvalError(message="; ".join(problems), traceback="", traceback_ansi="") if problems else None

@@ -39,6 +39,7 @@ class MergedTask:
     score_rates: dict[str, float] = field(default_factory=dict)
     why: str = ""  # the merged header's error message when status is "error"
     model_usage: dict[str, dict[str, Any]] = field(default_factory=dict)  # model -> ModelUsage fields
+    source: str = ""  # the caller's name for what it merged (a fleet's task key), not a file name
 
 
 def merge_eval_logs(

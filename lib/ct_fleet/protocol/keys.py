@@ -10,6 +10,12 @@ SSM:  /linuxbench/fleet-secrets/{fleet_id}/{instance_id}/{NAME} (per-instance Se
 
 from __future__ import annotations
 
+import re
+
+# An EC2 instance id (8 or 17 hex digits; moto's are 17): what a command may pass on to
+# an AWS call or into a command line (ssh's ProxyCommand) as it is.
+INSTANCE_ID = re.compile(r"i-[0-9a-f]{8}(?:[0-9a-f]{9})?")
+
 QUEUE_PREFIX = "lb-fleet-"
 QUEUE_ROLES = ("work", "done", "dlq")
 SECRETS_ROOT = "/linuxbench/fleet-secrets"

@@ -26,8 +26,8 @@ here, the server stops forking and runs each further job as
 The server exits when its stdin closes (the worker is done, or died), killing any child
 left. Wire format, one JSON object per line: request {"job": <work message JSON>,
 "out": path, "log": path, "cwd": path, "env": {name: value}}; replies {"pid": n} then
-{"exit": code} (a negative code is the signal that ended the child), or {"exit": 1}
-alone when the job could not be started (the reason is in its log file).
+{"exit": code} (a negative code is the signal that ended the child), or {"exit": code}
+alone when the job's task could not be built (failures.TASK_FAILED; the reason is in its log file).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..protocol import WorkMessage
-from . import runner
+from . import failures, runner
 from .supervise import kill_tree
 
 SOCKET_NAME = "warm.sock"
@@ -176,10 +176,11 @@ class ForkServer:
         if key not in self.tasks:
             try:
                 self.tasks[key] = runner.build_task(job)
-            except Exception:
+            except Exception as exc:
                 with open(request["log"], "a") as out:
                     out.write(f"building the task of job {job.job_id} failed:\n{traceback.format_exc()}")
-                _send(conn, {"exit": 1})
+                    out.write(failures.summary_line(exc) + "\n")
+                _send(conn, {"exit": failures.exit_status(exc)})
                 conn.close()
                 return
             self._import([])  # the check for threads a task may have started
@@ -284,6 +285,8 @@ class ForkServer:
             code = 0
         except SystemExit as ex:
             code = ex.code if isinstance(ex.code, int) else 1
+        except Exception as ex:
+            code = runner.report_failure(ex)
         except BaseException:
             traceback.print_exc()
         finally:

@@ -235,9 +235,12 @@ class Worker:
         if code != 0:
             self._remove_sandboxes(job)
             text = failures.tail(output, secrets)
-            cls = failures.classify(text)
+            # A command's exit status is its own, not the runner's (failures.TASK_FAILED).
+            cls, why = (failures.classify(text), "") if job.kind == "command" else failures.classify_exit(code, output)
             outcome = "failed" if cls == "fatal" else "retry"
-            return Attempt(outcome, cls, f"runner exit {code}: {text}", attempt.started_at)
+            # The line that says why goes last: the controller shows an error's last line.
+            said = f"{text}\n{why}" if why and not text.endswith(why) else text
+            return Attempt(outcome, cls, f"runner exit {code}: {said}", attempt.started_at)
         header = read_header(out)
         if header is None:
             return Attempt("retry", "infra", "runner left no finished log", attempt.started_at)

@@ -12,7 +12,9 @@ epochs=1 and the log is relabelled as the job's epoch so the merged run holds ev
 (sample, epoch); the images its Docker sandboxes ran are left beside OUT
 (sandbox.digests) for the worker's done report. Command jobs run a shell template (for
 other eval CLIs) that must write the .eval to $CT_OUTPUT; its log is relabelled the same way.
-Exit status: 0 when OUT holds a finished log (even if the sample failed), else non-zero.
+Exit status: 0 when OUT holds a finished log (even if the sample failed); failures.TASK_FAILED
+when the task raised (it did not load, did not import, Inspect refused it), after a summary
+line the worker reads; else non-zero.
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 from ..protocol import WorkMessage
+from . import failures
 from .inspect_job import build_task, command_env, finish_command_output, run_inspect_job, task_key
 
 # The warm runner's names for what a job runs.
 run_inspect = run_inspect_job
-__all__ = ["build_task", "main", "run_command", "run_inspect", "task_key"]
+__all__ = ["build_task", "main", "report_failure", "run_command", "run_inspect", "task_key"]
 
 
 def run_command(job: WorkMessage, out: Path) -> None:
@@ -40,8 +44,22 @@ def run_command(job: WorkMessage, out: Path) -> None:
 def main(argv: list[str]) -> int:
     job = WorkMessage.from_json(argv[1])
     out = Path(argv[2])
-    (run_command if job.kind == "command" else run_inspect_job)(job, out)
+    if job.kind == "command":
+        run_command(job, out)
+        return 0
+    try:
+        run_inspect_job(job, out)
+    except Exception as exc:
+        return report_failure(exc)
     return 0
+
+
+def report_failure(exc: BaseException) -> int:
+    """Print the traceback, then the summary line the worker reads; the exit status says
+    whether the task or the machine failed (worker/failures.py)."""
+    traceback.print_exc()
+    print(failures.summary_line(exc), file=sys.stderr, flush=True)
+    return failures.exit_status(exc)
 
 
 if __name__ == "__main__":

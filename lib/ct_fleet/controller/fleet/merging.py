@@ -10,7 +10,8 @@ The same results always merge to the same ids, order and header ids.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,21 +53,27 @@ def merge_fleet(
 
     out_dir = out_dir or run_dir / run_layout.MERGED
     names = stems(manifest)
-    merged = []
+    merged: list[merge.MergedTask] = []
     for task in manifest.tasks:
         inputs = [run_layout.job_log(run_dir, j.job_id) for j in manifest.jobs if j.task == task.key]
         inputs = [p for p in inputs if p.exists()]
         if not inputs:
             continue
-        merged.extend(
-            merge.merge_eval_logs(
-                inputs,
-                out_dir,
-                sample_ids=task.sample_ids,
-                epochs=manifest.epochs,
-                name=names[task.key],
-                eval_overrides=eval_overrides(manifest, task),
-                on_skip=on_skip,
-            )
+        results = merge.merge_eval_logs(
+            inputs,
+            out_dir,
+            sample_ids=task.sample_ids,
+            epochs=manifest.epochs,
+            name=names[task.key],
+            eval_overrides=eval_overrides(manifest, task),
+            on_skip=on_skip,
         )
+        merged.extend(replace(m, source=task.key) for m in results)
     return merged
+
+
+def unmerged(manifest: Manifest, merged: Sequence[merge.MergedTask]) -> list[str]:
+    """The names of the tasks without a merged log. Matched by task key, never by file
+    name: a name is not its file's stem (`inspect_evals/foo` is written as `inspect_evals_foo`)."""
+    done = {m.source for m in merged}
+    return [t.name for t in manifest.tasks if t.key not in done]

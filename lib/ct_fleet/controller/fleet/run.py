@@ -230,8 +230,6 @@ class FleetRun:
         enqueued: int,
         why: str | None,
     ) -> RunResult:
-        merged_stems = {m.path.stem for m in merged}
-        stems = merging.stems(self.manifest)
         usage = self.results.usage
         return RunResult(
             fleet_id=self.spec.fleet_id,
@@ -256,5 +254,5 @@ class FleetRun:
             tokens=usage.tokens,
             model_cost=usage.cost,
             unpriced_models=sorted(usage.unpriced),
-            unmerged=[t.name for t in self.manifest.tasks if stems[t.key] not in merged_stems],
+            unmerged=merging.unmerged(self.manifest, merged),
         )

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
+from ...protocol import START_CONCURRENCY
 from ...services import queues
 from ..reporting import progress_of
 from . import liveness, phases
@@ -104,6 +105,7 @@ def _report(run: FleetRun, start: float, live: list[str]) -> None:
             total=len(run.jobs),
             depths=run.depths,
             workers=len(live),
+            slots=len(live) * (run.cfg.concurrency_per_worker or START_CONCURRENCY),
             elapsed=time.monotonic() - start,
             cost=run.pool.cost_so_far() if run.spec.hourly_price else None,
             tokens=run.results.usage.tokens,

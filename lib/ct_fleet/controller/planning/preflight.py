@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -53,6 +54,13 @@ def check_command(command: str | None) -> None:
         return
     if not command.strip() or "\x00" in command or len(command) > MAX_COMMAND:
         raise BadInput(f"--command: give a shell command of 1 to {MAX_COMMAND:,} characters that writes $CT_OUTPUT")
+    # Workers run it with `bash -c`: bash itself parses it here (given as an argument,
+    # never put into a script), so a quoting slip stops the run before it starts.
+    parsed = subprocess.run(["bash", "-n", "-c", command], capture_output=True, text=True, timeout=30, check=False)
+    if parsed.returncode != 0:
+        said = [line for line in parsed.stderr.splitlines() if line.strip()]
+        why = (said[0] if said else f"bash -n exit {parsed.returncode}").removeprefix("bash: -c: ")
+        raise BadInput(f"--command is not valid bash ({why}): fix its quoting")
 
 
 def check_extra_src(dirs: Sequence[Path]) -> list[ExtraTree]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...summaries import one_line
+from .missing import last_line
 from .states import JobStates
 
 
@@ -22,6 +24,7 @@ class Progress:
     tokens: int = 0  # model tokens in the results so far
     model_cost: float = 0.0  # USD of those tokens (Inspect's pricing, else the repo's table)
     message: str = ""
+    failures: str = ""  # the jobs that ended without a result so far, grouped, in their own words
 
 
 def progress_of(
@@ -30,6 +33,7 @@ def progress_of(
     total: int,
     depths: dict[str, int],
     workers: int,
+    slots: int,
     elapsed: float,
     cost: float | None,
     tokens: int,
@@ -38,17 +42,29 @@ def progress_of(
     finished = states.finished
     rate = finished / elapsed if elapsed > 0 else 0
     remaining = total - finished
+    # SQS counts as in flight what waits out a retry's backoff too: no more than the
+    # workers' slots can be running, the rest is waiting.
+    in_flight = depths.get("work_in_flight", 0)
+    running = min(in_flight, slots)
     return Progress(
         total=total,
         done=len(states.outcome) - states.failed,
         failed=states.failed,
         dead=len(states.dead_errors),
-        queued=depths.get("work", remaining),
-        running=depths.get("work_in_flight", 0),
+        queued=depths.get("work", remaining) + in_flight - running,
+        running=running,
         workers=workers,
         elapsed=elapsed,
         eta=remaining / rate if rate > 0 else None,
         cost=cost,
         tokens=tokens,
         model_cost=model_cost,
+        failures=failures_of(states),
     )
+
+
+def failures_of(states: JobStates) -> str:
+    """`N x class: last line` of the jobs that failed without a result or were dead-lettered."""
+    ended = [states.last_error.get(job_id, ("failed", "")) for job_id, o in states.outcome.items() if o == "failed"]
+    ended += states.dead_errors.values()
+    return one_line((f"{cls}: {last_line(error)}" for cls, error in ended), kinds=2, width=160)

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...summaries import grouped
+
 if TYPE_CHECKING:
     from ...merge import MergedTask
 
@@ -39,11 +41,14 @@ class RunResult:
         reasons = [self.stopped_reason] if self.stopped_reason else []
         dead = [r for r in self.dead_report if r.get("dead")]
         failed = [r for r in self.dead_report if not r.get("dead")]
+        # Each kind of failure once, with its count and the jobs' own words (summaries).
         if dead:
             reasons.append(f"{len(dead)} job(s) dead-lettered after every attempt failed")
+            reasons += [f"  {line}" for line in grouped(f"{r['error_class']}: {r.get('error', '')}" for r in dead)]
         if failed:
             classes = ", ".join(sorted({str(r["error_class"]) for r in failed}))
             reasons.append(f"{len(failed)} job(s) failed without a result ({classes})")
+            reasons += [f"  {line}" for line in grouped(f"{r['error_class']}: {r.get('error', '')}" for r in failed)]
         reasons += [f"{name}: no results" for name in self.unmerged]
         reasons += [f"{m.task}: {m.why}" for m in self.merged if m.status != "success"]
         return reasons
