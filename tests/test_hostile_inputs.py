@@ -86,7 +86,7 @@ CASES = [
     Case(
         "status with no such profile",
         ["status", "0123456789ab"],
-        "could not be found",
+        "AWS profile 'nope' is not configured",
         {**NO_AWS, "AWS_PROFILE": "nope"},
     ),
 ]

@@ -22,6 +22,7 @@ from botocore.exceptions import (
 )
 from rich.markup import escape
 
+from ..cloud import login_hint
 from ..errors import BadInput
 from .console import err
 from .crash import write_crash_report
@@ -33,16 +34,15 @@ def _one_line(text: object) -> str:
 
 
 def _login_hint(exc: Exception) -> str:
-    profile = os.environ.get("AWS_PROFILE")
-    login = f"aws sso login --profile {profile or 'PROFILE'}"
+    profile = os.environ.get("AWS_PROFILE") or None
     if isinstance(exc, ProfileNotFound):
-        return f"{_one_line(exc)}: name a profile of ~/.aws/config in AWS_PROFILE (`aws configure sso` makes one)"
+        return (
+            f"AWS profile {profile!r} is not configured: create it with `aws configure sso --profile {profile}`, "
+            "or set AWS_PROFILE to one you have"
+        )
     if isinstance(exc, SSOError | TokenRetrievalError):
-        return f"the AWS SSO session has expired or is missing: run `{login}`"
-    return (
-        f"no AWS credentials: run `{login}` and export AWS_PROFILE={profile or 'PROFILE'}, "
-        "or put AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in .env"
-    )
+        return f"the AWS SSO session has expired or is missing: {login_hint(profile)}"
+    return f"no AWS credentials: {login_hint(profile)}"
 
 
 class CtFleetGroup(click.Group):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from .aws import AwsCloud, connect_aws
 from .base import Cloud
 from .context import CloudContext
+from .credentials import login_hint
 from .embedded import EmbeddedCloud
 
 
@@ -19,4 +20,4 @@ def open_cloud(*, ec2: bool, region: str) -> Cloud:
     return AwsCloud(region) if ec2 else EmbeddedCloud(region)
 
 
-__all__ = ["AwsCloud", "Cloud", "CloudContext", "EmbeddedCloud", "connect_aws", "open_cloud"]
+__all__ = ["AwsCloud", "Cloud", "CloudContext", "EmbeddedCloud", "connect_aws", "login_hint", "open_cloud"]
