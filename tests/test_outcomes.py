@@ -209,6 +209,21 @@ def test_many_failures_alike_are_a_few_lines_with_counts():
     assert grouped(["a", "b", "a"]) == ["2 x a", "1 x b"]
 
 
+def test_messages_differing_only_in_ids_are_one_kind():
+    """Each worker names itself, each temp dir is new: still one problem, shown by its first."""
+    from ct_fleet.summaries import grouped
+
+    messages = [f"worker i-0{n:016x} died: no space in /tmp/ct-job-{n:07d}x" for n in range(30)]
+    messages += [f"job {n:016x} of eval {'Ab3' * 7}{n} sandbox {n:08x}-1111-2222-3333-{n:012x} gone" for n in range(5)]
+    messages += ["sample 3 failed", "sample 4 failed"]
+    assert grouped(messages) == [
+        f"30 x {messages[0]}",
+        f"5 x {messages[30]}",
+        "1 x sample 3 failed",
+        "and 1 more of 1 other kind(s)",
+    ]
+
+
 def test_merged_header_groups_sample_errors():
     from types import SimpleNamespace
 

@@ -6,6 +6,7 @@ and how many of each, the most common first, and not the same repr twenty times 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 
@@ -18,11 +19,34 @@ def clipped(message: str, width: int = WIDTH) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+# What differs between two reports of one problem: an instance, a uuid, a digest, a temp
+# directory. Masking these makes "worker i-0a... died" and "worker i-0b... died" one kind.
+_IDS = re.compile(
+    r"\bi-[0-9a-f]{8,17}\b"  # EC2 instance ids
+    r"|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"  # uuids
+    r"|\b[0-9a-f]{12,}\b"  # digests, job ids
+    r"|(?<=[-_])(?=[a-z_]*[0-9])[a-z0-9_]{8}\b"  # mkdtemp suffixes
+    r"|\b(?=[0-9A-Za-z]*[0-9])(?=[0-9A-Za-z]*[A-Z])[0-9A-Za-z]{22}\b"  # Inspect's shortuuids
+)
+
+
+def kind_of(message: str) -> str:
+    """The message with its ids masked: two messages of one kind differ only in ids."""
+    return _IDS.sub("<id>", message)
+
+
 def grouped(messages: Iterable[str], *, kinds: int = KINDS, width: int = WIDTH) -> list[str]:
-    """`N x message` per distinct message, most frequent first (ties: first seen), at most
-    `kinds` lines and one more counting the others."""
-    counts = Counter(clipped(m, width) for m in messages)
-    ranked = counts.most_common()
+    """`N x message` per kind of message (see `kind_of`), most frequent first (ties: first
+    seen), at most `kinds` lines and one more counting the others. Each kind is shown by
+    its first message as it was, ids and all, so a reader can look one of them up."""
+    first: dict[str, str] = {}
+    counts: Counter[str] = Counter()
+    for message in messages:
+        text = clipped(message, width)
+        kind = kind_of(text)
+        first.setdefault(kind, text)
+        counts[kind] += 1
+    ranked = [(first[kind], n) for kind, n in counts.most_common()]
     lines = [f"{n} x {message}" for message, n in ranked[:kinds]]
     rest = ranked[kinds:]
     if rest:
