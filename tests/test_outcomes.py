@@ -248,3 +248,19 @@ def test_running_never_exceeds_the_workers_slots():
     assert (p.running, p.queued) == (4, 5)
     p = progress_of(state, depths={"work": 0, "work_in_flight": 8}, workers=0, slots=0, **kw)
     assert (p.running, p.queued) == (0, 8)
+
+
+def test_the_json_summary_says_failed_with_its_problems_and_the_doc_has_its_schema():
+    import json
+    import re
+
+    from ct_fleet.controller.reporting import RunSummary, run_summary
+
+    rows = [{"dead": True, "error_class": "infra", "error": "lost"}]
+    summary = run_summary(_result(jobs=3, resumed=1, dead_report=rows))
+    assert (summary.outcome, summary.exit_status, summary.jobs_without_result) == ("failed", 1, 1)
+    assert summary.problems[0] == "1 job(s) dead-lettered after every attempt failed"
+    assert RunSummary.model_validate_json(summary.model_dump_json()) == summary
+    doc = (Path(__file__).parents[1] / "docs" / "json.md").read_text()
+    (block,) = re.findall(r"```json\n(.*?)\n```", doc, re.S)
+    assert json.loads(block) == RunSummary.model_json_schema(), "regenerate docs/json.md's schema block"

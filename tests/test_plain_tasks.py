@@ -217,3 +217,42 @@ def test_command_jobs_run_the_task_in_its_own_terms(own_task: Path, tmp_path: Pa
     assert log.status == "success" and log.eval.dataset.sample_ids == [2, 3]
     assert [(s.id, s.epoch) for s in log.samples or []] == [(i, e) for e in (1, 2) for i in (2, 3)]
     assert log.results and log.results.scores[0].metrics["accuracy"].value == pytest.approx(1 / 2)
+
+
+@pytest.mark.e2e
+def test_a_piped_run_prints_whole_lines(fleet_run):
+    """Output to a pipe (CI, nohup, tee) is never folded at 80 columns: each line is whole."""
+    runs, proc = fleet_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    progress = [line for line in lines if line.startswith("progress: ")]
+    assert progress and all(line.endswith("elapsed") or "elapsed," in line for line in progress), progress
+    merged_path, _ = _merged(runs)
+    assert f"merged: {merged_path}" in lines  # the caption, longer than any terminal, on one line
+    (row,) = [line for line in lines if line.startswith("│ arith ")]
+    assert "success" in row and "12/12" in row and "includes accuracy" in row
+    assert "\x1b[" not in proc.stdout  # no colour codes in a file
+
+
+@pytest.mark.e2e
+def test_json_prints_the_outcome_for_scripts(fleet_run, own_task: Path):
+    from ct_fleet.controller.reporting import RunSummary
+
+    runs, proc = fleet_run
+    assert proc.returncode == 0, proc.stderr
+    again = ct_fleet(
+        runs, "eval", f"{own_task}@arith", "-T", "n=8", "-T", "offset=2", "--limit", "6", "--epochs", "2", "--json"
+    )
+    assert again.returncode == 0, again.stderr
+    summary = RunSummary.model_validate_json(again.stdout)  # stdout holds the JSON and nothing else
+    assert (summary.schema_version, summary.outcome, summary.exit_status, summary.problems) == (1, "success", 0, [])
+    assert (summary.jobs, summary.already_done, summary.enqueued) == (12, 12, 0)
+    assert summary.run_dir == str(fleet_dir(runs)) and summary.fleet_id in fleet_dir(runs).name
+    (task,) = summary.tasks
+    path, log = _merged(runs)
+    assert (task.task, task.status, task.log) == ("arith", "success", str(path))
+    assert (task.samples_expected, task.samples_present, task.missing, task.errors) == (12, 12, 0, 0)
+    assert log.results is not None
+    want = {s.name: {m: v.value for m, v in s.metrics.items()} for s in log.results.scores}
+    assert task.metrics == want and want
+    assert "results" in again.stderr and "12 jobs (12 already done)" in " ".join(again.stderr.split())

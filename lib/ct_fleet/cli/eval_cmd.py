@@ -6,11 +6,12 @@ import sys
 from pathlib import Path
 
 import click
+from rich.console import Console
 from rich.markup import escape
 
 from ..controller.fleet import FleetInterrupted, RunHooks, execute
 from ..controller.planning import FleetRequest, PlannedFleet, plan_fleet
-from ..controller.reporting import RunResult, exit_status
+from ..controller.reporting import RunResult, exit_status, interrupted_summary, run_summary
 from ..errors import BadInput
 from ..protocol import knobs
 from .console import console, err
@@ -65,6 +66,12 @@ def _knob_help() -> str:
     help="run on EC2 instead of the embedded local cloud (default: the run config's ec2:, else CT_FLEET_EC2)",
 )
 @click.option("--ec2-arg", "ec2_args", multiple=True, metavar="KEY=VALUE", help="fleet knob (repeatable; listed below)")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="print the outcome as JSON on stdout (docs/json.md); progress and tables go to stderr",
+)
 def eval_command(
     task: str | None,
     task_args: tuple[str, ...],
@@ -85,6 +92,7 @@ def eval_command(
     attack: str | None,
     ec2: bool | None,
     ec2_args: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Run tasks x epochs as one fleet and merge the results into one Inspect run per task.
 
@@ -104,6 +112,7 @@ def eval_command(
 
     A rerun of the same command resumes: only jobs without a finished result run again.
     Results land in runs/<fleet_id>/ (one merged run per task in merged/, per-job logs in jobs/).
+    With --json, stdout holds only the outcome (schema in docs/json.md), for scripts.
     """
     planned = plan_fleet(
         FleetRequest(
@@ -129,18 +138,20 @@ def eval_command(
         )
     )
     # estimate=true stops every cloud: on the embedded one it is a rehearsal of the real run.
-    if (planned.cloud.bills or planned.spec.config.estimate) and not _confirm_cost(planned):
+    # With --json, stdout is the script's: everything a person reads goes to stderr.
+    human = err if as_json else console
+    if (planned.cloud.bills or planned.spec.config.estimate) and not _confirm_cost(planned, human):
         return
     if planned.large and not _confirm_large(planned):
         return
     hooks = RunHooks(
-        info=lambda text: console.print(text, highlight=False, soft_wrap=True),
+        info=lambda text: human.print(text, highlight=False, soft_wrap=True),
         warn=lambda text: err.print(f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True),
         leave_running_on_interrupt=_ask_leave_running,
     )
     fleet_id, run_dir = planned.spec.fleet_id, planned.run_dir
     try:
-        with LiveProgress(console) as live:
+        with LiveProgress(human) as live:
             hooks.on_progress = live.update
             result = execute(planned, hooks)
     except FleetInterrupted as exc:
@@ -152,18 +163,22 @@ def eval_command(
                 f"fleet {fleet_id} stopped; finished results are kept in {run_dir}/jobs ({again} to resume)",
                 highlight=False,
             )
+        if as_json:
+            click.echo(interrupted_summary(fleet_id, str(run_dir), "interrupted", 130).model_dump_json(indent=2))
         sys.exit(130)
-    _report(result)
+    _report(result, human)
+    if as_json:
+        click.echo(run_summary(result).model_dump_json(indent=2))
     status = exit_status(result)
     if status:
         sys.exit(status)
 
 
-def _confirm_cost(planned: PlannedFleet) -> bool:
+def _confirm_cost(planned: PlannedFleet, out: Console) -> bool:
     """Show the estimate; launch only when confirmed (or auto_confirm). estimate=true stops here."""
     cfg = planned.spec.config
     est = planned.estimate()
-    console.print(estimate_table(est, cfg.instance_type))
+    out.print(estimate_table(est, cfg.instance_type))
     if cfg.estimate:
         return False
     if cfg.auto_confirm:
@@ -196,7 +211,7 @@ def _ask_leave_running() -> bool:
     return answer == "leave"
 
 
-def _report(result: RunResult) -> None:
+def _report(result: RunResult, console: Console) -> None:
     console.print(
         f"fleet {result.fleet_id}: {result.jobs} jobs ({result.resumed} already done), "
         f"{result.workers_launched} workers"

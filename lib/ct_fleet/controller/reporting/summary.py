@@ -1,0 +1,93 @@
+"""The run's outcome for scripts: what `ct-fleet eval --json` prints (docs/json.md).
+
+A versioned pydantic model, so a consumer can check `schema_version` and the fields are
+documented in one place. Additions keep the version; a removal or a change of meaning
+bumps it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from .result import RunResult, exit_status
+
+SCHEMA_VERSION: Literal[1] = 1
+
+
+class TaskSummary(BaseModel):
+    task: str
+    status: str = Field(description='the merged log\'s status: "success" or "error"')
+    log: str = Field(description="path of the merged Inspect log")
+    samples_expected: int = Field(description="samples x epochs")
+    samples_present: int
+    successes: int
+    errors: int = Field(description="samples present with an error")
+    missing: int = Field(description="samples x epochs with no result")
+    metrics: dict[str, dict[str, float]] = Field(description="scorer -> metric -> value")
+    tokens: int
+
+
+class RunSummary(BaseModel):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    fleet_id: str
+    run_dir: str
+    outcome: Literal["success", "failed", "interrupted"]
+    exit_status: int
+    problems: list[str] = Field(description="why the run is not complete and successful; empty when it is")
+    jobs: int = 0
+    already_done: int = 0
+    enqueued: int = 0
+    attempts: int = 0
+    workers_launched: int = 0
+    elapsed_seconds: float = 0.0
+    ec2_cost: Annotated[float, Field(description="USD, EC2 workers")] = 0.0
+    tokens: int = 0
+    model_cost: Annotated[float, Field(description="USD, model tokens priced by Inspect's model info")] = 0.0
+    tasks: list[TaskSummary] = []
+    jobs_without_result: Annotated[int, Field(description="failed or dead-lettered jobs")] = 0
+
+
+def _tokens(usage: dict[str, dict[str, object]]) -> int:
+    return sum(int(str(u.get("total_tokens") or 0)) for u in usage.values())
+
+
+def run_summary(result: RunResult) -> RunSummary:
+    status = exit_status(result)
+    return RunSummary(
+        fleet_id=result.fleet_id,
+        run_dir=str(result.run_dir),
+        outcome="failed" if status else "success",
+        exit_status=status,
+        problems=result.problems(),
+        jobs=result.jobs,
+        already_done=result.resumed,
+        enqueued=result.enqueued,
+        attempts=result.attempts,
+        workers_launched=result.workers_launched,
+        elapsed_seconds=round(result.elapsed, 3),
+        ec2_cost=result.cost,
+        tokens=result.tokens,
+        model_cost=result.model_cost,
+        tasks=[
+            TaskSummary(
+                task=m.task,
+                status=m.status,
+                log=str(m.path),
+                samples_expected=m.samples_expected,
+                samples_present=m.samples_present,
+                successes=m.samples_present - len(m.errors),
+                errors=len(m.errors),
+                missing=len(m.missing),
+                metrics=m.metrics,
+                tokens=_tokens(m.model_usage),
+            )
+            for m in result.merged
+        ],
+        jobs_without_result=len(result.dead_report),
+    )
+
+
+def interrupted_summary(fleet_id: str, run_dir: str, reason: str, status: int) -> RunSummary:
+    return RunSummary(fleet_id=fleet_id, run_dir=run_dir, outcome="interrupted", exit_status=status, problems=[reason])
