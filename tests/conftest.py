@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -43,6 +44,15 @@ HEAVY_FIRST = [
     "test_setting.py",
     "test_policies.py",
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Under `nohup ... &` SIGINT arrives ignored, and an ignored signal stays ignored across
+    # exec: every controller the tests start would then shrug off the SIGINT a test sends
+    # and the test would hang. A handler of our own is reset to the default on exec, so each
+    # child starts with Python's usual KeyboardInterrupt.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

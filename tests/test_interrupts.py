@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -208,3 +209,10 @@ def test_leave_running_keeps_workers_and_secrets_for_the_resume(account):
     assert again.returncode == 0, out + err
     assert "adopting the running fleet" in err
     nothing_left(account, fleet_id)
+
+
+def test_children_of_the_suite_take_sigint_even_under_nohup():
+    """The SIGINT drills above rely on it; conftest undoes `nohup ... &`'s ignored SIGINT."""
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
