@@ -4,6 +4,7 @@ runner executing every launched instance's user-data. Then check what moto holds
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import subprocess
@@ -231,6 +232,9 @@ def test_status_and_logs_from_another_machine(ec2_run, account, tmp_path: Path):
     assert status.returncode == 0, status.stderr
     row = next(line for line in status.stdout.splitlines() if "honest" in line)
     assert [c.strip() for c in row.strip("│ ").split("│")][:3] == ["4", "4", "0"]
+    as_json = json.loads(ct(account, "status", fleet_id, "--bucket", account["bucket"], "--json").stdout)
+    assert (as_json["source"], as_json["state"], as_json["results"], as_json["left"]) == ("s3", "complete", 4, 0)
+    assert as_json["queues"] is None  # a finished fleet deletes its queues
     logs = ct(account, "logs", fleet_id, "--bucket", account["bucket"])
     assert logs.returncode == 0 and "step run-worker: ok" in logs.stdout and "step fetch-code: ok" in logs.stdout
     got = ct(account, "logs", fleet_id, "--bucket", account["bucket"], "-o", str(tmp_path / "logs"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ct_fleet.controller.planning import models
-from ct_fleet.controller.reporting import RunResult, usage
+from ct_fleet.controller.reporting import RunResult, checked_fleet_id, is_local_fleet, local_status, usage
 from ct_fleet.errors import BadInput
 from ct_fleet.worker import failures
 
@@ -254,7 +254,7 @@ def test_the_json_summary_says_failed_with_its_problems_and_the_doc_has_its_sche
     import json
     import re
 
-    from ct_fleet.controller.reporting import RunSummary, run_summary
+    from ct_fleet.controller.reporting import FleetStatus, RunSummary, run_summary
 
     rows = [{"dead": True, "error_class": "infra", "error": "lost"}]
     summary = run_summary(_result(jobs=3, resumed=1, dead_report=rows))
@@ -262,5 +262,37 @@ def test_the_json_summary_says_failed_with_its_problems_and_the_doc_has_its_sche
     assert summary.problems[0] == "1 job(s) dead-lettered after every attempt failed"
     assert RunSummary.model_validate_json(summary.model_dump_json()) == summary
     doc = (Path(__file__).parents[1] / "docs" / "json.md").read_text()
-    (block,) = re.findall(r"```json\n(.*?)\n```", doc, re.S)
-    assert json.loads(block) == RunSummary.model_json_schema(), "regenerate docs/json.md's schema block"
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)\n```", doc, re.S)]
+    want = [RunSummary.model_json_schema(), FleetStatus.model_json_schema()]
+    assert blocks == want, "docs/json.md: paste RunSummary and FleetStatus .model_json_schema() into its json blocks"
+
+
+def test_a_local_fleet_is_running_while_its_controller_holds_the_lock(tmp_path: Path):
+    from ct_fleet.controller.fleet.lease import LocalLock
+    from ct_fleet.protocol import Manifest, ManifestJob, ManifestTask, run_layout
+
+    run_dir = tmp_path / "abc123"
+    tasks = [ManifestTask(key="k1", name="qa", task_spec="qa.py@qa", task_args={}, sample_ids=[1, 2])]
+    tasks.append(ManifestTask(key="k2", name="web", task_spec="web.py@web", task_args={}, sample_ids=[1]))
+    jobs = [ManifestJob(job_id=f"j{n}", task=k, sample_id=n, epoch=1) for n, k in ((1, "k1"), (2, "k1"), (3, "k2"))]
+    manifest = Manifest(fleet_id="abc123", model="mockllm/model", epochs=1, code_sha="x", tasks=tasks, jobs=jobs)
+    run_dir.mkdir()
+    (run_dir / run_layout.MANIFEST).write_text(manifest.to_json())
+    (run_dir / run_layout.MOTO_LOG).touch()
+    run_layout.jobs_dir(run_dir).mkdir()
+    run_layout.job_log(run_dir, "j2").touch()
+    assert is_local_fleet(run_dir) and not is_local_fleet(tmp_path)
+    lock = LocalLock(run_dir)
+    lock.acquire()
+    try:
+        status = local_status(run_dir)
+    finally:
+        lock.release()
+    assert (status.state, status.jobs, status.results, status.left) == ("running", 3, 1, 2)
+    assert [(t.task, t.jobs, t.results) for t in status.tasks] == [("qa", 2, 1), ("web", 1, 0)]
+    assert local_status(run_dir).state == "incomplete"
+    run_layout.job_log(run_dir, "j1").touch()
+    run_layout.job_log(run_dir, "j3").touch()
+    assert local_status(run_dir).state == "complete"
+    with pytest.raises(BadInput, match="is not a fleet id"):
+        checked_fleet_id("../etc")

@@ -256,3 +256,22 @@ def test_json_prints_the_outcome_for_scripts(fleet_run, own_task: Path):
     want = {s.name: {m: v.value for m, v in s.metrics.items()} for s in log.results.scores}
     assert task.metrics == want and want
     assert "results" in again.stderr and "12 jobs (12 already done)" in " ".join(again.stderr.split())
+
+
+@pytest.mark.e2e
+def test_status_of_a_local_fleet_reads_its_run_dir(fleet_run):
+    from ct_fleet.controller.reporting import FleetStatus
+
+    runs, proc = fleet_run
+    assert proc.returncode == 0, proc.stderr
+    run_dir = fleet_dir(runs)
+    got = ct_fleet(runs, "status", run_dir.name, "--json")  # the embedded cloud is gone: no AWS here
+    assert got.returncode == 0, got.stderr
+    status = FleetStatus.model_validate_json(got.stdout)
+    assert (status.source, status.state, status.jobs, status.results, status.left) == ("local", "complete", 12, 12, 0)
+    assert [(t.task, t.jobs, t.results) for t in status.tasks] == [("arith", 12, 12)]
+    assert status.merged == [str(_merged(runs)[0])]
+    table = ct_fleet(runs, "status", run_dir.name)
+    assert table.returncode == 0 and f"fleet {run_dir.name} (complete, from local)" in table.stdout, table.stderr
+    bad = ct_fleet(runs, "status", "../" + run_dir.name)
+    assert bad.returncode == 2 and "is not a fleet id" in bad.stderr

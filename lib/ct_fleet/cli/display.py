@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
@@ -201,20 +201,30 @@ def cloud_status_table(rows: Sequence[Any], now: Any) -> Table:
     return table
 
 
-def run_status_table(st: Any) -> Table:
-    table = Table(title=f"fleet {st.fleet_id}", header_style="bold")
+def run_status_view(st: Any) -> RenderableType:
+    """The fleet in one row; then, when it has several tasks, one row per task."""
+    table = Table(title=f"fleet {st.fleet_id} ({st.state}, from {st.source})", header_style="bold")
     for column in ("jobs", "results", "left", "work", "in flight", "dead", "workers", "policy", "epochs"):
         table.add_column(column, justify="right")
-    d = st.depths
+    q = st.queues or {}
     table.add_row(
         str(st.jobs),
         str(st.results),
-        str(st.jobs - st.results),
-        str(d.get("work", "-")),
-        str(d.get("work_in_flight", "-")),
-        str(d.get("dlq", "-")),
-        str(st.instances),
-        str(st.manifest.policy or st.manifest.model),
-        str(st.manifest.epochs),
+        str(st.left),
+        str(q.get("work", "-")),
+        str(q.get("work_in_flight", "-")),
+        str(q.get("dlq", "-")),
+        "-" if st.workers is None else str(st.workers),
+        str(st.policy or st.model),
+        str(st.epochs),
     )
-    return table
+    if st.merged:
+        table.caption = "merged: " + ", ".join(st.merged)
+    if len(st.tasks) < 2:
+        return table
+    tasks = Table(title="per task", header_style="bold")
+    for column in ("task", "jobs", "results", "left"):
+        tasks.add_column(column, justify="left" if column == "task" else "right")
+    for task in st.tasks:
+        tasks.add_row(task.task, str(task.jobs), str(task.results), str(task.jobs - task.results))
+    return Group(table, tasks)

@@ -3,20 +3,31 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import click
+from rich.live import Live
 
 from ..cloud import Cloud, connect_aws
 from ..controller.fleet import sweep_orphan_secrets
-from ..controller.planning import dotenv_path, launched_by, read_dotenv
-from ..controller.reporting import cloud_status, fleet_status, log_keys
+from ..controller.planning import dotenv_path, launched_by, read_dotenv, runs_dir
+from ..controller.reporting import (
+    FleetStatus,
+    checked_fleet_id,
+    cloud_status,
+    is_local_fleet,
+    local_status,
+    log_keys,
+    s3_status,
+)
 from ..errors import BadInput
 from ..protocol import Ec2Config
 from ..protocol.keys import INSTANCE_ID
 from .console import console
-from .display import cloud_status_table, run_status_table
+from .display import cloud_status_table, run_status_view
 
 
 def _aws_cloud(region: str | None) -> Cloud:
@@ -65,14 +76,53 @@ def cloud_status_command(all_users: bool, clean: bool, region: str | None) -> No
 
 
 @click.command(name="status")
-@click.argument("fleet_id")
+@click.argument("fleet_id", callback=lambda ctx, param, value: checked_fleet_id(value))
+@click.option("--json", "as_json", is_flag=True, help="print the status as JSON (schema in docs/json.md)")
+@click.option(
+    "--watch",
+    type=click.FloatRange(min=1),
+    metavar="SECONDS",
+    help="redraw every SECONDS until the fleet is no longer running (for people; scripts poll --json)",
+)
 @region_option
 @bucket_option
-def status_command(fleet_id: str, region: str | None, bucket: str) -> None:
-    """Show one fleet's progress from S3 and SQS; works from any machine with access."""
-    cloud = _aws_cloud(region)
-    st = fleet_status(cloud.client("s3"), cloud.client("sqs"), cloud.client("ec2"), bucket, fleet_id)
-    console.print(run_status_table(st))
+def status_command(fleet_id: str, as_json: bool, watch: float | None, region: str | None, bucket: str) -> None:
+    """Show how far one fleet is: jobs, results, queues and workers, per task.
+
+    A fleet of the embedded cloud is read from runs/FLEET_ID/ (during its run and after
+    it). An EC2 fleet is read from S3 and SQS, so this works from any machine with read
+    access to the account, e.g. `ct-fleet status 3f2a9c0d1e4b --json | jq .left`.
+    """
+    if watch and as_json:
+        raise BadInput("--watch redraws a table for people: with --json, poll `ct-fleet status FLEET --json`")
+    run_dir = runs_dir(os.environ) / fleet_id
+    if is_local_fleet(run_dir):
+
+        def fetch() -> FleetStatus:
+            return local_status(run_dir)
+    else:
+        cloud = _aws_cloud(region)
+        s3, sqs, ec2 = cloud.client("s3"), cloud.client("sqs"), cloud.client("ec2")
+
+        def fetch() -> FleetStatus:
+            return s3_status(s3, sqs, ec2, bucket, fleet_id)
+
+    if as_json:
+        click.echo(fetch().model_dump_json(indent=2))
+    elif watch:
+        _watch(fetch, watch)
+    else:
+        console.print(run_status_view(fetch()))
+
+
+def _watch(fetch: Callable[[], FleetStatus], every: float) -> None:
+    with Live(console=console, auto_refresh=False) as live:
+        while True:
+            status = fetch()
+            live.update(run_status_view(status), refresh=True)
+            if status.state != "running":
+                return
+            time.sleep(every)
 
 
 @click.command(name="logs")

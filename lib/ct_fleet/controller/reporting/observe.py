@@ -1,4 +1,4 @@
-"""Looking at fleets from any machine: what runs, what it costs, how far a run is, its logs."""
+"""Looking at fleets from any machine: what runs, what it costs, its bootstrap logs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from ...cloud.prices import hourly_price
 from ...errors import BadInput
-from ...protocol import QUEUE_ROLES, Manifest, fleet_of_queue, logs_prefix, manifest_key
+from ...protocol import QUEUE_ROLES, fleet_of_queue, logs_prefix
 from ...protocol.keys import QUEUE_PREFIX
 from ...services import instances, queues, store
 
@@ -51,33 +51,6 @@ def cloud_status(ec2: Any, sqs: Any, *, launched_by: str | None, now: dt.datetim
         row = rows.setdefault(fleet_id, FleetRow(fleet_id))
         row.depths = queues.depths(sqs, queues.FleetQueues(**roles))
     return sorted(rows.values(), key=lambda r: r.fleet_id)
-
-
-@dataclass
-class RunStatus:
-    fleet_id: str
-    jobs: int
-    results: int
-    depths: dict[str, int]
-    instances: int
-    manifest: Manifest
-
-
-def fleet_status(s3: Any, sqs: Any, ec2: Any, bucket: str, fleet_id: str) -> RunStatus:
-    manifest = store.get_manifest(s3, bucket, fleet_id)
-    if manifest is None:
-        raise BadInput(f"no fleet {fleet_id}: s3://{bucket}/{manifest_key(fleet_id)} does not exist")
-    job_ids = {j.job_id for j in manifest.jobs}
-    results = len(store.list_result_job_ids(s3, bucket, fleet_id) & job_ids)
-    q = queues.find_queues(sqs, fleet_id)
-    return RunStatus(
-        fleet_id=fleet_id,
-        jobs=len(job_ids),
-        results=results,
-        depths=queues.depths(sqs, q) if q else {},
-        instances=len(instances.live_instances(ec2, fleet_id)),
-        manifest=manifest,
-    )
 
 
 def log_keys(s3: Any, bucket: str, fleet_id: str, instance_id: str | None = None) -> list[str]:
