@@ -4,7 +4,13 @@ shared run of test_local_run.py)."""
 
 from __future__ import annotations
 
+import json
+import os
+import pty
+import re
+import select
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +19,9 @@ from fleet_helpers import (
     FAST,
     LOCAL,
     ONE_WORKER,
+    REPO,
     assert_nothing_running,
+    env_for,
     finish,
     fleet_dir,
     merged_pairs,
@@ -129,3 +137,54 @@ def test_ctrl_c_without_a_terminal_stops_the_fleet_and_keeps_results(tmp_path: P
     assert "stopped; finished results are kept in" in err
     assert list(fleet_dir(runs).glob("jobs/*.evaljob"))
     assert_nothing_running(runs)
+
+
+def _results_put(run_dir: Path) -> set[str]:
+    """Job ids whose result the embedded S3 accepted (its request log, runs/<fleet>/moto.log)."""
+    log = run_dir / "moto.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return set(re.findall(rf'"PUT /[^/ ]+/{run_dir.name}/([0-9a-f]+)\.eval HTTP/1\.1" 200', text))
+
+
+@pytest.mark.faults
+def test_results_that_arrive_at_the_prompt_are_kept_and_a_hang_up_is_an_answer(tmp_path: Path):
+    """Ctrl-C on a terminal asks whether to leave the workers running. The jobs go on while
+    it waits; they must not be lost with the embedded cloud when the run stops, and a
+    terminal closed at the prompt is "stop", not a crash."""
+    runs, gate = tmp_path / "runs", tmp_path / "gate"
+    master, slave = pty.openpty()
+    args = ["--task-file", "smoke", "--epochs", "2", "--policy", "tests.fault_policies:gated"]
+    proc = subprocess.Popen(
+        [str(REPO / "bin" / "ct-fleet"), "eval", *args, *FAST, *LOCAL, *ONE_WORKER],
+        cwd=REPO,
+        env=env_for(runs, CT_FAULT_FREE="1", CT_FAULT_GATE=str(gate)),
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=slave,  # the prompt is on the terminal: read from its master below
+        text=True,
+    )
+    os.close(slave)
+    try:
+        wait_for(lambda: list(runs.glob("*/jobs/*.evaljob")), timeout=300)
+        run_dir = fleet_dir(runs)
+        jobs = len(json.loads((run_dir / "manifest.json").read_text())["jobs"])
+        assert jobs > 2
+        proc.send_signal(signal.SIGINT)
+        seen = b""
+        while b"[stop/leave]" not in seen:
+            ready, _, _ = select.select([master], [], [], 120)
+            assert ready, seen.decode(errors="replace")
+            seen += os.read(master, 4096)
+        gate.touch()  # the other jobs run now, while the question waits
+        wait_for(lambda: len(_results_put(run_dir)) == jobs, timeout=300)
+    finally:
+        os.close(master)  # the terminal goes away: the answer is "stop"
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out
+    assert {p.stem for p in run_dir.glob("jobs/*.evaljob")} == _results_put(run_dir)
+    assert not list(runs.glob("crashes/*")), "a closed terminal is not a bug"
+    assert_nothing_running(runs)
+    again = start(runs, *args, *FAST, *LOCAL, *ONE_WORKER, CT_FAULT_GATE=str(gate))
+    code, out, err = finish(again)
+    assert code == 0, out + err
+    assert f"{jobs} jobs ({jobs} already done), 0 workers" in out

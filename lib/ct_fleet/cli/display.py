@@ -66,6 +66,7 @@ class LiveProgress:
         self.console = console
         self.live: Live | None = None
         self._last: tuple[int, ...] | None = None
+        self.stopped = False
 
     def __enter__(self) -> "LiveProgress":
         if self.console.is_terminal:
@@ -74,10 +75,17 @@ class LiveProgress:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop redrawing (before a prompt: a live table would draw over it); updates then print nothing."""
+        self.stopped = True
         if self.live:
-            self.live.__exit__(*exc)
+            self.live.stop()
 
     def update(self, p: Progress) -> None:
+        if self.stopped:
+            return
         if self.live:
             self.live.update(progress_table(p))
             return

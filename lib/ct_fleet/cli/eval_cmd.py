@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import sys
 from pathlib import Path
 
@@ -16,6 +17,9 @@ from ..errors import BadInput
 from ..protocol import knobs
 from .console import console, err
 from .display import LiveProgress, dead_table, estimate_table, money, summary_table
+
+# Long enough to read and answer; short enough that an unattended laptop stops its bill.
+PROMPT_SECONDS = 60
 
 
 def _knob_help() -> str:
@@ -145,26 +149,29 @@ def eval_command(
     if planned.large and not _confirm_large(planned):
         return
     hooks = RunHooks(
-        info=lambda text: human.print(text, highlight=False, soft_wrap=True),
-        warn=lambda text: err.print(f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True),
-        leave_running_on_interrupt=_ask_leave_running,
+        info=lambda text: _say(human, text),
+        warn=lambda text: _say(err, f"[yellow]warning:[/] {escape(text)}"),
     )
     fleet_id, run_dir = planned.spec.fleet_id, planned.run_dir
     try:
         with LiveProgress(human) as live:
             hooks.on_progress = live.update
+            hooks.leave_running_on_interrupt = lambda: _ask_leave_running(live)
             result = execute(planned, hooks)
     except FleetInterrupted as exc:
         again = f"rerun with --ec2-arg resume={fleet_id}" if planned.spec.config.new_fleet else "rerun the same command"
-        if exc.leave_running:
-            err.print(f"fleet {fleet_id} left running: {again} to resume it", highlight=False)
-        else:
-            err.print(
-                f"fleet {fleet_id} stopped; finished results are kept in {run_dir}/jobs ({again} to resume)",
-                highlight=False,
-            )
-        if as_json:
-            click.echo(interrupted_summary(fleet_id, str(run_dir), "interrupted", 130).model_dump_json(indent=2))
+        try:
+            if exc.leave_running:
+                err.print(f"fleet {fleet_id} left running: {again} to resume it", highlight=False)
+            else:
+                err.print(
+                    f"fleet {fleet_id} stopped; finished results are kept in {run_dir}/jobs ({again} to resume)",
+                    highlight=False,
+                )
+            if as_json:
+                click.echo(interrupted_summary(fleet_id, str(run_dir), "interrupted", 130).model_dump_json(indent=2))
+        except OSError:
+            pass  # the terminal was closed at the prompt: nobody is there to read it
         sys.exit(130)
     _report(result, human)
     if as_json:
@@ -172,6 +179,13 @@ def eval_command(
     status = exit_status(result)
     if status:
         sys.exit(status)
+
+
+def _say(out: Console, text: str) -> None:
+    try:
+        out.print(text, highlight=False, soft_wrap=True)
+    except OSError:
+        pass  # the terminal was closed (at the Ctrl-C prompt, say): stopping the fleet matters more
 
 
 def _confirm_cost(planned: PlannedFleet, out: Console) -> bool:
@@ -200,15 +214,31 @@ def _confirm_large(planned: PlannedFleet) -> bool:
     return click.confirm(f"start {jobs:,} jobs?", default=False)
 
 
-def _ask_leave_running() -> bool:
+def _ask_leave_running(live: LiveProgress) -> bool:
+    """Ctrl-C with workers up: stop them (the default), or leave them for a later resume.
+
+    Stop, unless "leave" is typed within PROMPT_SECONDS: without a terminal, on no answer
+    (the laptop was walked away from: workers would bill until someone comes back), on
+    a closed terminal, or on any other answer.
+    """
     if not sys.stdin.isatty():
         return False
-    answer = click.prompt(
-        "\ninterrupted: stop the fleet, or leave its workers running for a later resume?",
-        type=click.Choice(["stop", "leave"]),
-        default="stop",
+    live.stop()  # a redrawing table would bury the question
+    err.print(
+        f"\ninterrupted: stop the fleet, or leave its workers running for a later resume? "
+        f"[stop/leave] (stop in {PROMPT_SECONDS}s): ",
+        end="",
+        highlight=False,
+        markup=False,
     )
-    return answer == "leave"
+    try:
+        ready, _, _ = select.select([sys.stdin], [], [], PROMPT_SECONDS)
+        answer = sys.stdin.readline() if ready else ""
+    except (OSError, ValueError):  # the terminal is gone: that is an answer too
+        return False
+    if not ready:
+        err.print("no answer: stopping", highlight=False)
+    return answer.strip().lower() == "leave"
 
 
 def _report(result: RunResult, console: Console) -> None:

@@ -7,6 +7,7 @@ the file its full traceback was written to, and exits 1.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -82,6 +83,8 @@ class CtFleetGroup(click.Group):
             )
             sys.exit(1)
         except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno in (errno.EIO, errno.EPIPE):
+                sys.exit(1)  # the terminal or pipe we print to is gone: not a bug, and nobody reads a message
             path = write_crash_report(exc)
             err.print(
                 f"error: unexpected {type(exc).__name__}: {_one_line(exc)} (a bug; traceback in {path})",

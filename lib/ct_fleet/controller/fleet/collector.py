@@ -12,6 +12,7 @@ import importlib
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -161,6 +162,17 @@ class ResultCollector:
             for msg in messages:
                 self.state.dead_lettered(WorkMessage.from_json(msg["Body"]).job_id)
             queues.delete_batch(self.sqs, dlq_url, [m["ReceiptHandle"] for m in messages])
+
+    def keep_what_arrived(self) -> int:
+        """After an early stop, once workers are stopped: fetch every result that reached S3
+        but not this machine, so the resume counts it. The results a run was still waiting
+        for (at the Ctrl-C prompt, say) would otherwise be lost with the embedded cloud's S3,
+        or fetched again on EC2 only by a rerun. Returns how many were fetched."""
+        wait_all(list(self.in_flight.values()))  # each writes its result, or fails and is fetched below
+        on_disk = {p.stem for p in run_layout.job_logs(self.run_dir)}
+        in_s3 = store.list_result_job_ids(self.s3, self.bucket, self.spec.fleet_id) & set(self.jobs)
+        fetched = list(self.downloads.map(self.fetch, sorted(in_s3 - on_disk)))
+        return sum(fetched)
 
     def close(self) -> None:
         self.downloads.shutdown(wait=True, cancel_futures=True)

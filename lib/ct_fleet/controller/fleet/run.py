@@ -139,7 +139,7 @@ class FleetRun:
                 leave = False
         if not leave and not self.lease.lost:
             try:
-                self.teardown(delete_queues=False)
+                self.teardown(delete_queues=False, keep_arrived=True)
             except KeyboardInterrupt:
                 pass  # held off until teardown was done; the first interrupt is reported
             except Exception as err:
@@ -196,14 +196,21 @@ class FleetRun:
         return queues.send_batch(self.sqs, self.queues.work, bodies)
 
     # -- the end -----------------------------------------------------------------------
-    def teardown(self, *, delete_queues: bool) -> None:
+    def teardown(self, *, delete_queues: bool, keep_arrived: bool = False) -> None:
         """Terminate the workers and delete their secrets, and the queues once the work is
-        done (the workers are then first told to leave: WorkerPool.teardown)."""
-        also = [self.results.close]
+        done (the workers are then first told to leave: WorkerPool.teardown). With
+        keep_arrived (an early stop), results already in S3 are fetched once workers stop."""
+        also = [self._keep_arrived] if keep_arrived else []
+        also.append(self.results.close)
         if delete_queues and self.q is not None:
             fleet_queues = self.q
             also.insert(0, lambda: queues.delete_queues(self.sqs, fleet_queues))
         self.pool.teardown(wait=delete_queues, announce=self._announce_end, also=also)
+
+    def _keep_arrived(self) -> None:
+        kept = self.results.keep_what_arrived()
+        if kept:
+            self.warn(f"kept {kept} result(s) that arrived after the interrupt; a resume counts them")
 
     def _announce_end(self) -> None:
         stop.announce(self.s3, self.sqs, self.cfg.bucket, self.spec.fleet_id, self.queues.work)
