@@ -84,3 +84,30 @@ def test_new_fleet_runs_everything_again_under_a_new_id(local_run, tmp_path: Pat
     assert code == 0, out + err
     assert "8 jobs (0 already done)" in out
     assert len([p for p in runs.iterdir() if (p / "manifest.json").exists()]) == 2
+
+
+@pytest.mark.faults
+def test_a_reader_that_leaves_early_does_not_stop_the_fleet(local_run, tmp_path: Path):
+    """`ct-fleet eval ... | head -1`: the pipe closes after the first line; the run goes on."""
+    import shlex
+    import subprocess
+
+    from fleet_helpers import REPO, env_for
+
+    runs = copy_of(local_run, tmp_path)
+    for path in sorted((fleet_dir(runs) / "jobs").glob("*.evaljob"))[:4]:
+        path.unlink()  # four jobs to run after the reader has gone
+    command = shlex.join([str(REPO / "bin" / "ct-fleet"), "eval", *ARGS, *ONE_WORKER])
+    proc = subprocess.run(
+        ["bash", "-c", f'{command} | head -1; exit "${{PIPESTATUS[0]}}"'],
+        cwd=REPO,
+        env=env_for(runs),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(proc.stdout.splitlines()) == 1
+    assert "stdout was closed by its reader; the run goes on" in proc.stderr
+    assert len(set(merged_pairs(runs))) == 8
+    assert_nothing_running(runs)

@@ -7,6 +7,7 @@ reader is a file viewer or a script, not an 80-column screen. rich honours NO_CO
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, TextIO
 
@@ -24,6 +25,41 @@ def fitted(stream: TextIO) -> dict[str, Any]:
     except ValueError:  # a closed stream
         terminal = False
     return {} if terminal else {"width": UNBOUNDED, "soft_wrap": True}
+
+
+class OutlivesItsReader:
+    """stdout for a run piped into a reader that may leave first (`| head -1`).
+
+    A write to a pipe nobody reads raises BrokenPipeError; uncaught, it would stop the fleet
+    mid-run over nothing but its own progress lines. So the first one points the descriptor
+    at /dev/null (later writes, and the flush at exit, then succeed), says so once on
+    stderr, and the run goes on.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+        sys.stderr.write("ct-fleet: stdout was closed by its reader; the run goes on, its stdout output is dropped\n")
 
 
 # No file given: rich writes to sys.stdout/sys.stderr as they are at each print.

@@ -25,7 +25,7 @@ from rich.markup import escape
 
 from ..cloud import login_hint
 from ..errors import BadInput
-from .console import err
+from .console import OutlivesItsReader, err
 from .crash import write_crash_report
 
 
@@ -127,4 +127,5 @@ _register()
 
 
 def main() -> None:
+    sys.stdout = OutlivesItsReader(sys.stdout)
     cli(prog_name="ct-fleet")
