@@ -145,3 +145,65 @@ def test_a_sandbox_that_cannot_build_is_fatal_and_names_the_cause(tmp_path: Path
     assert "2 job(s) failed without a result (fatal)" in ending
     assert re.search(r"fatal: PrerequisiteError: Failed to build docker containers: failed to solve: ", ending), ending
     assert "ExceptionGroup" not in ending
+
+
+FLAKY = """
+import os
+
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.model import ModelOutput
+from inspect_ai.scorer import includes
+from inspect_ai.solver import Generate, TaskState, solver
+
+
+@solver
+def flaky():
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        if os.environ.get("CT_FAULT_ERROR"):  # the test's outage: every sample errors
+            raise RuntimeError("the tool service went down")
+        state.output = ModelOutput.from_content("flaky", "ok")
+        return state
+
+    return solve
+
+
+@task
+def flaky_task():
+    samples = [Sample(id=i, input="x", target="ok") for i in (1, 2, 3)]
+    return Task(dataset=MemoryDataset(samples, name="flaky"), solver=flaky(), scorer=includes())
+"""
+
+
+@pytest.mark.e2e
+def test_a_rerun_retries_errored_samples_unless_told_to_keep_them(tmp_path: Path):
+    from inspect_ai.log import read_eval_log
+
+    from ct_fleet.controller.reporting import RunSummary
+    from fleet_helpers import ONE_WORKER, fleet_dir
+
+    project = tmp_path / "project"  # its own tree: the task's directory ships (and is in the fleet id)
+    project.mkdir()
+    (project / "flaky.py").write_text(FLAKY)
+    runs, task = tmp_path / "runs", f"{project / 'flaky.py'}@flaky_task"
+    outage = subprocess.run(
+        [str(REPO / "bin" / "ct-fleet"), "eval", task, *FAST, *ONE_WORKER],
+        cwd=REPO,
+        env=env_for(runs, CT_FAULT_ERROR="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert outage.returncode == 1, outage.stdout + outage.stderr
+    assert "the tool service went down" in outage.stdout + outage.stderr
+    kept = ct_fleet(runs, "eval", task, *FAST, *ONE_WORKER, "--no-retry-errors", "--json")
+    assert kept.returncode == 1, kept.stdout + kept.stderr
+    summary = RunSummary.model_validate_json(kept.stdout)
+    assert (summary.already_done, summary.enqueued, summary.retried_errors) == (3, 0, 0)
+    retried = ct_fleet(runs, "eval", task, *FAST, *ONE_WORKER)
+    assert retried.returncode == 0, retried.stdout + retried.stderr
+    assert "3 jobs (0 already done, 3 errored retried)" in " ".join(retried.stdout.split())
+    (merged,) = (fleet_dir(runs) / "merged").glob("*.eval")
+    log = read_eval_log(str(merged))
+    assert log.status == "success" and [s.error for s in log.samples or []] == [None, None, None]
+    assert not list((fleet_dir(runs) / "jobs").glob("*.errored"))  # the set-aside copies went with the retry

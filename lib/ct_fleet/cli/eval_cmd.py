@@ -71,6 +71,11 @@ def _knob_help() -> str:
 )
 @click.option("--ec2-arg", "ec2_args", multiple=True, metavar="KEY=VALUE", help="fleet knob (repeatable; listed below)")
 @click.option(
+    "--retry-errors/--no-retry-errors",
+    default=None,
+    help="on a rerun, run the samples that errored again (the default, as inspect eval-set does) or keep them",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -96,6 +101,7 @@ def eval_command(
     attack: str | None,
     ec2: bool | None,
     ec2_args: tuple[str, ...],
+    retry_errors: bool | None,
     as_json: bool,
 ) -> None:
     """Run tasks x epochs as one fleet and merge the results into one Inspect run per task.
@@ -114,7 +120,8 @@ def eval_command(
       ct-fleet eval --ec2 --extra-src ~/experiments --policy mypkg.policies:my_policy -e web
       ct-fleet eval -e toyarena:web -e mysetting:lab --policy honest
 
-    A rerun of the same command resumes: only jobs without a finished result run again.
+    A rerun of the same command resumes: only jobs without a finished result run again,
+    and those whose sample errored (unless --no-retry-errors).
     Results land in runs/<fleet_id>/ (one merged run per task in merged/, per-job logs in jobs/).
     With --json, stdout holds only the outcome (schema in docs/json.md), for scripts.
     """
@@ -138,7 +145,7 @@ def eval_command(
             config_path=config_path,
             attack=attack,
             ec2=ec2,
-            ec2_args=ec2_args,
+            ec2_args=ec2_args if retry_errors is None else (*ec2_args, f"retry_errors={str(retry_errors).lower()}"),
         )
     )
     # estimate=true stops every cloud: on the embedded one it is a rehearsal of the real run.
@@ -243,7 +250,9 @@ def _ask_leave_running(live: LiveProgress) -> bool:
 
 def _report(result: RunResult, console: Console) -> None:
     console.print(
-        f"fleet {result.fleet_id}: {result.jobs} jobs ({result.resumed} already done), "
+        f"fleet {result.fleet_id}: {result.jobs} jobs ({result.resumed} already done"
+        + (f", {result.retried_errors} errored retried" if result.retried_errors else "")
+        + "), "
         f"{result.workers_launched} workers"
         + (f" ({result.adopted_workers} adopted)" if result.adopted_workers else "")
         + f", {result.elapsed:.1f}s; enqueued {result.enqueued}, attempts {result.attempts}, "

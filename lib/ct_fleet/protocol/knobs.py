@@ -138,6 +138,9 @@ class Ec2Config:
     estimate: bool = knob(False, "print the cost estimate and launch nothing")
     auto_confirm: bool = knob(False, "skip the cost confirmation prompt")
     new_fleet: bool = knob(False, "start a fresh fleet instead of resuming one with the same id")
+    retry_errors: bool = knob(
+        True, "a rerun runs the samples that errored again, as inspect eval-set does (false: keep them)"
+    )
     resume: str | None = knob(
         None,
         "id of a fleet to resume, e.g. one started with new_fleet=true (same inputs)",

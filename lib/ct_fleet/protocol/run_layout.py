@@ -3,6 +3,7 @@
 manifest.json          the fleet's manifest, as written to S3 (a local resume reads it)
 code.tar.gz            the code archive that shipped; extra-<name>.tar.gz per --extra-src tree
 jobs/<job>.evaljob     each job's verified result (the merge's input, a resume's record)
+jobs/<job>.errored     an errored result a rerun set aside while it runs the job again
 merged/                one merged Inspect log per task
 durations.json         seconds per job, for later fleets' cost estimates
 sandbox-images.jsonl   the images each job's sandboxes ran
@@ -19,6 +20,7 @@ from pathlib import Path
 
 # A fleet's per-job logs: one-sample .eval files under a suffix `inspect view` does not list.
 JOB_LOG_SUFFIX = ".evaljob"
+SET_ASIDE_SUFFIX = ".errored"
 MANIFEST = "manifest.json"
 CODE_TARBALL = "code.tar.gz"
 JOBS = "jobs"
@@ -43,6 +45,10 @@ def jobs_dir(run_dir: Path) -> Path:
 
 def job_log(run_dir: Path, job_id: str) -> Path:
     return jobs_dir(run_dir) / f"{job_id}{JOB_LOG_SUFFIX}"
+
+
+def set_aside_log(run_dir: Path, job_id: str) -> Path:
+    return jobs_dir(run_dir) / f"{job_id}{SET_ASIDE_SUFFIX}"
 
 
 def job_logs(run_dir: Path) -> list[Path]:

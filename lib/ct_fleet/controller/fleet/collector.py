@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...cloud import Cloud
-from ...evallog import read_header
+from ...evallog import read_header, sample_error
 from ...protocol import DoneMessage, WorkMessage, decode_reports, mask, result_key, run_layout
 from ...services import queues, store
 from ..planning import FleetSpec
@@ -60,10 +60,13 @@ class ResultCollector:
         self.downloads = ThreadPoolExecutor(max_workers=8)
         self.in_flight: dict[str, Future[bool]] = {}
         self.bad_results: dict[str, int] = {}  # job id -> unreadable results fetched so far
+        self.retried_errors = 0  # errored results a rerun set aside to run again
         self._merge_preloaded = False
 
     def resume(self) -> set[str]:
-        """Jobs with a result that reads in full: on disk already, or in S3 (fetched now)."""
+        """Jobs with a result that reads in full: on disk already, or in S3 (fetched now).
+        With retry_errors, those whose sample errored are set aside to run again."""
+        self.restore_set_aside()
         local = {p.stem for p in run_layout.job_logs(self.run_dir) if p.stem in self.jobs}
         done = {job_id for job_id in local if self.local.verify(job_id) is None}
         for job_id in sorted(local - done):
@@ -71,6 +74,12 @@ class ResultCollector:
         in_s3 = store.list_result_job_ids(self.s3, self.bucket, self.spec.fleet_id) & set(self.jobs)
         futures = {job_id: self.downloads.submit(self.fetch, job_id) for job_id in in_s3 - done}
         done |= {job_id for job_id, fut in futures.items() if fut.result()}
+        if self.spec.config.retry_errors:
+            errored = {job_id for job_id in done if self._errored(job_id)}
+            for job_id in sorted(errored):
+                self._set_aside(job_id)
+            done -= errored
+            self.retried_errors = len(errored)
         for job_id in done:
             self._count_usage(job_id)
         self.state.resumed(done)
@@ -162,6 +171,29 @@ class ResultCollector:
             for msg in messages:
                 self.state.dead_lettered(WorkMessage.from_json(msg["Body"]).job_id)
             queues.delete_batch(self.sqs, dlq_url, [m["ReceiptHandle"] for m in messages])
+
+    def _errored(self, job_id: str) -> bool:
+        header = read_header(run_layout.job_log(self.run_dir, job_id))
+        return header is not None and sample_error(header) is not None
+
+    def _set_aside(self, job_id: str) -> None:
+        """Move the errored result out of the merge's and the workers' way (a worker skips a
+        job whose result is in S3); it comes back if the retry leaves no result."""
+        run_layout.job_log(self.run_dir, job_id).replace(run_layout.set_aside_log(self.run_dir, job_id))
+        self.s3.delete_object(Bucket=self.bucket, Key=result_key(self.spec.fleet_id, job_id))
+
+    def restore_set_aside(self) -> int:
+        """Errored results set aside whose retry left no result go back: the merged run keeps
+        the sample with its error rather than losing it. Returns how many."""
+        restored = 0
+        for aside in run_layout.jobs_dir(self.run_dir).glob(f"*{run_layout.SET_ASIDE_SUFFIX}"):
+            result = run_layout.job_log(self.run_dir, aside.name.removesuffix(run_layout.SET_ASIDE_SUFFIX))
+            if result.exists():
+                aside.unlink()  # the retry left its own result
+            else:
+                aside.replace(result)
+                restored += 1
+        return restored
 
     def keep_what_arrived(self) -> int:
         """After an early stop, once workers are stopped: fetch every result that reached S3

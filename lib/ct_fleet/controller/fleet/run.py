@@ -104,6 +104,9 @@ class FleetRun:
             if not self.lease.lost:  # else the fleet is another controller's now: hands off
                 self.teardown(delete_queues=self.state.complete)
             self._record_durations()
+            restored = self.results.restore_set_aside()
+            if restored:
+                self.warn(f"{restored} errored sample(s) retried without a new result: their errored results stay")
             phases.reached(phases.MERGE, self.run_dir)
             merged = self._merge()
         except KeyboardInterrupt:
@@ -249,6 +252,7 @@ class FleetRun:
             duplicates=self.state.duplicates,
             jobs=len(self.jobs),
             resumed=resumed,
+            retried_errors=self.results.retried_errors,
             workers_launched=len(self.pool.launched),
             elapsed=time.monotonic() - start,
             stopped_reason=why,

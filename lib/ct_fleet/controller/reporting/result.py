@@ -21,6 +21,7 @@ class RunResult:
     resumed: int
     workers_launched: int
     elapsed: float
+    retried_errors: int = 0  # results whose sample errored, run again by this rerun
     attempts: int = 0  # done reports of jobs
     redeliveries: int = 0  # of them, attempts of a job delivered before
     duplicates: int = 0  # reports dropped because the job already had its outcome

@@ -38,6 +38,7 @@ class RunSummary(BaseModel):
     problems: list[str] = Field(description="why the run is not complete and successful; empty when it is")
     jobs: int = 0
     already_done: int = 0
+    retried_errors: Annotated[int, Field(description="errored samples an earlier run left, run again")] = 0
     enqueued: int = 0
     attempts: int = 0
     workers_launched: int = 0
@@ -63,6 +64,7 @@ def run_summary(result: RunResult) -> RunSummary:
         problems=result.problems(),
         jobs=result.jobs,
         already_done=result.resumed,
+        retried_errors=result.retried_errors,
         enqueued=result.enqueued,
         attempts=result.attempts,
         workers_launched=result.workers_launched,
