@@ -70,9 +70,11 @@ def test_rerun_enqueues_only_missing_or_unreadable_results(local_run, tmp_path: 
     for path in results[:3]:
         path.unlink()
     results[3].write_bytes(results[3].read_bytes()[:200])  # a truncated result does not count
+    results[4].write_bytes(results[5].read_bytes())  # nor one that is another job's
     code, out, err = finish(start(runs, *ARGS, *ONE_WORKER))
     assert code == 0, out + err
-    assert "8 jobs (4 already done)" in out and stat(out, "enqueued") == 4
+    assert "8 jobs (3 already done)" in out and stat(out, "enqueued") == 5
+    assert f"local result of job {results[4].stem} does not count (holds sample" in err
     assert len(set(merged_pairs(runs))) == 8
     assert_nothing_running(runs)
 

@@ -18,8 +18,9 @@ from . import header as _header  # noqa: F401  (registers zstd with zipfile befo
 from .layout import HEADER_JSON, SAMPLE_NAME, SUMMARIES_JSON
 
 
-def problem(path: Path) -> str | None:
-    """None when the log reads in full; else one line saying what is wrong with it."""
+def problem(path: Path, expect: tuple[str | int, int] | None = None) -> str | None:
+    """None when the log reads in full (and, with `expect`, holds just that sample id and
+    epoch: a job's result, not another's); else one line saying what is wrong with it."""
     try:
         with zipfile.ZipFile(path) as zf:
             names = {info.filename for info in zf.infolist()}
@@ -37,6 +38,8 @@ def problem(path: Path) -> str | None:
                 sample = json.loads(zf.read(name))  # zipfile checks the CRC as it inflates
                 if not isinstance(sample, dict) or "id" not in sample or "epoch" not in sample:
                     return f"{name} is not a sample"
+                if expect is not None and (str(sample["id"]), sample["epoch"]) != (str(expect[0]), expect[1]):
+                    return f"holds sample {sample['id']} epoch {sample['epoch']}, not {expect[0]} epoch {expect[1]}"
             if SUMMARIES_JSON in names:
                 rows = json.loads(zf.read(SUMMARIES_JSON))
                 if not isinstance(rows, list) or not all(

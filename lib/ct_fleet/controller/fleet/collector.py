@@ -68,9 +68,12 @@ class ResultCollector:
         With retry_errors, those whose sample errored are set aside to run again."""
         self.restore_set_aside()
         local = {p.stem for p in run_layout.job_logs(self.run_dir) if p.stem in self.jobs}
-        done = {job_id for job_id in local if self.local.verify(job_id) is None}
+        # Each result is checked to be this job's own (its sample and epoch), not only readable.
+        problems = {job_id: self.local.verify(job_id, self._identity(job_id)) for job_id in local}
+        done = {job_id for job_id, found in problems.items() if found is None}
         for job_id in sorted(local - done):
-            self.warn(f"local result of job {job_id} is unreadable; fetching it again")
+            self.warn(f"local result of job {job_id} does not count ({problems[job_id]}); fetching it again")
+            run_layout.job_log(self.run_dir, job_id).unlink()
         in_s3 = store.list_result_job_ids(self.s3, self.bucket, self.spec.fleet_id) & set(self.jobs)
         futures = {job_id: self.downloads.submit(self.fetch, job_id) for job_id in in_s3 - done}
         done |= {job_id for job_id, fut in futures.items() if fut.result()}
@@ -171,6 +174,10 @@ class ResultCollector:
             for msg in messages:
                 self.state.dead_lettered(WorkMessage.from_json(msg["Body"]).job_id)
             queues.delete_batch(self.sqs, dlq_url, [m["ReceiptHandle"] for m in messages])
+
+    def _identity(self, job_id: str) -> tuple[str | int, int]:
+        job = self.jobs[job_id]
+        return job.sample_id, job.epoch
 
     def _errored(self, job_id: str) -> bool:
         header = read_header(run_layout.job_log(self.run_dir, job_id))
