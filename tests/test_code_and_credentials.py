@@ -203,3 +203,28 @@ def test_launched_by_is_the_last_arn_segment(aws_client):
     )
     assert credentials.name_from_arn("arn:aws:iam::1:user/alice") == "alice"
     assert credentials.name_from_arn("arn:aws:sts::1:assumed-role/AWSReservedSSO_LinuxbenchFleet_ab12/bob") == "bob"
+
+
+@pytest.mark.parametrize(
+    "url,shown",
+    [
+        ("https://github.com/me/evals.git", "https://github.com/me/evals.git"),
+        ("https://me:tok@github.com/me/evals.git", "https://github.com/me/evals.git"),
+        ("git@github.com:me/evals.git", "git@github.com:me/evals.git"),
+        ("/home/me/src/evals", ""),  # a clone of a local directory: this machine's path
+        ("../evals", ""),
+        ("file:///home/me/evals", ""),
+    ],
+)
+def test_a_log_shows_an_origin_without_credentials_or_local_paths(url: str, shown: str):
+    assert code.public_origin(url) == shown
+
+
+def test_a_task_tree_has_its_own_revision_or_none(repo: Path, tmp_path_factory: pytest.TempPathFactory):
+    plain = tmp_path_factory.mktemp("plain")  # outside the repo
+    assert code.tree_revision(plain) is None  # not in a git repo: no revision, as inspect eval
+    assert code.tree_revision(repo) is None  # a repo without an origin: none either
+    subprocess.run(["git", "remote", "add", "origin", "https://github.com/me/evals.git"], cwd=repo, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    rev = code.tree_revision(repo)
+    assert rev == {"type": "git", "origin": "https://github.com/me/evals.git", "commit": head, "dirty": False}

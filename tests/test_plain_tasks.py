@@ -127,7 +127,7 @@ def test_own_task_merges_like_a_direct_run(fleet_run, direct_log):
     assert ev.dataset.sample_ids == want.dataset.sample_ids == [1, 2, 3, 4, 5, 6]
     assert ev.config.limit == want.config.limit == 6
     assert ev.config.time_limit is None  # nobody set one (the fleet's kill timeout is not Inspect's)
-    assert ev.revision is not None and ev.revision.commit  # the shipped code's revision
+    assert ev.revision is None  # the task's tree is in no git repo; ct-fleet's own commit is not its revision
     pairs = [(s.id, s.epoch) for s in fleet_log.samples or []]
     assert pairs == [(s.id, s.epoch) for s in direct_log.samples or []]
     assert all(type(s.id) is int for s in fleet_log.samples or [])

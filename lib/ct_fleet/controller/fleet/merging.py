@@ -3,8 +3,8 @@
 Per-job logs live in runs/<fleet>/jobs/<job_id>.evaljob (a suffix `inspect view` does not
 list, so opening runs/<fleet>/ shows only the merged runs in merged/). Each task of the
 manifest is merged from its own jobs' logs, with its intended sample ids (dataset order,
-original types) and epochs, and a header that says what a direct run would: the shipped
-code's git revision, the task file as the user named it, the user's --limit/--sample-id.
+original types) and epochs, and a header that says what a direct run would: the tasks'
+code's own git revision, the task file as the user named it, the user's --limit/--sample-id.
 The same results always merge to the same ids, order and header ids.
 """
 
@@ -22,9 +22,8 @@ if TYPE_CHECKING:
 
 
 def eval_overrides(manifest: Manifest, task: ManifestTask) -> dict[str, Any]:
-    overrides: dict[str, Any] = {}
-    if manifest.revision:
-        overrides["revision"] = manifest.revision
+    # Set even when None: a job's own log may name whatever git repo its worker ran in.
+    overrides: dict[str, Any] = {"revision": manifest.revision}
     if task.task_file:
         overrides["task_file"] = task.task_file
     if task.limit is not None:

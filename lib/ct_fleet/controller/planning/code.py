@@ -113,12 +113,33 @@ def revision(repo: Path, version: CodeVersion) -> dict[str, Any]:
     head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, capture_output=True, text=True)
     origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=repo, capture_output=True, text=True)
     commit = head.stdout.strip() if head.returncode == 0 else version.sha
-    return {
-        "type": "git",
-        "origin": _without_credentials(origin.stdout.strip()),
-        "commit": commit,
-        "dirty": version.dirty,
-    }
+    return {"type": "git", "origin": public_origin(origin.stdout.strip()), "commit": commit, "dirty": version.dirty}
+
+
+def tree_revision(tree: Path) -> dict[str, Any] | None:
+    """The git revision of a task's own tree (an --extra-src root), as `inspect eval` run
+    there would record it: None unless the tree is in a git repo with an origin."""
+
+    def git(*args: str) -> str | None:
+        proc = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True)
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    origin, commit = git("remote", "get-url", "origin"), git("rev-parse", "--verify", "-q", "HEAD")
+    if not origin or not commit:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no", ".")
+    return {"type": "git", "origin": public_origin(origin), "commit": commit, "dirty": bool(status)}
+
+
+def public_origin(url: str) -> str:
+    """The origin as a log may show it: no credentials, and no path of this machine (a
+    clone of a local directory records "")."""
+    url = _without_credentials(url)
+    scheme, sep, _ = url.partition("://")
+    if sep:
+        return "" if scheme == "file" else url
+    host, colon, _ = url.partition(":")  # scp-like: git@github.com:org/repo.git
+    return url if colon and "/" not in host and host else ""
 
 
 def _without_credentials(url: str) -> str:

@@ -145,6 +145,23 @@ def _locate_task(
     return located, extra
 
 
+def _revision(tasks: list[FleetTask], shipped: ShippedCode, version: code.CodeVersion) -> dict[str, Any] | None:
+    """The git revision the merged logs record, as Inspect does for the code a task came
+    from: a task of its own tree gets that tree's repo (or none), a task of this checkout
+    or a setting the shipped commit, a registry task none. One per fleet: tasks that differ
+    get none rather than a wrong one."""
+    trees = {tree.name: tree.source for tree in shipped.trees}
+
+    def of(task: FleetTask) -> dict[str, Any] | None:
+        if task.task_root in ("code", "setting"):
+            return code.revision(REPO_ROOT, version)
+        tree = trees.get(task.task_spec.split("/", 1)[0]) if task.task_root == "extra" else None
+        return code.tree_revision(tree) if tree else None
+
+    found = [of(task) for task in tasks]
+    return found[0] if found and all(r == found[0] for r in found) else None
+
+
 def _plain_tasks(
     request: FleetRequest,
     located: tasks.Located,
@@ -283,7 +300,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         sandbox=request.sandbox,
         setting_requirements=requirements,
         wheels=reqs.wheels,
-        revision=code.revision(REPO_ROOT, version),
+        revision=_revision(chosen.fleet_tasks, shipped, version),
         secret_names=secret_names,
         hourly_price=cloud.hourly_price(cfg),
     )
