@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from inspect_ai.log import read_eval_log
 
 from fleet_helpers import ec2_defaults
 
@@ -208,14 +209,14 @@ def test_bad_ec2_input_exits_2_before_launching(account, args, message, extra_en
     assert after == before
 
 
-def ct(account, *args: str) -> subprocess.CompletedProcess[str]:
+def ct(account, *args: str, runs: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE",)}
     env.update(
         AWS_ENDPOINT_URL=account["kw"]["endpoint_url"],
         AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing",
         AWS_REGION="us-east-1",
-        CT_FLEET_RUNS=str(account["runs"]),
+        CT_FLEET_RUNS=str(runs or account["runs"]),
         CT_FLEET_DOTENV=str(account["runs"] / ".env"),
         COLUMNS="200",
     )
@@ -235,6 +236,12 @@ def test_status_and_logs_from_another_machine(ec2_run, account, tmp_path: Path):
     as_json = json.loads(ct(account, "status", fleet_id, "--bucket", account["bucket"], "--json").stdout)
     assert (as_json["source"], as_json["state"], as_json["results"], as_json["left"]) == ("s3", "complete", 4, 0)
     assert as_json["queues"] is None  # a finished fleet deletes its queues
+    # Another machine: nothing of the fleet on its disk; view fetches and merges it from S3.
+    elsewhere = ct(account, "view", fleet_id, "--bucket", account["bucket"], "--no-serve", runs=tmp_path / "elsewhere")
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    (merged,) = elsewhere.stdout.split()
+    assert Path(merged).parent == tmp_path / "elsewhere" / fleet_id / "merged"
+    assert len(read_eval_log(merged).samples or []) == 4
     logs = ct(account, "logs", fleet_id, "--bucket", account["bucket"])
     assert logs.returncode == 0 and "step run-worker: ok" in logs.stdout and "step fetch-code: ok" in logs.stdout
     got = ct(account, "logs", fleet_id, "--bucket", account["bucket"], "-o", str(tmp_path / "logs"))

@@ -275,3 +275,52 @@ def test_status_of_a_local_fleet_reads_its_run_dir(fleet_run):
     assert table.returncode == 0 and f"fleet {run_dir.name} (complete, from local)" in table.stdout, table.stderr
     bad = ct_fleet(runs, "status", "../" + run_dir.name)
     assert bad.returncode == 2 and "is not a fleet id" in bad.stderr
+
+
+@pytest.mark.e2e
+def test_view_serves_the_merged_run_and_merges_what_is_missing(fleet_run, tmp_path: Path):
+    import shutil
+    import socket
+    import subprocess
+    import urllib.request
+
+    from fleet_helpers import wait_for
+
+    runs, proc = fleet_run
+    assert proc.returncode == 0, proc.stderr
+    run_dir = fleet_dir(runs)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [str(REPO / "bin" / "ct-fleet"), "view", run_dir.name, "--port", str(port)],
+        cwd=REPO,
+        env=env_for(runs),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def listing() -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/log-files", timeout=5) as answer:
+                return answer.read().decode()
+        except OSError:
+            assert server.poll() is None, "ct-fleet view exited"
+            return ""
+
+    try:
+        assert _merged(runs)[0].name in wait_for(listing, timeout=120)  # Inspect's own view API lists it
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    copy = tmp_path / "runs"
+    shutil.copytree(run_dir, copy / run_dir.name, ignore=shutil.ignore_patterns("instances", "merged"))
+    again = ct_fleet(copy, "view", run_dir.name, "--no-serve")
+    assert again.returncode == 0, again.stderr
+    (path,) = again.stdout.split()
+    assert read_eval_log(path).results.total_samples == 12  # type: ignore[union-attr]
+    for job in (copy / run_dir.name / "jobs").glob("*.evaljob"):
+        job.unlink()
+    shutil.rmtree(copy / run_dir.name / "merged")
+    empty = ct_fleet(copy, "view", run_dir.name, "--no-serve")
+    assert empty.returncode == 2 and "has no results yet" in empty.stderr

@@ -30,7 +30,7 @@ from .console import console
 from .display import cloud_status_table, run_status_view
 
 
-def _aws_cloud(region: str | None) -> Cloud:
+def aws_cloud(region: str | None) -> Cloud:
     """Commands that look at the real fleet: credentials as for --ec2."""
     return connect_aws(
         region or os.environ.get("AWS_REGION") or "us-east-1", os.environ, read_dotenv(dotenv_path(os.environ))
@@ -61,7 +61,7 @@ def cloud_status_command(all_users: bool, clean: bool, region: str | None) -> No
     secrets left in SSM by a controller that died before its teardown are deleted first
     (those of instances that still run are kept).
     """
-    cloud = _aws_cloud(region)
+    cloud = aws_cloud(region)
     if clean:
         swept = sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
         for fleet_id, count in sorted(swept.items()):
@@ -101,7 +101,7 @@ def status_command(fleet_id: str, as_json: bool, watch: float | None, region: st
         def fetch() -> FleetStatus:
             return local_status(run_dir)
     else:
-        cloud = _aws_cloud(region)
+        cloud = aws_cloud(region)
         s3, sqs, ec2 = cloud.client("s3"), cloud.client("sqs"), cloud.client("ec2")
 
         def fetch() -> FleetStatus:
@@ -138,7 +138,7 @@ def _watch(fetch: Callable[[], FleetStatus], every: float) -> None:
 @bucket_option
 def logs_command(fleet_id: str, instance_id: str | None, out: Path | None, region: str | None, bucket: str) -> None:
     """Print (or download) the bootstrap logs of a fleet's workers, each step with its timing."""
-    cloud = _aws_cloud(region)
+    cloud = aws_cloud(region)
     s3 = cloud.client("s3")
     keys = log_keys(s3, bucket, fleet_id, instance_id)
     if not keys:
@@ -173,7 +173,7 @@ def ssh_command(instance_id: str, user: str, dry_run: bool, region: str | None) 
     import subprocess
     import tempfile
 
-    cloud = _aws_cloud(region)
+    cloud = aws_cloud(region)
     reservations = cloud.client("ec2").describe_instances(InstanceIds=[instance_id])["Reservations"]
     inst = reservations[0]["Instances"][0]
     key_dir = Path(tempfile.mkdtemp(prefix="ct-fleet-ssh-"))

@@ -2,7 +2,7 @@
 
 from .cost import cost_so_far
 from .missing import dead_jobs, last_line, missing_jobs, rerun_command
-from .observe import FleetRow, cloud_status, log_keys
+from .observe import FleetRow, cloud_status, fetch_results, log_keys
 from .progress import Progress, progress_of
 from .result import RunResult, exit_status
 from .states import JobStates
@@ -24,6 +24,7 @@ __all__ = [
     "cost_so_far",
     "dead_jobs",
     "exit_status",
+    "fetch_results",
     "interrupted_summary",
     "is_local_fleet",
     "last_line",
