@@ -21,7 +21,7 @@ fetch_wheels() {
 
 install_requirements() {
   local wheels reqs=() wheel
-  wheels=$(mktemp -d)
+  ct_mktemp wheels -d
   fetch_wheels "$wheels"
   # Space-separated words (the controller refuses spaces); read -a splits them without
   # globbing, which an unquoted expansion would do (foo[extra] is a glob pattern too).
@@ -29,10 +29,7 @@ install_requirements() {
   for wheel in "$wheels"/*.whl; do
     [[ -f $wheel ]] && reqs+=("$wheel")
   done
-  if ((${#reqs[@]} == 0)); then
-    rm -rf "$wheels"
-    return 0
-  fi
+  ((${#reqs[@]})) || return 0
   ct_log "installing setting requirements: ${reqs[*]##*/}"
   # The AMI's uv on EC2; on a local instance, the one bin/ct-fleet found (CT_FLEET_UV).
   local uv=${CT_FLEET_UV:-uv} args=(--python "$LB_VENV/bin/python")
@@ -41,7 +38,6 @@ install_requirements() {
   # A local instance shares the launcher's venv, which must stay as locked: install beside it.
   [[ ${LB_VENV_PROVIDED:-0} == 1 ]] && args+=(--target "$LB_SITE")
   "$uv" pip install "${args[@]}" "${reqs[@]}"
-  rm -rf "$wheels"
 }
 
 pythonpath() {

@@ -14,10 +14,10 @@ unpack_extra_src() {
   local key tmp
   mkdir -p "$LB_EXTRA"
   for key in ${EXTRA_SRC_KEYS:-}; do
-    tmp=$(mktemp)
+    ct_mktemp tmp
     ct_aws s3 cp --only-show-errors "s3://$BUCKET/$key" "$tmp"
     tar -xzf "$tmp" -C "$LB_EXTRA"
-    rm -f "$tmp"
+    rm -f "$tmp"  # now: one tarball at a time on the disk
     ct_log "unpacked $key"
   done
 }

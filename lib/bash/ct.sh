@@ -25,6 +25,8 @@ CT_STEP_STARTS=()
 # Functions to run at exit (ct_at_exit), and the status the script exits with.
 CT_EXIT_HANDLERS=()
 CT_EXIT_STATUS=0
+# Temp files and directories (ct_mktemp) removed at exit.
+CT_TEMPS=()
 
 ct_tag() {
   printf '%s' "${CT_TAG:-${0##*/}}"
@@ -85,6 +87,17 @@ ct_at_exit() {
   CT_EXIT_HANDLERS+=("$1")
 }
 
+# ct_mktemp VAR [mktemp options, e.g. -d]: make a temp file (or directory) and set VAR to
+# its path; it is removed when the script exits, however it exits (a failed command under
+# set -e, a signal), so a failing step leaves nothing in $TMPDIR. Not $(...): a subshell
+# could not register it.
+ct_mktemp() {
+  local -n ct_mktemp_out=$1
+  shift
+  ct_mktemp_out=$(mktemp "$@")
+  CT_TEMPS+=("$ct_mktemp_out")
+}
+
 ct_on_exit() {
   CT_EXIT_STATUS=$?
   local handler
@@ -94,6 +107,7 @@ ct_on_exit() {
   for handler in "${CT_EXIT_HANDLERS[@]+"${CT_EXIT_HANDLERS[@]}"}"; do
     "$handler" || true
   done
+  ((${#CT_TEMPS[@]} == 0)) || rm -rf -- "${CT_TEMPS[@]}" || true
   return "$CT_EXIT_STATUS"
 }
 trap ct_on_exit EXIT

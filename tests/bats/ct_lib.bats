@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # lib/bash/ct.sh, the one bash helper library: log and step lines (the format that
 # ct_fleet.protocol.steplog parses), failing steps under set -e, exit handlers, ct_aws,
-# ct_retry, ct_require, ct_tee_log.
+# ct_retry, ct_require, ct_tee_log, ct_mktemp.
 
 load helpers
 
@@ -76,6 +76,20 @@ ct() {
   run ct 'a() { echo "a $CT_EXIT_STATUS"; }; b() { echo "b $CT_EXIT_STATUS"; }; ct_at_exit a; ct_at_exit b; echo body'
   [ "$status" -eq 0 ]
   assert_equal "$output" "$(printf 'body\na 0\nb 0')"
+}
+
+@test "ct_mktemp: its files and directories are gone when the script exits, also when a command failed" {
+  export TMPDIR="$BATS_TEST_TMPDIR/tmp"
+  mkdir -p "$TMPDIR"
+  run ct 'f() { local d t; ct_mktemp d -d; ct_mktemp t; echo x >"$d/in"; echo "$d $t"; false; }; f; echo reached'
+  [ "$status" -eq 1 ]
+  [[ $output != *reached* ]]
+  read -r dir file <<<"$output"
+  [[ $dir == "$TMPDIR"/* && $file == "$TMPDIR"/* ]]
+  [ ! -e "$dir" ] && [ ! -e "$file" ]
+  run ct 'ct_mktemp t; echo "$t"'
+  [ "$status" -eq 0 ] && [ ! -e "$output" ]
+  [ -z "$(ls -A "$TMPDIR")" ]
 }
 
 @test "ct_die: an ERROR line, exit 1" {
