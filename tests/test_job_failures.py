@@ -30,11 +30,11 @@ def needs_laptop():
 """
 
 
-def ct_fleet(runs: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def ct_fleet(runs: Path, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(REPO / "bin" / "ct-fleet"), *args],
         cwd=REPO,
-        env={**env_for(runs), "COLUMNS": "200"},
+        env={**env_for(runs, **extra_env), "COLUMNS": "200"},
         capture_output=True,
         text=True,
         timeout=600,
@@ -186,14 +186,7 @@ def test_a_rerun_retries_errored_samples_unless_told_to_keep_them(tmp_path: Path
     project.mkdir()
     (project / "flaky.py").write_text(FLAKY)
     runs, task = tmp_path / "runs", f"{project / 'flaky.py'}@flaky_task"
-    outage = subprocess.run(
-        [str(REPO / "bin" / "ct-fleet"), "eval", task, *FAST, *ONE_WORKER],
-        cwd=REPO,
-        env=env_for(runs, CT_FAULT_ERROR="1"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    outage = ct_fleet(runs, "eval", task, *FAST, *ONE_WORKER, CT_FAULT_ERROR="1")
     assert outage.returncode == 1, outage.stdout + outage.stderr
     assert "the tool service went down" in outage.stdout + outage.stderr
     kept = ct_fleet(runs, "eval", task, *FAST, *ONE_WORKER, "--no-retry-errors", "--json")

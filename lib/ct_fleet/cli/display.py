@@ -9,7 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
-from ..controller.reporting import Progress
+from ..controller.reporting import Progress, total_tokens
 from ..summaries import clipped
 
 
@@ -114,10 +114,6 @@ def _headline(metrics: dict[str, dict[str, float]]) -> str:
     return "; ".join(parts) or "-"
 
 
-def _usage(model_usage: dict[str, dict[str, Any]]) -> int:
-    return sum(int(u.get("total_tokens") or 0) for u in model_usage.values())
-
-
 def summary_table(merged: Sequence[Any]) -> Table:
     table = Table(title="results", header_style="bold")
     for column in ("task", "status", "samples", "successes", "errors", "missing", "metrics", "tokens"):
@@ -132,7 +128,7 @@ def summary_table(merged: Sequence[Any]) -> Table:
             str(len(m.errors)),
             str(len(m.missing)),
             _headline(m.metrics),
-            tokens_text(_usage(m.model_usage)),
+            tokens_text(total_tokens(m.model_usage)),
         )
     table.caption = "merged: " + ", ".join(str(m.path) for m in merged)
     return table

@@ -74,9 +74,7 @@ class ResultCollector:
         for job_id in sorted(local - done):
             self.warn(f"local result of job {job_id} does not count ({problems[job_id]}); fetching it again")
             run_layout.job_log(self.run_dir, job_id).unlink()
-        in_s3 = store.list_result_job_ids(self.s3, self.bucket, self.spec.fleet_id) & set(self.jobs)
-        futures = {job_id: self.downloads.submit(self.fetch, job_id) for job_id in in_s3 - done}
-        done |= {job_id for job_id, fut in futures.items() if fut.result()}
+        done |= self._fetch_missing(done)
         if self.spec.config.retry_errors:
             errored = {job_id for job_id in done if self._errored(job_id)}
             for job_id in sorted(errored):
@@ -208,10 +206,13 @@ class ResultCollector:
         for (at the Ctrl-C prompt, say) would otherwise be lost with the embedded cloud's S3,
         or fetched again on EC2 only by a rerun. Returns how many were fetched."""
         wait_all(list(self.in_flight.values()))  # each writes its result, or fails and is fetched below
-        on_disk = {p.stem for p in run_layout.job_logs(self.run_dir)}
+        return len(self._fetch_missing({p.stem for p in run_layout.job_logs(self.run_dir)}))
+
+    def _fetch_missing(self, have: set[str]) -> set[str]:
+        """Fetch the fleet's results in S3 that are not in `have`; the job ids that now read in full."""
         in_s3 = store.list_result_job_ids(self.s3, self.bucket, self.spec.fleet_id) & set(self.jobs)
-        fetched = list(self.downloads.map(self.fetch, sorted(in_s3 - on_disk)))
-        return sum(fetched)
+        wanted = sorted(in_s3 - have)
+        return {job_id for job_id, ok in zip(wanted, self.downloads.map(self.fetch, wanted), strict=True) if ok}
 
     def close(self) -> None:
         self.downloads.shutdown(wait=True, cancel_futures=True)

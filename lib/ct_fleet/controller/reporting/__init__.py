@@ -8,7 +8,7 @@ from .result import RunResult, exit_status
 from .states import JobStates
 from .status import FleetStatus, checked_fleet_id, is_local_fleet, local_status, s3_status
 from .summary import SCHEMA_VERSION, RunSummary, interrupted_summary, run_summary
-from .usage import UsageTotals
+from .usage import UsageTotals, total_tokens
 
 __all__ = [
     "FleetRow",
@@ -35,4 +35,5 @@ __all__ = [
     "rerun_command",
     "run_summary",
     "s3_status",
+    "total_tokens",
 ]

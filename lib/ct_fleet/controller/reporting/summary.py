@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from .result import RunResult, exit_status
+from .usage import total_tokens
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -50,10 +51,6 @@ class RunSummary(BaseModel):
     jobs_without_result: Annotated[int, Field(description="failed or dead-lettered jobs")] = 0
 
 
-def _tokens(usage: dict[str, dict[str, object]]) -> int:
-    return sum(int(str(u.get("total_tokens") or 0)) for u in usage.values())
-
-
 def run_summary(result: RunResult) -> RunSummary:
     status = exit_status(result)
     return RunSummary(
@@ -83,7 +80,7 @@ def run_summary(result: RunResult) -> RunSummary:
                 errors=len(m.errors),
                 missing=len(m.missing),
                 metrics=m.metrics,
-                tokens=_tokens(m.model_usage),
+                tokens=total_tokens(m.model_usage),
             )
             for m in result.merged
         ],

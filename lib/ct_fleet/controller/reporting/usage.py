@@ -24,6 +24,11 @@ PRICE_FIELDS = {
 }
 
 
+def total_tokens(model_usage: dict[str, dict[str, Any]]) -> int:
+    """Tokens of a log's model_usage (model -> usage), over every model."""
+    return sum(int(u.get("total_tokens") or 0) for u in model_usage.values())
+
+
 def price_table(path: Path | None = None) -> dict[str, dict[str, float]]:
     source = path or Path(os.environ.get("CT_FLEET_MODEL_PRICES", MODEL_PRICES))
     table: dict[str, dict[str, float]] = json.loads(source.read_text())["usd_per_million_tokens"]
