@@ -21,7 +21,7 @@ from ...protocol.user_data import render_user_data
 from ...services import queues, stop, store
 from ..planning import FleetSpec, Job
 from ..reporting import Progress, RunResult, dead_jobs, missing_jobs
-from . import liveness, merging, phases, tracking
+from . import merging, phases, tracking
 from .collector import ResultCollector
 from .interrupts import FleetInterrupted, Terminated
 from .lease import S3Lease
@@ -132,10 +132,18 @@ class FleetRun:
             try:
                 stopped_reason = tracking.track(self, start)
             except (BotoCoreError, ClientError):
-                stopped_reason = liveness.cloud_gone(self.cloud)
+                stopped_reason = self.cloud_gone()
                 if stopped_reason is None:
                     raise
         return done, adopted, enqueued, stopped_reason
+
+    def cloud_gone(self) -> str | None:
+        """Why the run cannot go on when its cloud died under it (the embedded cloud's server
+        was killed, say), as the run's one-line reason; None while the cloud is there."""
+        why = self.cloud.failure()
+        if why is None:
+            return None
+        return f"{why}: the fleet stopped; the results on disk are kept, and a rerun of the same command resumes"
 
     def _stop_early(self, exc: BaseException) -> None:
         """The run ended before its end (interrupt or error): stop the fleet, or leave it running

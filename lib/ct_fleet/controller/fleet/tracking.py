@@ -76,7 +76,7 @@ def track(run: FleetRun, start: float) -> str | None:
 
 def _check_fleet(run: FleetRun) -> tuple[list[str], str | None]:
     """One look at EC2 and the queues: reap, cost, dead letters, replacements, scaling."""
-    gone = liveness.cloud_gone(run.cloud)
+    gone = run.cloud_gone()
     if gone:
         return run.pool.launched, gone
     if run.lease.lost:
