@@ -13,8 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from ...cloud import Cloud
 from ...protocol import FleetEnv, Manifest, run_layout
 from ...protocol.user_data import render_user_data
@@ -94,7 +92,7 @@ class FleetRun:
         try:
             return self._run(start, code_tarball)
         finally:
-            self.lease.release(ask=self.cloud.failure() is None)
+            self.lease.release()
 
     def _run(self, start: float, code_tarball: Path) -> RunResult:
         try:
@@ -129,21 +127,8 @@ class FleetRun:
         if pending:
             if not adopted:
                 self.pool.launch_first(len(pending))
-            try:
-                stopped_reason = tracking.track(self, start)
-            except (BotoCoreError, ClientError):
-                stopped_reason = self.cloud_gone()
-                if stopped_reason is None:
-                    raise
+            stopped_reason = tracking.track(self, start)
         return done, adopted, enqueued, stopped_reason
-
-    def cloud_gone(self) -> str | None:
-        """Why the run cannot go on when its cloud died under it (the embedded cloud's server
-        was killed, say), as the run's one-line reason; None while the cloud is there."""
-        why = self.cloud.failure()
-        if why is None:
-            return None
-        return f"{why}: the fleet stopped; the results on disk are kept, and a rerun of the same command resumes"
 
     def _stop_early(self, exc: BaseException) -> None:
         """The run ended before its end (interrupt or error): stop the fleet, or leave it running
@@ -218,11 +203,6 @@ class FleetRun:
         """Terminate the workers and delete their secrets, and the queues once the work is
         done (the workers are then first told to leave: WorkerPool.teardown). With
         keep_arrived (an early stop), results already in S3 are fetched once workers stop."""
-        if self.cloud.failure():
-            # Its queues, secrets and instances went with it: only what runs here is left.
-            self.cloud.close()
-            self.results.close()
-            return
         also = [self._keep_arrived] if keep_arrived else []
         also.append(self.results.close)
         if delete_queues and self.q is not None:
