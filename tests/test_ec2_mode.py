@@ -18,7 +18,7 @@ import psutil
 import pytest
 from inspect_ai.log import read_eval_log
 
-from fleet_helpers import ec2_defaults
+from fleet_helpers import ec2_account, ec2_defaults
 
 REPO = Path(__file__).resolve().parents[1]
 CANARY = "canary-" + uuid.uuid4().hex
@@ -26,28 +26,10 @@ CANARY = "canary-" + uuid.uuid4().hex
 
 @pytest.fixture(scope="module")
 def account(moto_server, tmp_path_factory: pytest.TempPathFactory):
-    """What an admin creates once: bucket, worker role and instance profile, the baked AMI id."""
-    import boto3
-
-    kw = dict(
-        endpoint_url=moto_server.endpoint_url,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    bucket = f"lb-fleet-test-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3", **kw).create_bucket(Bucket=bucket)
-    iam = boto3.client("iam", **kw)
-    iam.create_role(RoleName="linuxbench-worker", AssumeRolePolicyDocument="{}")
-    iam.create_instance_profile(InstanceProfileName="linuxbench-worker")
-    iam.add_role_to_instance_profile(InstanceProfileName="linuxbench-worker", RoleName="linuxbench-worker")
-    ec2 = boto3.client("ec2", **kw)
-    image = ec2.register_image(Name="worker", RootDeviceName="/dev/sda1")["ImageId"]
-    param = f"/linuxbench/test-{uuid.uuid4().hex[:6]}/worker-ami-id"
-    boto3.client("ssm", **kw).put_parameter(Name=param, Value=image, Type="String")
+    """What an admin creates once (bucket, worker role and profile, the baked AMI id); the
+    role may already be there, made by another module on the same server."""
     runs = tmp_path_factory.mktemp("ec2runs")
-    (runs / ".env").write_text(f"ANTHROPIC_API_KEY={CANARY}\nGH_TOKEN={CANARY}-gh\n")
-    return {"kw": kw, "bucket": bucket, "param": param, "runs": runs, "boto3": boto3}
+    return ec2_account(moto_server.endpoint_url, runs, f"ANTHROPIC_API_KEY={CANARY}\nGH_TOKEN={CANARY}-gh\n")
 
 
 def run_ec2(
@@ -120,7 +102,7 @@ def ec2_run(account):
 
 
 def client(account, service: str):
-    return account["boto3"].client(service, **account["kw"])
+    return account["client"](service)
 
 
 @pytest.mark.e2e

@@ -11,8 +11,10 @@ import re
 import select
 import signal
 import subprocess
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from fleet_helpers import (
@@ -188,3 +190,60 @@ def test_results_that_arrive_at_the_prompt_are_kept_and_a_hang_up_is_an_answer(t
     code, out, err = finish(again)
     assert code == 0, out + err
     assert f"{jobs} jobs ({jobs} already done), 0 workers" in out
+
+
+def _gated_smoke(runs: Path, gate: Path, **extra: str) -> subprocess.Popen[str]:
+    """Four jobs, one free and the rest held at `gate`: the run is still going at the fault."""
+    return start(
+        runs,
+        "--task-file",
+        "smoke",
+        "--policy",
+        "tests.fault_policies:gated",
+        *FAST,
+        *LOCAL,
+        *ONE_WORKER,
+        CT_FAULT_FREE="1",
+        CT_FAULT_GATE=str(gate),
+        **extra,
+    )
+
+
+@pytest.mark.faults
+def test_a_suspended_controller_keeps_its_embedded_cloud(tmp_path: Path):
+    runs, gate = tmp_path / "runs", tmp_path / "gate"
+    # The cloud may outlive a dead controller by 2 s only; a stopped one (a laptop asleep)
+    # is not dead, however long it sleeps.
+    proc = _gated_smoke(runs, gate, CT_FLEET_EMBEDDED_IDLE="2")
+    wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 1, timeout=300)
+    lease, server = fleet_dir(runs) / "moto.lease", psutil.Process(int((fleet_dir(runs) / "moto.pid").read_text()))
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        # The lease idle for three times its limit: the server's watch (every 0.5 s) has looked.
+        wait_for(lambda: lease.stat().st_mtime + 6 < time.time(), timeout=60)
+        assert server.is_running() and server.status() != psutil.STATUS_ZOMBIE
+        gate.touch()
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    code, out, err = finish(proc)
+    assert code == 0, out + err
+    assert sorted(merged_pairs(runs)) == sorted({*merged_pairs(runs)}) and len(merged_pairs(runs)) == 4
+    assert_nothing_running(runs)
+
+
+@pytest.mark.faults
+def test_a_killed_embedded_cloud_stops_the_run_at_once_and_a_rerun_resumes(tmp_path: Path):
+    runs, gate = tmp_path / "runs", tmp_path / "gate"
+    proc = _gated_smoke(runs, gate)
+    wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 1, timeout=300)
+    os.kill(int((fleet_dir(runs) / "moto.pid").read_text()), signal.SIGKILL)
+    code, out, err = finish(proc, timeout=120)  # not the hours of silent_timeout
+    assert code == 1, out + err
+    assert "the embedded cloud stopped (its moto server" in err
+    assert "teardown failed" not in err and "Traceback" not in err
+    assert_nothing_running(runs)
+    gate.touch()
+    code, out, err = finish(_gated_smoke(runs, gate))
+    assert code == 0, out + err
+    assert re.search(r"4 jobs \([1-4] already done", out + err), out + err
+    assert len(set(merged_pairs(runs))) == 4

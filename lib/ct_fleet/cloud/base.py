@@ -87,6 +87,11 @@ class Cloud:
         if self.runner:
             self.runner.start(instance_ids)
 
+    def failure(self) -> str | None:
+        """Why this cloud is certainly gone (the process that served it died), else None.
+        A gone cloud answers nothing more: the run stops at once, without calling it."""
+        return None
+
     def poll(self, live: list[str]) -> None:
         """Called with the fleet's live instances on every fleet check."""
         if self.runner:

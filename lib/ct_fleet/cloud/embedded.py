@@ -11,16 +11,34 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import PositiveInt, TypeAdapter, ValidationError
+
+from ..errors import BadInput
 from ..protocol import run_layout
+from ..protocol.knob_rules import shown
 from ..services import store
 from .base import Cloud
 from .context import CloudContext
-from .moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
+from .moto_server import DEFAULT_LEASE_TIMEOUT, EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
 
 if TYPE_CHECKING:
     from ..protocol import Ec2Config
 
 LOCAL_IMAGE_NAME = "ct-fleet-local-worker"
+# Seconds the embedded cloud outlives its controller, for a rerun to adopt it (tests shorten it).
+IDLE_LIMIT_VAR = "CT_FLEET_EMBEDDED_IDLE"
+
+
+def _idle_limit(environ: Mapping[str, str]) -> int:
+    raw = environ.get(IDLE_LIMIT_VAR, "").strip()
+    if not raw:
+        return DEFAULT_LEASE_TIMEOUT
+    try:
+        return TypeAdapter(PositiveInt).validate_python(raw)
+    except ValidationError:
+        raise BadInput(
+            f"{IDLE_LIMIT_VAR}={shown(raw)}: expected a whole number of seconds; unset it for {DEFAULT_LEASE_TIMEOUT}"
+        ) from None
 
 
 class EmbeddedCloud(Cloud):
@@ -34,7 +52,7 @@ class EmbeddedCloud(Cloud):
         """Start a moto server (or adopt the one an earlier controller of this fleet left,
         with its state); its endpoint and keys are the context, nothing else changes."""
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.server = MotoServer(log_path=run_dir / run_layout.MOTO_LOG).start()
+        self.server = MotoServer(log_path=run_dir / run_layout.MOTO_LOG, lease_timeout=_idle_limit(environ)).start()
         self.endpoint_url = self.server.endpoint_url
         self.context = CloudContext(
             self.region,
@@ -62,6 +80,14 @@ class EmbeddedCloud(Cloud):
             Name=LOCAL_IMAGE_NAME, RootDeviceName="/dev/sda1", Description="local worker"
         )["ImageId"]
         self.client("ssm").put_parameter(Name=cfg.ami_param, Value=image_id, Type="String", Overwrite=True)
+
+    def failure(self) -> str | None:
+        if self.server is None or self.server.running():
+            return None
+        said = self.server.last_words()
+        return (
+            f"the embedded cloud stopped (its moto server, pid {self.server.pid}, exited{': ' + said if said else ''})"
+        )
 
     def poll(self, live: list[str]) -> None:
         if self.server:

@@ -6,8 +6,10 @@ that its CPU work (moto's SQS is linear in queue depth) does not share the contr
 and so that it outlives a controller that is killed: a rerun of the same command adopts
 the server and the fleet still running on it.
 
-With a lease file the server exits once nobody has touched the lease for lease_timeout
-seconds, so a server whose controller died and was never rerun does not linger.
+With a lease file the server lives as long as the process holding the lease (the
+controller, however long it is suspended: a stopped process is alive), and then
+lease_timeout seconds more, so that a rerun of a killed controller can adopt it, while a
+server whose controller died and was never rerun does not linger.
 
     python -m ct_fleet.cloud.moto_server --port P [--lease FILE --lease-timeout S]
 """
@@ -25,10 +27,13 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 # moto accepts any credentials; these are placeholders, not secrets.
 EMBEDDED_ACCESS_KEY = "ctfleetembedded"
 EMBEDDED_SECRET_KEY = "ctfleetembedded"
 DEFAULT_LEASE_TIMEOUT = 600
+EXIT_WORDS = "moto server exiting"
 
 
 def free_port() -> int:
@@ -71,10 +76,23 @@ class MotoServer:
         return self.log_path.with_suffix(suffix) if self.log_path else None
 
     def renew(self) -> None:
-        """Keep the lease: a controller calls this while it drives the fleet."""
+        """Hold the lease: this process (a controller driving the fleet) keeps the server."""
         lease = self._state(".lease")
         if lease:
-            lease.touch()
+            lease.write_text(_holder(os.getpid()))
+
+    def running(self) -> bool:
+        """Is the server process still there (a killed or crashed server is not)?"""
+        return self.pid is not None and self._is_ours()
+
+    def last_words(self) -> str:
+        """The server's own last word on why it exited (its lease ran out), if it said one."""
+        if not (self.log_path and self.log_path.exists()):
+            return ""
+        with open(self.log_path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            lines = fh.read().decode(errors="replace").strip().splitlines()
+        return lines[-1].strip() if lines and lines[-1].endswith(EXIT_WORDS) else ""
 
     def _adopt(self) -> bool:
         pid_file, port_file = self._state(".pid"), self._state(".port")
@@ -97,7 +115,7 @@ class MotoServer:
         cmd = [sys.executable, "-m", "ct_fleet.cloud.moto_server", "--port", str(self.port)]
         lease = self._state(".lease")
         if lease:
-            lease.touch()
+            lease.write_text(_holder(os.getpid()))
             cmd += ["--lease", str(lease), "--lease-timeout", str(self.lease_timeout)]
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, start_new_session=True)
@@ -117,9 +135,7 @@ class MotoServer:
         raise RuntimeError(f"moto server did not answer on {self.endpoint_url} within {timeout}s")
 
     def _is_ours(self) -> bool:
-        """Is self.pid still this server? Pids are reused: never signal a stranger."""
-        import psutil
-
+        """Is self.pid still this server (not a zombie)? Pids are reused: never signal a stranger."""
         try:
             cmdline = psutil.Process(self.pid).cmdline()
         except psutil.Error:
@@ -130,6 +146,10 @@ class MotoServer:
         if self.pid is None:
             return
         if not self._is_ours():
+            try:
+                os.waitpid(self.pid, os.WNOHANG)  # a server of ours that died: reap it
+            except ChildProcessError:
+                pass
             self.pid = None
             return
         try:
@@ -159,15 +179,35 @@ class MotoServer:
         self.stop()
 
 
+def _holder(pid: int) -> str:
+    """A lease's content: the holder's pid and start time (a pid alone may be reused)."""
+    return f"{pid} {psutil.Process(pid).create_time()}"
+
+
+def _holder_alive(lease: Path) -> bool:
+    try:
+        pid, started = lease.read_text().split()
+        process = psutil.Process(int(pid))
+        return abs(process.create_time() - float(started)) < 0.01 and process.status() != psutil.STATUS_ZOMBIE
+    except (OSError, ValueError, psutil.Error):
+        return False
+
+
 def _watch_lease(lease: Path, timeout: int) -> None:
+    """Exit once the lease's holder has been gone (and the lease untouched) for `timeout`."""
+    held_at = time.time()
     while True:
-        time.sleep(min(5, timeout))
+        time.sleep(max(0.5, min(5, timeout / 4)))
+        if _holder_alive(lease):
+            held_at = time.time()
+            continue
         try:
-            idle = time.time() - lease.stat().st_mtime
+            touched = lease.stat().st_mtime
         except OSError:
-            idle = float("inf")
+            touched = 0.0
+        idle = time.time() - max(held_at, touched)
         if idle > timeout:
-            print(f"lease {lease} idle for {idle:.0f}s: moto server exiting", flush=True)
+            print(f"lease {lease}: its holder has been gone for {idle:.0f}s: {EXIT_WORDS}", flush=True)
             os._exit(0)
 
 

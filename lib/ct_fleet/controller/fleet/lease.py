@@ -178,11 +178,12 @@ class S3Lease:
         self.etag = str(resp["ETag"])
         return True
 
-    def release(self) -> None:
+    def release(self, ask: bool = True) -> None:
+        """Stop renewing and delete the lease; without `ask` (its bucket is gone) stop only."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        for _ in range(2):  # the second time with the ETag of a renewal whose answer was lost
+        for _ in range(2 if ask else 0):  # the second time with the ETag of a renewal whose answer was lost
             if not self.etag or self.lost:
                 break
             try:

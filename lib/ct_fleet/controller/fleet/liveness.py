@@ -1,15 +1,19 @@
 """Can the fleet still make progress? A fleet whose queue, bucket or manifest was deleted
-under it never finishes: the controller stops it at the next fleet check (a minute at most)
-with a one-line reason, instead of waiting toward its hard timeouts."""
+under it, or whose cloud died (the embedded cloud's server was killed), never finishes: the
+controller stops it at the next fleet check (a minute at most) with a one-line reason,
+instead of waiting toward its hard timeouts."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from ...protocol import manifest_key
 from ...services.queues import FleetQueues
+
+if TYPE_CHECKING:
+    from ...cloud import Cloud
 
 QUEUE_GONE = ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue")
 BUCKET_GONE = ("NoSuchBucket",)
@@ -54,3 +58,11 @@ def missing(sqs: Any, s3: Any, q: FleetQueues, bucket: str, fleet_id: str) -> st
             raise
         return f"the fleet manifest s3://{bucket}/{manifest_key(fleet_id)} was deleted"
     return None
+
+
+def cloud_gone(cloud: Cloud) -> str | None:
+    """The run's reason to stop when its cloud died under it; None while the cloud is there."""
+    why = cloud.failure()
+    if why is None:
+        return None
+    return f"{why}: the fleet stopped; the results on disk are kept, and a rerun of the same command resumes"

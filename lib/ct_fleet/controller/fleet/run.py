@@ -13,13 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from ...cloud import Cloud
 from ...protocol import FleetEnv, Manifest, run_layout
 from ...protocol.user_data import render_user_data
 from ...services import queues, stop, store
 from ..planning import FleetSpec, Job
 from ..reporting import Progress, RunResult, dead_jobs, missing_jobs
-from . import merging, phases, tracking
+from . import liveness, merging, phases, tracking
 from .collector import ResultCollector
 from .interrupts import FleetInterrupted, Terminated
 from .lease import S3Lease
@@ -92,7 +94,7 @@ class FleetRun:
         try:
             return self._run(start, code_tarball)
         finally:
-            self.lease.release()
+            self.lease.release(ask=self.cloud.failure() is None)
 
     def _run(self, start: float, code_tarball: Path) -> RunResult:
         try:
@@ -127,7 +129,12 @@ class FleetRun:
         if pending:
             if not adopted:
                 self.pool.launch_first(len(pending))
-            stopped_reason = tracking.track(self, start)
+            try:
+                stopped_reason = tracking.track(self, start)
+            except (BotoCoreError, ClientError):
+                stopped_reason = liveness.cloud_gone(self.cloud)
+                if stopped_reason is None:
+                    raise
         return done, adopted, enqueued, stopped_reason
 
     def _stop_early(self, exc: BaseException) -> None:
@@ -203,6 +210,11 @@ class FleetRun:
         """Terminate the workers and delete their secrets, and the queues once the work is
         done (the workers are then first told to leave: WorkerPool.teardown). With
         keep_arrived (an early stop), results already in S3 are fetched once workers stop."""
+        if self.cloud.failure():
+            # Its queues, secrets and instances went with it: only what runs here is left.
+            self.cloud.close()
+            self.results.close()
+            return
         also = [self._keep_arrived] if keep_arrived else []
         also.append(self.results.close)
         if delete_queues and self.q is not None:

@@ -76,6 +76,9 @@ def track(run: FleetRun, start: float) -> str | None:
 
 def _check_fleet(run: FleetRun) -> tuple[list[str], str | None]:
     """One look at EC2 and the queues: reap, cost, dead letters, replacements, scaling."""
+    gone = liveness.cloud_gone(run.cloud)
+    if gone:
+        return run.pool.launched, gone
     if run.lease.lost:
         return run.pool.launched, f"another controller took over fleet {run.spec.fleet_id}: this one stops"
     gone = liveness.missing(run.sqs, run.s3, run.queues, run.cfg.bucket, run.spec.fleet_id)
