@@ -92,6 +92,10 @@ PLAN_CASES = [
     ({"task": "{good}@"}, "no task name after @; write"),
     ({"task": "{good}", "sample_ids": [",,,"]}, "--sample-id ',,,': no sample ids in it"),
     ({"task": "{good}", "environ": {"CT_FLEET_EC2": "banana"}}, "CT_FLEET_EC2=banana: expected true or false"),
+    (
+        {"task": "{good}", "environ": {"CT_FLEET_EMBEDDED_IDLE": "0"}},
+        "CT_FLEET_EMBEDDED_IDLE=0: expected a whole number",
+    ),
     ({"task": "{good}", "ec2_args": ["job_memory_mb=-1"]}, "job_memory_mb=-1: must be at least 0"),
     ({"task": "{good}", "ec2_args": ["forward_env=PATH"]}, "PATH is a system variable of the worker's own"),
     ({"task": "{good}", "ec2_args": ["forward_env=MY_KEY,LD_PRELOAD"]}, "LD_PRELOAD is a system variable"),

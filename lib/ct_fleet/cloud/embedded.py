@@ -48,6 +48,10 @@ class EmbeddedCloud(Cloud):
         super().__init__(region)
         self.server: MotoServer | None = None
 
+    def check_credentials(self, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> None:
+        """No credentials to check (moto takes any); the cloud's one setting is, before it starts."""
+        _idle_limit(environ)
+
     def start(self, run_dir: Path, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> CloudContext:
         """Start a moto server (or adopt the one an earlier controller of this fleet left,
         with its state); its endpoint and keys are the context, nothing else changes."""
