@@ -247,3 +247,64 @@ def test_a_killed_embedded_cloud_stops_the_run_at_once_and_a_rerun_resumes(tmp_p
     assert code == 0, out + err
     assert re.search(r"4 jobs \([1-4] already done", out + err), out + err
     assert len(set(merged_pairs(runs))) == 4
+
+
+@pytest.fixture
+def short_tmpdir():
+    """A TMPDIR of the test's own, short enough for the warm runner's socket path."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="ctt-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+HANGING_TASK = """
+import time
+
+from inspect_ai import Task, task
+
+time.sleep(600)  # an import that never ends: the probe is still loading at the signal
+
+
+@task
+def hangs():
+    return Task()
+"""
+
+
+@pytest.mark.faults
+def test_sigterm_while_the_task_is_probed_leaves_no_probe_and_no_temp_dir(tmp_path: Path, short_tmpdir: Path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "hangs.py").write_text(HANGING_TASK)
+    proc = start(tmp_path / "runs", str(project / "hangs.py"), TMPDIR=str(short_tmpdir))
+
+    def probe() -> psutil.Process | None:
+        children = psutil.Process(proc.pid).children(recursive=True)
+        return next((p for p in children if "ct_fleet.controller.planning.probe" in p.cmdline()), None)
+
+    prober = wait_for(probe, timeout=120)
+    assert any(short_tmpdir.glob("ct-fleet-shipped-*")), "the shipped tree is where the test looks for it"
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, timeout=60)
+    assert code == 130, out + err
+    assert "Traceback" not in err
+    assert not prober.is_running() or prober.status() == psutil.STATUS_ZOMBIE
+    assert sorted(p.name for p in short_tmpdir.iterdir()) == []
+
+
+@pytest.mark.faults
+def test_a_terminated_local_fleet_leaves_nothing_in_tmpdir(tmp_path: Path, short_tmpdir: Path):
+    runs, gate = tmp_path / "runs", tmp_path / "gate"
+    proc = _gated_smoke(runs, gate, TMPDIR=str(short_tmpdir))
+    wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 1, timeout=300)
+    # A job held at the gate and the warm runner: their temp directories exist now.
+    wait_for(lambda: list(short_tmpdir.rglob("ct-job-*")), timeout=120)
+    assert list(short_tmpdir.rglob("ct-warm-*"))
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, timeout=120)
+    assert code == 130, out + err
+    assert_nothing_running(runs)
+    assert sorted(p.name for p in short_tmpdir.iterdir()) == []

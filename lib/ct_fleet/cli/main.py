@@ -2,7 +2,9 @@
 
 Every command turns BadInput (and click's usage errors) into one line on stderr and exit
 status 2. Tracebacks are for bugs only: an unexpected exception prints one line naming
-the file its full traceback was written to, and exits 1.
+the file its full traceback was written to, and exits 1. SIGTERM and SIGHUP stop every
+command the way Ctrl-C does, so that its `finally` blocks and atexit hooks run (a task
+probe is killed, temp directories are removed) instead of Python dying on the spot.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from botocore.exceptions import (
 from rich.markup import escape
 
 from ..cloud import login_hint
+from ..controller.fleet import stop_signals
 from ..errors import BadInput
 from .console import OutlivesItsReader, err
 from .crash import write_crash_report
@@ -51,7 +54,8 @@ class CtFleetGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            with stop_signals():
+                return super().invoke(ctx)
         except BadInput as exc:
             err.print(f"[bold red]error:[/] {escape(_one_line(exc))}", highlight=False, soft_wrap=True)
             sys.exit(BadInput.exit_code)

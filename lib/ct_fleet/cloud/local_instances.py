@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +30,10 @@ SPOT_NOTICE = "spot-interruption-notice"
 # instance's disk goes with it; a local instance's directory stays for debugging, so its
 # secrets are wiped when the instance is gone.
 SECRETS_FILE = Path("etc/linuxbench/secrets.env")
+# Where a local instance's TMPDIR is recorded: like an EC2 instance's /tmp it goes with the
+# instance, so the temp directories of jobs and warm runners killed mid-way are not left on
+# this machine. It is not under the instance's directory: socket paths must stay short.
+TMPDIR_FILE = "tmpdir"
 
 
 def instance_env(home: Path, instance_id: str, venv: str = sys.prefix) -> dict[str, str]:
@@ -67,8 +73,15 @@ class LocalInstanceRunner:
             attr = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
             script = home / "user-data"
             script.write_bytes(base64.b64decode(attr.get("UserData", {}).get("Value", "")))
+            tmp = tempfile.mkdtemp(prefix="ct-instance-", dir=self.env.get("TMPDIR") or None)
+            (home / TMPDIR_FILE).write_text(tmp)
             # The shim is also first on PATH: nothing a local instance runs can power off this machine.
-            env = {**self.env, **instance_env(home, instance_id), "PATH": f"{SHIMS_DIR}:{self.env['PATH']}"}
+            env = {
+                **self.env,
+                **instance_env(home, instance_id),
+                "PATH": f"{SHIMS_DIR}:{self.env['PATH']}",
+                "TMPDIR": tmp,
+            }
             with open(home / "console.log", "ab") as console:
                 # No terminal, as on EC2: an instance must not read (or be hung up with) the
                 # launcher's terminal, where the user answers the controller's prompts.
@@ -98,7 +111,7 @@ class LocalInstanceRunner:
             self._kill(instance_id)
         for home in self.dir.glob("*/"):
             if home.name not in live and home.name not in self.procs:
-                _wipe_secrets(home)
+                _wipe(home)
 
     def _kill(self, instance_id: str) -> None:
         pid = self.procs.pop(instance_id, None)
@@ -113,7 +126,7 @@ class LocalInstanceRunner:
         child = self._children.pop(pid, None)
         if child:
             child.wait()
-        _wipe_secrets(self.dir / instance_id)
+        _wipe(self.dir / instance_id)
         remove_sandboxes(instance=instance_id)
 
     def stop_all(self) -> None:
@@ -121,9 +134,16 @@ class LocalInstanceRunner:
             self._kill(instance_id)
 
 
-def _wipe_secrets(home: Path) -> None:
+def _wipe(home: Path) -> None:
+    """What goes with an instance's disk: its secrets and its temp directory."""
     for path in (home / SECRETS_FILE, (home / SECRETS_FILE).with_suffix(".env.tmp")):
         path.unlink(missing_ok=True)
+    try:
+        tmp = (home / TMPDIR_FILE).read_text()
+    except OSError:
+        return
+    shutil.rmtree(tmp, ignore_errors=True)
+    (home / TMPDIR_FILE).unlink(missing_ok=True)
 
 
 def _leader_is_another_program(pid: int, instance_id: str) -> bool:

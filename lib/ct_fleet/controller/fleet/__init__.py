@@ -8,7 +8,7 @@
 """
 
 from .execution import RunHooks, execute, run_fleet
-from .interrupts import FleetInterrupted
+from .interrupts import FleetInterrupted, stop_signals
 from .merging import merge_fleet
 from .pool import DETERMINISTIC_STEPS, WorkerPool
 from .run import FleetRun
@@ -25,5 +25,6 @@ __all__ = [
     "execute",
     "merge_fleet",
     "run_fleet",
+    "stop_signals",
     "sweep_orphan_secrets",
 ]
