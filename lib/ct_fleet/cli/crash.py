@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from ..paths import REPO_ROOT
+from ..paths import runs_dir
 
 
 def crash_dir() -> Path:
-    return Path(os.environ.get("CT_FLEET_RUNS") or REPO_ROOT / "runs") / "crashes"
+    return runs_dir(os.environ) / "crashes"
 
 
 def write_crash_report(exc: BaseException) -> Path:
@@ -26,5 +27,7 @@ def write_crash_report(exc: BaseException) -> Path:
             path.write_text(text)
             return path
         except OSError:
+            with contextlib.suppress(OSError):
+                (folder / name).unlink(missing_ok=True)  # a full disk leaves an empty report behind
             continue
     return Path(os.devnull)

@@ -13,7 +13,7 @@ from rich.live import Live
 
 from ..cloud import Cloud, connect_aws
 from ..controller.fleet import sweep_orphan_secrets
-from ..controller.planning import dotenv_path, launched_by, read_dotenv, runs_dir
+from ..controller.planning import dotenv_path, launched_by, read_dotenv
 from ..controller.reporting import (
     FleetStatus,
     checked_fleet_id,
@@ -24,6 +24,7 @@ from ..controller.reporting import (
     s3_status,
 )
 from ..errors import BadInput
+from ..paths import runs_dir
 from ..protocol import Ec2Config
 from ..protocol.keys import INSTANCE_ID
 from .console import console

@@ -30,6 +30,7 @@ from ..controller.fleet import stop_signals
 from ..errors import BadInput
 from .console import OutlivesItsReader, err
 from .crash import write_crash_report
+from .disk_full import disk_full_line
 
 
 def _one_line(text: object) -> str:
@@ -89,6 +90,10 @@ class CtFleetGroup(click.Group):
         except Exception as exc:
             if isinstance(exc, OSError) and exc.errno in (errno.EIO, errno.EPIPE):
                 sys.exit(1)  # the terminal or pipe we print to is gone: not a bug, and nobody reads a message
+            full = disk_full_line(exc)
+            if full:
+                err.print(f"error: {full}", highlight=False, markup=False, soft_wrap=True)
+                sys.exit(1)
             path = write_crash_report(exc)
             err.print(
                 f"error: unexpected {type(exc).__name__}: {_one_line(exc)} (a bug; traceback in {path})",

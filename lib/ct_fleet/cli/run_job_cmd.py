@@ -10,10 +10,10 @@ from pathlib import Path
 
 import click
 
-from ..controller.planning import dotenv_path, model_needs, read_dotenv, runs_dir, secret_values, worker_secrets
+from ..controller.planning import dotenv_path, model_needs, read_dotenv, secret_values, worker_secrets
 from ..errors import BadInput
 from ..evallog import read_header, sample_error
-from ..paths import REPO_ROOT, WORKER_SCRIPTS
+from ..paths import REPO_ROOT, WORKER_SCRIPTS, runs_dir
 from ..protocol import Manifest, run_layout
 from ..protocol.keys import extra_src_basename
 from ..worker.inspect_job import command_env

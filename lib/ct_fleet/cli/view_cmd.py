@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
-from ..controller.planning import runs_dir
 from ..controller.reporting import checked_fleet_id, fetch_results, is_local_fleet
 from ..errors import BadInput
+from ..paths import runs_dir
 from ..protocol import Manifest, run_layout
 from .console import console, err
 from .fleet_cmds import aws_cloud, bucket_option, region_option

@@ -62,13 +62,22 @@ def execute(planned: PlannedFleet, hooks: RunHooks | None = None) -> RunResult:
     lock.acquire()  # one controller per fleet on this machine (the S3 lease covers other machines)
     try:
         # The tarballs preflight checked are the ones that ship; run_dir keeps them for run-job.
-        tarball = Path(shutil.copy(shipped.code_tarball, run_dir / run_layout.CODE_TARBALL))
+        tarball = _copy_whole(shipped.code_tarball, run_dir / run_layout.CODE_TARBALL)
         for tree in shipped.trees:
-            shutil.copy(tree.tarball, run_layout.extra_tarball(run_dir, tree.name))
+            _copy_whole(tree.tarball, run_layout.extra_tarball(run_dir, tree.name))
         with interrupts.stop_signals():
             return _execute(planned, hooks, tarball)
     finally:
         lock.release()
+
+
+def _copy_whole(src: Path, dest: Path) -> Path:
+    """Copy src to dest, or leave nothing at dest (a full disk would leave half a tarball)."""
+    try:
+        return Path(shutil.copy(src, dest))
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        raise
 
 
 def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult:

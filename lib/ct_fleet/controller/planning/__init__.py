@@ -12,7 +12,7 @@ from .jobs import FleetTask, Job, TaskSpec
 from .models import needs as model_needs
 from .planner import PlannedFleet, plan_fleet, use_ec2
 from .preflight import docker_auth_params, docker_registry
-from .request import FleetRequest, dotenv_path, runs_dir
+from .request import FleetRequest, dotenv_path
 from .spec import FleetSpec
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
     "model_needs",
     "plan_fleet",
     "read_dotenv",
-    "runs_dir",
     "secret_values",
     "upload_extra_src",
     "upload_wheel",

@@ -7,6 +7,7 @@ tarball is `git archive` of that commit or tree, so workers see exactly what git
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import os
@@ -65,7 +66,11 @@ def archive(repo: Path, sha: str, dest: Path) -> Path:
     with open(dest, "wb") as fh:
         proc = subprocess.run(["git", "archive", "--format=tar.gz", sha], cwd=repo, stdout=fh, stderr=subprocess.PIPE)
     if proc.returncode != 0:
-        raise BadInput(f"git archive {sha} failed: {proc.stderr.decode().strip()}")
+        dest.unlink(missing_ok=True)
+        said = proc.stderr.decode(errors="replace").strip()
+        if os.strerror(errno.ENOSPC) in said:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dest))  # said as a full disk, not git's
+        raise BadInput(f"git archive {sha} failed: {said}")
     return dest
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...paths import REPO_ROOT
+from ...paths import REPO_ROOT, runs_dir
 
 
 def _environ() -> dict[str, str]:
@@ -48,10 +48,6 @@ class FleetRequest:
             self.runs_dir = runs_dir(self.environ)
         if self.dotenv is None:
             self.dotenv = dotenv_path(self.environ)
-
-
-def runs_dir(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get("CT_FLEET_RUNS") or REPO_ROOT / "runs")
 
 
 def dotenv_path(environ: Mapping[str, str]) -> Path:
