@@ -11,7 +11,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from inspect_ai.log import read_eval_log
 
+from ct_fleet.evallog.header import read_header
+from ct_fleet.merge.util import timestamp
 from fleet_helpers import FAST, LOCAL, ONE_WORKER, assert_nothing_running, finish, fleet_dir, merged_pairs, start, stat
 
 IDLE_TIMEOUT = 600  # far longer than any bound below: only the signal ends the workers
@@ -60,6 +63,21 @@ def test_a_local_run_ends_within_seconds_of_its_last_result(local_run) -> None:
         assert left - last_job < 60  # a generous bound; idle_timeout is 600 s
         assert "log uploaded to s3://" in log and "[shutdown] shutting down" in log
     assert_nothing_running(runs)
+
+
+@pytest.mark.e2e
+def test_the_merged_run_spans_the_fleet_not_only_its_samples(local_run) -> None:
+    """A direct `inspect eval` spans the whole eval; the merged run spans launch to last
+    result, which holds every sample's own span (the viewer shows the run's duration)."""
+    runs, code, out, err = local_run
+    assert code == 0, out + err
+    (merged,) = (fleet_dir(runs) / "merged").glob("*.eval")
+    stats = read_eval_log(str(merged), header_only=True).stats
+    jobs = [read_header(p)["stats"] for p in (fleet_dir(runs) / "jobs").glob("*.evaljob")]
+    first, last = min(timestamp(j["started_at"]) for j in jobs), max(timestamp(j["completed_at"]) for j in jobs)
+    # Launching and booting a worker comes before its first sample: strictly earlier.
+    assert timestamp(stats.started_at) < first
+    assert timestamp(stats.completed_at) >= last
 
 
 @pytest.mark.faults

@@ -13,7 +13,7 @@ from ..summaries import one_line
 from .results import should_fail
 from .scan import Group
 from .stats import merge_stats
-from .util import canonical, id_sort_key, list_keys, short_id
+from .util import canonical, id_sort_key, list_keys, short_id, timestamp
 
 
 def selection(group: Group, sample_ids: Sequence[str | int] | None, epochs: int | None) -> tuple[list[str | int], int]:
@@ -40,6 +40,7 @@ def build_header(
     ids: list[str | int],
     n_epochs: int,
     eval_overrides: dict[str, Any] | None = None,
+    span: tuple[str, str] | None = None,
 ) -> Any:
     """The template header with the merged selection, stable ids and merged stats (of the
     inputs a kept sample comes from; of every input when none does); `eval_overrides`
@@ -54,6 +55,9 @@ def build_header(
             yield stats
 
     stats = merge_stats(files())
+    if span:
+        stats["started_at"] = min(stats["started_at"] or span[0], span[0], key=timestamp)
+        stats["completed_at"] = max(stats["completed_at"] or span[1], span[1], key=timestamp)
     id_parts = (group.key, out_path.stem, canonical([str(i) for i in ids]).decode(), str(n_epochs))
 
     eval_spec = dict(ev)

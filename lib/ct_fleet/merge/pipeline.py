@@ -50,6 +50,7 @@ def merge_eval_logs(
     epochs: int | None = None,
     name: str | None = None,
     eval_overrides: dict[str, Any] | None = None,
+    span: tuple[str, str] | None = None,
     on_skip: Callable[[Path, str], None] | None = None,
 ) -> list[MergedTask]:
     """Merge one-sample `.eval` logs into one `.eval` per task identity in `out_dir`.
@@ -59,6 +60,7 @@ def merge_eval_logs(
     file stem (default: the task name; a `-<hash>` suffix is added when several
     tasks would share a stem); `eval_overrides` header `eval` fields to set (e.g. the
     shipped code's `revision`, the user's `task_file`; `config` entries are merged in);
+    `span` (started_at, completed_at) the run's own, which the stats' span is widened to;
     `on_skip(path, why)` hears of each input that is not a readable log (it is left out,
     never a reason to fail the merge).
     """
@@ -77,6 +79,7 @@ def merge_eval_logs(
                 sample_ids=sample_ids,
                 epochs=epochs,
                 eval_overrides=eval_overrides,
+                span=span,
             )
             for group in groups
         ]
@@ -116,6 +119,7 @@ def merge_group(
     sample_ids: Sequence[str | int] | None,
     epochs: int | None,
     eval_overrides: dict[str, Any] | None = None,
+    span: tuple[str, str] | None = None,
 ) -> MergedTask:
     ids, n_epochs = selection(group, sample_ids, epochs)
     spool = group.spool
@@ -134,7 +138,7 @@ def merge_group(
     errors = list(spool.errors(group.index, n_epochs))
     assert len(errors) == failed
 
-    header = build_header(group, out_path, run_id, ids, n_epochs, eval_overrides)
+    header = build_header(group, out_path, run_id, ids, n_epochs, eval_overrides, span)
     total = len(ids) * n_epochs
     computed = compute_results(header, group, n_epochs, total, kept - failed)
     header.results = computed.results

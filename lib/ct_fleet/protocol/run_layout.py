@@ -26,6 +26,7 @@ CODE_TARBALL = "code.tar.gz"
 JOBS = "jobs"
 MERGED = "merged"
 DURATIONS = "durations.json"
+SPAN = "span.json"  # when the run began and its last result came: the merged runs' span
 SANDBOX_IMAGES = "sandbox-images.jsonl"
 INSTANCES = "instances"
 MOTO_LOG = "moto.log"

@@ -10,8 +10,10 @@ The same results always merge to the same ids, order and header ids.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +42,25 @@ def stems(manifest: Manifest) -> dict[str, str]:
     return {t.key: t.name if counts[t.name] == 1 else f"{t.name}-{t.key[:8]}" for t in manifest.tasks}
 
 
+def record_span(run_dir: Path, started: float, completed: float) -> None:
+    """The run's own span, for the merged header: a direct `inspect eval` spans the whole
+    eval, while the jobs' logs span only their samples (not launch, boot and teardown)."""
+    span = {"started_at": _iso(started), "completed_at": _iso(completed)}
+    (run_dir / run_layout.SPAN).write_text(json.dumps(span))
+
+
+def recorded_span(run_dir: Path) -> tuple[str, str] | None:
+    try:
+        span = json.loads((run_dir / run_layout.SPAN).read_text())
+        return str(span["started_at"]), str(span["completed_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # never run here (results fetched from S3): the samples' own span
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds")  # as Inspect writes them
+
+
 def merge_fleet(
     manifest: Manifest,
     run_dir: Path,
@@ -65,6 +86,7 @@ def merge_fleet(
             epochs=manifest.epochs,
             name=names[task.key],
             eval_overrides=eval_overrides(manifest, task),
+            span=recorded_span(run_dir),
             on_skip=on_skip,
         )
         merged.extend(replace(m, source=task.key) for m in results)

@@ -102,6 +102,8 @@ class FleetRun:
         except BaseException as exc:
             self._stop_early(exc)
             raise
+        now = time.time()
+        merging.record_span(self.run_dir, now - (time.monotonic() - start), now)
         try:
             if not self.lease.lost:  # else the fleet is another controller's now: hands off
                 self.teardown(delete_queues=self.state.complete)
