@@ -87,3 +87,51 @@ PY
   [[ ${lines[-1]} == *"[ensure-docker] ERROR: dockerd exited during start-up (log: $BATS_TEST_TMPDIR/dockerd.log)" ]]
   [ ! -e "$BATS_TEST_TMPDIR/state/dockerd.pid" ]
 }
+
+# A dockerd stand-in that answers (through the docker stub) while it runs; TERM ends it.
+stub_docker_daemon() {
+  make_stub dockerd '[[ ${1:-} == --version ]] && { echo "Docker version 26.1.5, build x"; exit 0; }
+touch "$STUB_DIR/up"; trap '"'"'rm -f "$STUB_DIR/up"; exit 0'"'"' TERM; while :; do sleep 0.1; done'
+  make_stub docker 'case $1 in version) echo 26.1.5 ;; compose) echo 2.26.1 ;; info) [[ -e $STUB_DIR/up ]] ;; *) exit 1 ;; esac'
+  export CT_FLEET_DOCKER_STATE="$BATS_TEST_TMPDIR/state" CT_FLEET_DOCKER_LOG="$BATS_TEST_TMPDIR/dockerd.log"
+}
+
+# use_docker NAME: a process of its own (left running, its pid in $used) starts Docker as NAME.
+use_docker() {
+  local n
+  bash -c '"$0" start --owner "$1" >>"$2" 2>&1; exec sleep 600' "$REPO_ROOT/bin/ensure-docker" "$1" "$BATS_TEST_TMPDIR/$1.log" &
+  used=$!
+  for ((n = 0; n < 300; n++)); do
+    [[ -e $CT_FLEET_DOCKER_STATE/users/$1 ]] && return 0
+    sleep 0.1
+  done
+  cat "$BATS_TEST_TMPDIR/$1.log" >&2
+  return 1
+}
+
+@test "bin/ensure-docker: a shared daemon stops only when its last user is done or gone" {
+  [[ $(id -u) -eq 0 ]] || skip "only root starts and stops dockerd"
+  stub_docker_daemon
+  local used first second
+  use_docker run-a
+  first=$used
+  use_docker run-b
+  second=$used
+  [ "$(grep -c '^$' "$STUB_DIR/dockerd.calls")" -eq 1 ] # one daemon, started once
+  run "$REPO_ROOT/bin/ensure-docker" stop --owner run-a
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "is still used by run-b: leaving it running"
+  [ -e "$STUB_DIR/up" ]
+  kill "$first" "$second" # run-b is killed: its entry stays, but counts for nothing
+  wait "$first" "$second" || true
+  run "$REPO_ROOT/bin/ensure-docker" stop --owner run-c
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "stopped"
+  [ ! -e "$STUB_DIR/up" ]
+  [ ! -e "$CT_FLEET_DOCKER_STATE/dockerd.pid" ]
+}
+
+@test "bin/ensure-docker: an owner that is not a plain name is refused" {
+  run "$REPO_ROOT/bin/ensure-docker" stop --owner "../etc"
+  [ "$status" -eq 2 ]
+}
