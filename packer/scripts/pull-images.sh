@@ -100,23 +100,24 @@ pull_one() {
 }
 
 # pull_all IMAGE...: PULL_PARALLELISM pulls at a time; fails if any pull failed.
+# What each pull did is read from its status file, not from `wait -n`: a pull that ended
+# before `wait -n` was called may be reported as "no child" (127), which is not a failure,
+# and a pull killed before writing its status is one.
 pull_all() {
-  local parallel=${PULL_PARALLELISM:-4} status image running=0 failed=0 i=0
+  local parallel=${PULL_PARALLELISM:-4} status image running=0 failed i=0
   status=$(mktemp -d)
   for image in "$@"; do
     if ((running >= parallel)); then
-      wait -n || failed=$((failed + 1))
+      wait -n || true
       running=$((running - 1))
     fi
     pull_one "$image" "$status/$i" &
     running=$((running + 1))
     i=$((i + 1))
   done
-  while ((running > 0)); do
-    wait -n || failed=$((failed + 1))
-    running=$((running - 1))
-  done
+  wait
   ct_log "images: $(cat "$status"/* 2>/dev/null | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')total $#"
+  failed=$(($# - $(cat "$status"/* 2>/dev/null | grep -cxE 'pulled|skipped' || true)))
   rm -rf "$status"
   if ((failed > 0)); then
     ct_log "ERROR: $failed image(s) failed to pull"
