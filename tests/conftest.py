@@ -115,10 +115,20 @@ def aws_client(aws_env: dict[str, str]):
 
 
 def _docker_answers() -> bool:
+    """Docker runs, and this pytest process is one of its users: bin/ensure-docker stops a
+    daemon it started once its last user is gone, and the tests' fleets are users that end."""
     try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+        if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0:
+            return False
     except (OSError, subprocess.TimeoutExpired):
         return False
+    subprocess.run(
+        [str(REPO / "bin" / "ensure-docker"), "start", "--owner", f"pytest-{os.getpid()}"],
+        capture_output=True,
+        timeout=120,
+        check=False,  # not root: nothing of ours to stop either
+    )
+    return True
 
 
 @pytest.fixture(scope="session")

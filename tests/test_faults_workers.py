@@ -168,3 +168,39 @@ def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images
     assert len(watch.seen[fleet_id]) >= 5  # four jobs, one of them twice
     assert watch.leftovers(fleet_id) == {}
     assert_nothing_running(runs)
+
+
+@pytest.mark.faults
+def test_a_run_killed_with_its_workers_leaves_no_sandbox_after_the_rerun(tmp_path: Path, docker_images: list[str]):
+    """SIGKILL of the controller and of every local worker while a job's container runs:
+    nobody was left to remove it. The rerun removes what the dead instances left, then
+    runs what is missing."""
+    runs, gate = tmp_path / "runs", tmp_path / "gate"
+    args = [
+        "--task-file",
+        "smoke",
+        "--policy",
+        "tests.fault_policies:gated",  # the first job holds on (its container up) until killed
+        *("--ec2-arg", "max_workers=1", "--ec2-arg", "concurrency_per_worker=1"),
+        *FAST,
+    ]
+    proc = start(runs, *args, CT_FAULT_GATE=str(gate))
+    fleet_id = wait_for(lambda: next((m.parent.name for m in runs.glob("*/manifest.json")), None))
+
+    def instances_with_sandboxes() -> list[str]:
+        fmt = '{{.Label "ct-fleet.instance"}}'
+        return docker_lines("ps", "-a", "--filter", f"label=ct-fleet.fleet={fleet_id}", "--format", fmt)
+
+    (instance,) = set(wait_for(instances_with_sandboxes, timeout=200, every=0.2))
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    for victim in processes_in(runs):
+        victim.send_signal(signal.SIGKILL)
+    psutil.wait_procs(processes_in(runs), timeout=30)
+    assert instance in instances_with_sandboxes(), "the killed job's container outlives its killers"
+    gate.touch()
+    code, out, err = finish(start(runs, *args, CT_FAULT_GATE=str(gate)))
+    assert code == 0, out + err
+    assert len(set(merged_pairs(runs))) == 4
+    assert instance not in instances_with_sandboxes()
+    assert_nothing_running(runs)

@@ -34,6 +34,8 @@ SECRETS_FILE = Path("etc/linuxbench/secrets.env")
 # instance, so the temp directories of jobs and warm runners killed mid-way are not left on
 # this machine. It is not under the instance's directory: socket paths must stay short.
 TMPDIR_FILE = "tmpdir"
+# Marks an instance whose leftovers (secrets, temp directory, sandboxes) were removed.
+GONE_FILE = "gone"
 
 
 def instance_env(home: Path, instance_id: str, venv: str = sys.prefix) -> dict[str, str]:
@@ -65,6 +67,10 @@ class LocalInstanceRunner:
             pid = _recorded(pid_file)
             if pid is not None and _alive(pid):
                 self.procs[pid_file.parent.name] = pid
+        # Instances of a run that was killed with its workers: nobody removed what they left.
+        for home in instances_dir.glob("*/"):
+            if home.name not in self.procs:
+                _gone(home)
 
     def start(self, instance_ids: list[str]) -> None:
         for instance_id in instance_ids:
@@ -104,14 +110,20 @@ class LocalInstanceRunner:
         return self._children[self.procs[instance_id]].wait(timeout)
 
     def reap(self, live: list[str]) -> None:
-        """Kill the process trees of instances no longer live in EC2 (terminated)."""
+        """Kill the process trees of instances no longer live in EC2 (terminated), and
+        terminate in EC2 the live ones whose process tree is gone."""
         for proc in self._children.values():
             proc.poll()  # collect exited children so they do not linger as zombies
+        # Killed with the controller, or dead without powering off: on EC2 such a machine is
+        # gone and is replaced; here EC2 (moto) has to be told, or the fleet waits for it.
+        dead = [i for i in live if (self.dir / i).is_dir() and not (i in self.procs and _alive(self.procs[i]))]
+        if dead:
+            self.ec2.terminate_instances(InstanceIds=dead)
         for instance_id in set(self.procs) - set(live):
             self._kill(instance_id)
         for home in self.dir.glob("*/"):
             if home.name not in live and home.name not in self.procs:
-                _wipe(home)
+                _gone(home)
 
     def _kill(self, instance_id: str) -> None:
         pid = self.procs.pop(instance_id, None)
@@ -126,16 +138,25 @@ class LocalInstanceRunner:
         child = self._children.pop(pid, None)
         if child:
             child.wait()
-        _wipe(self.dir / instance_id)
-        remove_sandboxes(instance=instance_id)
+        _gone(self.dir / instance_id)
 
     def stop_all(self) -> None:
         for instance_id in list(self.procs):
             self._kill(instance_id)
 
 
+def _gone(home: Path) -> None:
+    """What an EC2 instance takes with it when it is gone: its secrets, its temp directory,
+    its sandbox containers. Once per instance: the marker keeps later polls and reruns cheap."""
+    if (home / GONE_FILE).exists():
+        return
+    _wipe(home)
+    remove_sandboxes(instance=home.name)
+    (home / GONE_FILE).touch()
+
+
 def _wipe(home: Path) -> None:
-    """What goes with an instance's disk: its secrets and its temp directory."""
+    """Its secrets and its temp directory."""
     for path in (home / SECRETS_FILE, (home / SECRETS_FILE).with_suffix(".env.tmp")):
         path.unlink(missing_ok=True)
     try:
