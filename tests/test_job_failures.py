@@ -122,7 +122,7 @@ from inspect_ai.dataset import MemoryDataset, Sample
 def unbuildable():
     return Task(
         dataset=MemoryDataset([Sample(id=i, input="x") for i in (1, 2)], name="unbuildable"),
-        sandbox=("docker", "compose.yaml"),
+        sandbox="docker",  # a Dockerfile alone: Inspect makes the compose file on the worker
     )
 """
 
@@ -130,11 +130,11 @@ def unbuildable():
 @pytest.mark.e2e
 def test_a_sandbox_that_cannot_build_is_fatal_and_names_the_cause(tmp_path: Path, docker_daemon):
     """Inspect says only `Failed to build docker containers`; the build's own error line is
-    in the job's output, and goes into the report."""
+    in the job's output, and goes into the report. (A Dockerfile alone is built on the
+    worker; a compose file's images are made ready before launch, below.)"""
     project = tmp_path / "lab"
     project.mkdir()
     (project / "lab.py").write_text(UNBUILDABLE)
-    (project / "compose.yaml").write_text("services:\n  default:\n    build: .\n    command: sleep infinity\n")
     (project / "Dockerfile").write_text("FROM scratch\nRUN false\n")  # offline: no base image to pull
     runs = tmp_path / "runs"
     proc = ct_fleet(runs, "eval", f"{project / 'lab.py'}@unbuildable", *FAST)
@@ -145,6 +145,49 @@ def test_a_sandbox_that_cannot_build_is_fatal_and_names_the_cause(tmp_path: Path
     assert "2 job(s) failed without a result (fatal)" in ending
     assert re.search(r"fatal: PrerequisiteError: Failed to build docker containers: failed to solve: ", ending), ending
     assert "ExceptionGroup" not in ending
+
+
+BOXED = """
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+
+
+@task
+def boxed():
+    return Task(dataset=MemoryDataset([Sample(id=1, input="x")], name="boxed"), sandbox="docker")
+"""
+
+
+@pytest.mark.parametrize(
+    "service, files, cause",
+    [
+        ("build: .", {"Dockerfile": "FROM scratch\nRUN false\n"}, r"building default failed: failed to solve: "),
+        (
+            "image: ct-fleet-test/nowhere:1",
+            {},
+            r"image ct-fleet-test/nowhere:1 \(service default\) could not be pulled: ",
+        ),
+    ],
+    ids=["build", "pull"],
+)
+def test_a_compose_image_that_cannot_be_made_is_refused_before_launch(
+    tmp_path: Path, docker_daemon, service: str, files: dict[str, str], cause: str
+):
+    """The workers share this machine's Docker: the compose file's images are built (or
+    pulled, offline here) once before launch, and a failure is one line naming the image."""
+    project = tmp_path / "lab"
+    project.mkdir()
+    (project / "lab.py").write_text(BOXED)
+    (project / "compose.yaml").write_text(f"services:\n  default:\n    {service}\n    command: sleep infinity\n")
+    for name, text in files.items():
+        (project / name).write_text(text)
+    runs = tmp_path / "runs"
+    proc = ct_fleet(runs, "eval", str(project / "lab.py"), *FAST)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert re.search(r"^error: the Docker sandbox's images are not ready: lab/compose\.yaml: " + cause, errors[0])
+    assert not list(runs.glob("*/instances/*")), "nothing was launched"
 
 
 FLAKY = """

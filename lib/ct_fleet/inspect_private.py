@@ -36,13 +36,14 @@ from inspect_ai._eval.task.results import (
     eval_results,
     reduce_scores,
 )
-from inspect_ai._eval.task.util import slice_dataset
+from inspect_ai._eval.task.util import slice_dataset, task_run_dir
 from inspect_ai._util.constants import get_deserializing_context
 from inspect_ai._util.error import PrerequisiteError
 from inspect_ai._util.json import to_json_safe
 from inspect_ai._util.zipfile import _MultiFrameZstdCompressObj, zipfile_compress_kwargs
 from inspect_ai.log._headline import headline_metric_ref, resolve_headline_metric
 from inspect_ai.scorer._scorer import unique_scorer_name
+from inspect_ai.util._sandbox.docker.config import find_compose_file
 
 __all__ = [
     "MultiFrameZstdCompressObj",
@@ -51,6 +52,7 @@ __all__ = [
     "compute_eval_scores",
     "deserializing_context",
     "eval_results",
+    "find_compose_file",
     "headline_metric_ref",
     "load_tasks",
     "metrics_by_scores",
@@ -61,6 +63,7 @@ __all__ = [
     "resolve_headline_metric",
     "resolve_scorers_info",
     "slice_dataset",
+    "task_run_dir",
     "to_json_safe",
     "unique_scorer_name",
     "unique_scorer_names",

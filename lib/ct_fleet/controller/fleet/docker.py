@@ -22,6 +22,7 @@ from pathlib import Path
 from ...errors import BadInput
 from ...paths import REPO_ROOT
 from ..planning import DockerNeeds
+from .compose_images import ComposeImageError, ready_images
 
 ENSURE_DOCKER = REPO_ROOT / "bin" / "ensure-docker"
 BUILD_IMAGES = REPO_ROOT / "bin" / "build-images"
@@ -61,7 +62,8 @@ def _run(cmd: list[str], log_path: Path, show: Callable[[str], None]) -> tuple[i
 
 
 def prepare(needs: DockerNeeds, log_path: Path, info: Callable[[str], None]) -> DockerLease:
-    """Docker up and the settings' images built; BadInput (one line) when that cannot be."""
+    """Docker up, the settings' images built and the plain tasks' compose images built or
+    pulled; BadInput (one line) when that cannot be."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     lease = DockerLease(owner=f"ct-fleet-{os.getpid()}", log_path=log_path)
     start = time.monotonic()
@@ -80,8 +82,17 @@ def prepare(needs: DockerNeeds, log_path: Path, info: Callable[[str], None]) -> 
             lease.release()
             raise BadInput(f"bin/build-images {name} failed: {last.split('] ', 1)[-1]} (log: {log_path})")
         summaries.append(f"{name}: {_summary(log_path, name)}")
+    count = len(needs.images)
+    for compose_file in needs.compose_files:
+        try:
+            ready, summary = ready_images(compose_file, lambda cmd: _run(cmd, log_path, show))
+        except ComposeImageError as exc:
+            lease.release()
+            raise BadInput(f"the Docker sandbox's images are not ready: {exc} (log: {log_path})") from None
+        count += ready
+        summaries.append(summary)
     summary = "; ".join(summaries) or "images not built here"
-    info(f"docker ready for {len(needs.images)} sandbox image(s) ({summary}) in {time.monotonic() - start:.1f}s")
+    info(f"docker ready for {count} sandbox image(s) ({summary}) in {time.monotonic() - start:.1f}s")
     return lease
 
 

@@ -21,13 +21,19 @@ class DockerNeeds:
     required: bool = False  # some task runs a Docker sandbox
     images: list[str] = field(default_factory=list)  # the images its settings' compose files name
     builders: list[str] = field(default_factory=list)  # settings whose images bin/build-images builds
+    # Plain tasks' compose files: their images are built (or pulled) before launch.
+    compose_files: list[str] = field(default_factory=list)
 
 
 def fleet_docker(
-    fleet_tasks: Sequence[FleetTask], sources: SettingSources, plain_types: Iterable[str] = ()
+    fleet_tasks: Sequence[FleetTask],
+    sources: SettingSources,
+    plain_types: Iterable[str] = (),
+    plain_compose: Sequence[str] = (),
 ) -> DockerNeeds:
     """Docker needs of a fleet: each setting task's compose files under its task args, and the
-    sandbox types the plain tasks' probe saw. BadInput on a compose file that names no image."""
+    sandbox types and compose files the plain tasks' probe saw. BadInput on a setting's
+    compose file that names no image."""
     images: list[str] = []
     builders: list[str] = []
     for task in fleet_tasks:
@@ -46,4 +52,5 @@ def fleet_docker(
         required=bool(images) or "docker" in set(plain_types),
         images=images,
         builders=list(dict.fromkeys(builders)),
+        compose_files=list(plain_compose),
     )

@@ -87,6 +87,7 @@ class _Tasks:
     default_epochs: int = 1
     policy: str | None = None
     plain_sandboxes: set[str] = field(default_factory=set)
+    plain_compose: set[str] = field(default_factory=set)
 
 
 def split_list(value: str | Sequence[str] | None) -> list[str]:
@@ -194,6 +195,7 @@ def _plain_tasks(
         fleet_tasks,
         default_epochs=task_epochs.pop() if len(task_epochs) == 1 else 1,
         plain_sandboxes={kind for p in probed for kind in p.sandbox_types},
+        plain_compose={path for p in probed for path in p.compose_files},
     )
 
 
@@ -314,6 +316,6 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         untracked=version.untracked,
         run_dir=request.runs_dir / fleet_id,
         runs_dir=request.runs_dir,
-        docker=fleet_docker(chosen.fleet_tasks, sources, chosen.plain_sandboxes),
+        docker=fleet_docker(chosen.fleet_tasks, sources, chosen.plain_sandboxes, sorted(chosen.plain_compose)),
         notes=[note for tree in trees if (note := tree.note())],
     )

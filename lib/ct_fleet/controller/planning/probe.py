@@ -9,9 +9,10 @@ in that throwaway process, not in the controller.
 
 Request: {"spec": ..., "task_args": {...}, "limit": N | [start, stop] | null,
 "sample_id": [patterns] | null}. Answer, written to the file named on the command line:
-{"tasks": [{"name", "sample_ids", "epochs", "registry_name", "sandbox_types", "id_clash"}]}
-with each task's selected ids in dataset order, with their types, and the first two ids
-of its dataset that are the same id (1 and "1" too: Inspect refuses such a dataset); or
+{"tasks": [{"name", "sample_ids", "epochs", "registry_name", "sandbox_types", "compose_files",
+"id_clash"}]} with each task's selected ids in dataset order, with their types, the compose
+files its Docker sandboxes use (absolute paths, found as Inspect finds them), and the first
+two ids of its dataset that are the same id (1 and "1" too: Inspect refuses such a dataset); or
 {"error": one line}, with exit status 1. The answer has a file of its own because the
 user's code may print anything on stdout and stderr.
 
@@ -36,6 +37,37 @@ def _sandbox_type(holder: Any) -> str | None:
     if kind is None and isinstance(spec, tuple | list) and spec:
         kind = spec[0]
     return str(kind) if kind else None
+
+
+def _sandbox_config(holder: Any) -> Any:
+    spec = getattr(holder, "sandbox", None)
+    if isinstance(spec, tuple | list):
+        return spec[1] if len(spec) > 1 else None
+    return None if spec is None or isinstance(spec, str) else getattr(spec, "config", None)
+
+
+def _compose_files(task: Any, holders: list[Any]) -> list[str]:
+    """The compose files of the Docker sandboxes named: a config path is relative to the
+    task's directory, and without one Inspect takes that directory's compose file, if any.
+    (A Dockerfile alone, or a config object, is left to Inspect on the worker.)"""
+    from ...inspect_private import find_compose_file, task_run_dir
+
+    run_dir = Path(task_run_dir(task))
+    found = set()
+    for holder in holders:
+        if _sandbox_type(holder) != "docker":
+            continue
+        config = _sandbox_config(holder)
+        if config is None:
+            name = find_compose_file(str(run_dir))
+            path = run_dir / name if name else None
+        elif isinstance(config, str) and config.endswith((".yaml", ".yml")):
+            path = run_dir / config
+        else:
+            path = None
+        if path is not None and path.is_file():
+            found.add(str(path.resolve()))
+    return sorted(found)
 
 
 def probe(request: dict[str, Any]) -> dict[str, Any]:
@@ -65,6 +97,7 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
                 "epochs": task.epochs,
                 "registry_name": task.registry_name,
                 "sandbox_types": sorted({t for t in map(_sandbox_type, [task, *chosen]) if t}),
+                "compose_files": _compose_files(task, [task, *chosen]),
                 "id_clash": clash,
             }
         )

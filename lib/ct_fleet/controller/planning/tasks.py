@@ -160,6 +160,7 @@ class ProbedTask:
     sample_ids: list[str | int]
     epochs: int | None
     sandbox_types: list[str] = field(default_factory=list)  # the sandboxes its task and samples name
+    compose_files: list[str] = field(default_factory=list)  # its Docker sandboxes' compose files (absolute)
 
 
 def _worker_like_env(shipped: ShippedCode) -> dict[str, str]:
@@ -208,7 +209,12 @@ def probe(
             one = f"{base}@{answer['name'] if len(answers) > 1 or not name else name}"
         found.append(
             ProbedTask(
-                answer["name"], one, list(answer["sample_ids"]), answer["epochs"], answer.get("sandbox_types", [])
+                answer["name"],
+                one,
+                list(answer["sample_ids"]),
+                answer["epochs"],
+                answer.get("sandbox_types", []),
+                answer.get("compose_files", []),
             )
         )
     return found
