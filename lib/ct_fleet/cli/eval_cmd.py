@@ -58,6 +58,15 @@ def _knob_help() -> str:
     help="also ship DIR to workers as an import root of its own (repeatable)",
 )
 @click.option(
+    "-r",
+    "--requirements",
+    "requirements",
+    multiple=True,
+    metavar="REQ",
+    help="a package the task needs (name>=1.0, a .whl, or a requirements file; repeatable), "
+    "installed for the probe here and on every worker alike",
+)
+@click.option(
     "--config",
     "config_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -97,6 +106,7 @@ def eval_command(
     command: str | None,
     sandbox: str | None,
     extra_src: tuple[Path, ...],
+    requirements: tuple[str, ...],
     config_path: Path | None,
     attack: str | None,
     ec2: bool | None,
@@ -142,6 +152,7 @@ def eval_command(
             command=command,
             sandbox=sandbox,
             extra_src=extra_src,
+            requirements=requirements,
             config_path=config_path,
             attack=attack,
             ec2=ec2,

@@ -24,7 +24,7 @@ from ...paths import REPO_ROOT
 from ...protocol import START_CONCURRENCY, Ec2Config, knobs
 from ...protocol.knob_rules import shown
 from ...settings import DEFAULT_SETTING, SettingSources
-from . import code, credentials, estimate, jobs, models, preflight, setting_plan, sizes, tasks
+from . import code, credentials, estimate, jobs, models, overlay, preflight, setting_plan, sizes, tasks
 from .docker_needs import DockerNeeds, fleet_docker
 from .jobs import FleetTask
 from .request import FleetRequest
@@ -242,7 +242,11 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     preflight.check_command(request.command)
     task_args = {**(defaults.get("task_args") or {}), **parse_kv(request.task_args, "-T")}
     model_args = {**(defaults.get("model_args") or {}), **parse_kv(request.model_args, "-M")}
-    requirements = [*split_list(cfg.setting_requirements), *split_list(defaults.get("requirements"))]
+    requirements = [
+        *split_list(cfg.setting_requirements),
+        *split_list(defaults.get("requirements")),
+        *overlay.expand(request.requirements),
+    ]
     reqs = setting_plan.plan_requirements(requirements)
     located = None
     if task:
@@ -251,6 +255,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     version = code.code_version(REPO_ROOT)
     shipped = ShippedCode.build(REPO_ROOT, version.sha, extra)
     if located is not None:
+        shipped.site = overlay.install(reqs)  # the probe loads the task with them, as workers will
         chosen = _plain_tasks(request, located, shipped, task_args, defaults)
     else:
         chosen = _settings_tasks(request, shipped, sources, task_args, defaults, requirements)

@@ -35,6 +35,7 @@ class FleetRequest:
     command: str | None = None
     sandbox: str | None = None
     extra_src: Sequence[Path] = ()
+    requirements: Sequence[str] = ()  # -r: requirements, wheels, requirements files
     config_path: Path | None = None
     attack: str | None = None
     ec2: bool | None = None  # None: the run config's `ec2:`, else CT_FLEET_EC2, else the local fleet

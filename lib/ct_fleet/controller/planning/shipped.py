@@ -40,6 +40,7 @@ class ShippedCode:
     image: Path  # the code root as a worker unpacks it
     extra_dir: Path  # the directory holding the unpacked --extra-src trees
     trees: list[ExtraTree] = field(default_factory=list)
+    site: Path | None = None  # the fleet's requirements, installed beside the venv (overlay.py)
 
     @classmethod
     def build(cls, repo: Path, sha: str, extra_src: Sequence[Path]) -> ShippedCode:
@@ -69,7 +70,8 @@ class ShippedCode:
     @property
     def import_roots(self) -> list[Path]:
         """sys.path of a job on a worker (worker/run-worker.sh), in its order."""
-        return [self.image / "lib", self.settings_dir, *self.extra_roots]
+        site = [self.site] if self.site else []
+        return [self.image / "lib", self.settings_dir, *site, *self.extra_roots]
 
     def has_module(self, module: str) -> bool:
         rel = Path(*module.split("."))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -142,8 +143,17 @@ def _run_probe(request: dict[str, Any], cwd: Path, shipped: ShippedCode, display
         except (OSError, ValueError):
             answer = {"error": _last_line(log_path) or f"the loader exited {proc.returncode} without an answer"}
     if proc.returncode != 0 or "error" in answer:
-        raise BadInput(f"task {display} does not load from what ships: {answer.get('error') or 'no error text'}")
+        error = str(answer.get("error") or "no error text")
+        raise BadInput(f"task {display} does not load from what ships: {error}{_missing_package_hint(error)}")
     return answer
+
+
+def _missing_package_hint(error: str) -> str:
+    missing = re.search(r"No module named '([^'.]+)", error)
+    if not missing:
+        return ""
+    name = missing.group(1)
+    return f" (a package the task needs? give it with -r {name}, a .whl or a requirements file)"
 
 
 def _last_line(path: Path) -> str:
