@@ -39,6 +39,8 @@ def words():
     return Task(dataset=samples, solver=say(), scorer=match())
 """
 
+WORDS_MODULE = 'def words(n):\n    return ["zero", "one"][n]\n'
+
 
 def ct_fleet(runs: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -59,9 +61,6 @@ def project(tmp_path: Path) -> Path:
     wheel = write_wheel(tmp_path / "wheels", "numwords-lite", {"numwords_lite/__init__.py": WORDS_MODULE})
     (tmp_path / "requirements.txt").write_text(f"# what words.py needs\n{wheel.relative_to(tmp_path)}\n")
     return project
-
-
-WORDS_MODULE = 'def words(n):\n    return ["zero", "one"][n]\n'
 
 
 def test_a_missing_package_is_refused_naming_the_fix(tmp_path: Path, project: Path):

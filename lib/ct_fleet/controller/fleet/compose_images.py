@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ...sandbox.docker_cli import docker
 
 Run = Callable[[list[str]], tuple[int, str]]  # a command -> (exit status, its last line)
 
@@ -29,8 +30,9 @@ def ready_images(compose_file: str, run: Run) -> tuple[int, str]:
     path = Path(compose_file)
     shown = f"{path.parent.name}/{path.name}"
     project = "ct-fleet-prebuild-" + hashlib.sha256(compose_file.encode()).hexdigest()[:10]
-    base = ["docker", "compose", "-f", compose_file, "-p", project]
-    services = _services(base, shown)
+    args = ["compose", "-f", compose_file, "-p", project]
+    base = ["docker", *args]
+    services = _services(args, shown)
     buildable = sorted(name for name, spec in services.items() if spec.get("build"))
     if buildable:
         code, last = run([*base, "build", *buildable])
@@ -51,17 +53,18 @@ def ready_images(compose_file: str, run: Run) -> tuple[int, str]:
     return len(buildable) + present + pulled, f"{shown}: {len(buildable)} built, {pulled} pulled, {present} present"
 
 
-def _services(base: list[str], shown: str) -> dict[str, Any]:
-    proc = subprocess.run([*base, "config", "--format", "json"], capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        said = [line for line in proc.stderr.splitlines() if line.strip()]
+def _services(args: list[str], shown: str) -> dict[str, Any]:
+    proc = docker(*args, "config", "--format", "json", timeout=120)
+    if proc is None or proc.returncode != 0:
+        said = [line for line in (proc.stderr if proc else "").splitlines() if line.strip()]
         raise ComposeImageError(f"{shown}: docker compose cannot read it: {_cause(said[-1] if said else '')}")
     services: dict[str, Any] = json.loads(proc.stdout).get("services") or {}
     return services
 
 
 def _in_store(image: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=60).returncode == 0
+    proc = docker("image", "inspect", image)
+    return proc is not None and proc.returncode == 0
 
 
 def _cause(line: str) -> str:

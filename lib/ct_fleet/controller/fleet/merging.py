@@ -73,6 +73,7 @@ def merge_fleet(
 
     out_dir = out_dir or run_dir / run_layout.MERGED
     names = stems(manifest)
+    span = recorded_span(run_dir)
     merged: list[merge.MergedTask] = []
     for task in manifest.tasks:
         inputs = [run_layout.job_log(run_dir, j.job_id) for j in manifest.jobs if j.task == task.key]
@@ -86,7 +87,7 @@ def merge_fleet(
             epochs=manifest.epochs,
             name=names[task.key],
             eval_overrides=eval_overrides(manifest, task),
-            span=recorded_span(run_dir),
+            span=span,
             on_skip=on_skip,
         )
         merged.extend(replace(m, source=task.key) for m in results)

@@ -28,22 +28,20 @@ from pathlib import Path
 from typing import Any
 
 
-def _sandbox_type(holder: Any) -> str | None:
-    """The sandbox type a task or sample names: a spec, a bare type, or a (type, config) pair."""
+def _sandbox(holder: Any) -> tuple[str | None, Any]:
+    """(type, config) of the sandbox a task or sample names: a spec, a bare type, or a
+    (type, config) pair."""
     spec = getattr(holder, "sandbox", None)
     if spec is None or isinstance(spec, str):
-        return spec
-    kind = getattr(spec, "type", None)
-    if kind is None and isinstance(spec, tuple | list) and spec:
-        kind = spec[0]
-    return str(kind) if kind else None
-
-
-def _sandbox_config(holder: Any) -> Any:
-    spec = getattr(holder, "sandbox", None)
+        return spec, None
     if isinstance(spec, tuple | list):
-        return spec[1] if len(spec) > 1 else None
-    return None if spec is None or isinstance(spec, str) else getattr(spec, "config", None)
+        return (str(spec[0]) if spec else None), (spec[1] if len(spec) > 1 else None)
+    kind = getattr(spec, "type", None)
+    return (str(kind) if kind else None), getattr(spec, "config", None)
+
+
+def _sandbox_type(holder: Any) -> str | None:
+    return _sandbox(holder)[0]
 
 
 def _compose_files(task: Any, holders: list[Any]) -> list[str]:
@@ -55,9 +53,9 @@ def _compose_files(task: Any, holders: list[Any]) -> list[str]:
     run_dir = Path(task_run_dir(task))
     found = set()
     for holder in holders:
-        if _sandbox_type(holder) != "docker":
+        kind, config = _sandbox(holder)
+        if kind != "docker":
             continue
-        config = _sandbox_config(holder)
         if config is None:
             name = find_compose_file(str(run_dir))
             path = run_dir / name if name else None
