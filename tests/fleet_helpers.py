@@ -272,3 +272,30 @@ class SandboxWatch:
         if stray:
             left["(labelled with the fleet)"] = stray
         return left
+
+
+def launch_workers(ec2, *, count: int, ami: str, config, fleet_id: str, launched_by: str, user_data: str, group: str):
+    """Workers launched the way WorkerPool launches them: the fleet's template, one instant CreateFleet."""
+    from ct_fleet.services import launching
+
+    template = launching.put_launch_template(
+        ec2,
+        ami=ami,
+        config=config,
+        fleet_id=fleet_id,
+        launched_by=launched_by,
+        user_data=user_data,
+        security_group_id=group,
+    )
+    pools, _ = launching.pools_of(ec2, config)
+    outcome = launching.create_fleet(
+        ec2,
+        template_id=template,
+        pools=pools,
+        count=count,
+        market="spot" if config.spot else "on-demand",
+        fleet_id=fleet_id,
+        launched_by=launched_by,
+    )
+    assert not outcome.errors, outcome.errors
+    return [g.instance_id for g in outcome.launched]

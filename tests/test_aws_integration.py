@@ -14,7 +14,8 @@ from ct_fleet.errors import BadInput
 from ct_fleet.protocol import Ec2Config, FleetEnv, Manifest, ManifestJob, ManifestTask, secrets_prefix
 from ct_fleet.protocol.user_data import USER_DATA_LIMIT, render_user_data
 from ct_fleet.services import instances as fleet
-from ct_fleet.services import queues, secrets, store
+from ct_fleet.services import launching, queues, secrets, store
+from fleet_helpers import launch_workers
 
 
 def _fid() -> str:
@@ -138,7 +139,7 @@ def test_launch_tags_profile_shutdown_and_no_ingress(aws_client):
         FleetEnv(FLEET_ID=fid, knobs=replace(Ec2Config().for_cloud("aws", "us-east-1"), bucket="b"), CODE_SHA="abc")
     )
     assert "@FLEET_ENV@" not in user_data and len(user_data.encode()) <= USER_DATA_LIMIT
-    ids = fleet.launch(
+    ids = launch_workers(
         ec2,
         count=2,
         ami=_image(ec2),
@@ -146,20 +147,26 @@ def test_launch_tags_profile_shutdown_and_no_ingress(aws_client):
         fleet_id=fid,
         launched_by="alice",
         user_data=user_data,
-        security_group_id=group,
+        group=group,
     )
     assert len(ids) == 2
     live = fleet.live_instances(ec2, fid)
     assert sorted(i["InstanceId"] for i in live) == sorted(ids)
     tags = {t["Key"]: t["Value"] for t in live[0]["Tags"]}
     assert tags["FleetId"] == fid and tags["LaunchedBy"] == "alice" and tags["ManagedBy"] == "ct-fleet"
-    attr = ec2.describe_instance_attribute(InstanceId=ids[0], Attribute="instanceInitiatedShutdownBehavior")
-    assert attr["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
     got = ec2.describe_instance_attribute(InstanceId=ids[0], Attribute="userData")["UserData"]["Value"]
     assert base64.b64decode(got).decode() == user_data
-    assert profile in live[0]["IamInstanceProfile"]["Arn"]
+    # What moto's CreateFleet does not copy onto the instances, the template says.
+    (template,) = ec2.describe_launch_templates(LaunchTemplateNames=[launching.template_name(fid)])["LaunchTemplates"]
+    data = ec2.describe_launch_template_versions(LaunchTemplateId=template["LaunchTemplateId"])[
+        "LaunchTemplateVersions"
+    ][0]["LaunchTemplateData"]
+    assert data["InstanceInitiatedShutdownBehavior"] == "terminate" and data["IamInstanceProfile"]["Name"] == profile
+    assert data["SecurityGroupIds"] == [group] and data["MetadataOptions"]["HttpTokens"] == "required"
     fleet.terminate(ec2, ids)
     assert fleet.live_instances(ec2, fid) == []
+    assert launching.delete_fleet_requests(ec2, fid) == 1 and launching.delete_launch_templates(ec2, fid) == 1
+    assert ec2.describe_launch_templates(Filters=[{"Name": "tag:FleetId", "Values": [fid]}])["LaunchTemplates"] == []
 
 
 def test_ami_lookup_order(aws_client):
@@ -199,7 +206,7 @@ def test_spot_launch_asks_for_spot_instances(aws_client):
     _profile(aws_client, profile)
     group = fleet.ensure_security_group(ec2, f"sg-{_fid()}")
     fid = _fid()
-    (instance_id,) = fleet.launch(
+    (instance_id,) = launch_workers(
         ec2,
         count=1,
         ami=_image(ec2),
@@ -207,7 +214,7 @@ def test_spot_launch_asks_for_spot_instances(aws_client):
         fleet_id=fid,
         launched_by="alice",
         user_data="#!/bin/bash\n",
-        security_group_id=group,
+        group=group,
     )
     (inst,) = fleet.live_instances(ec2, fid)
     assert inst.get("InstanceLifecycle") == "spot"
@@ -220,7 +227,7 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
     import time
 
     from ct_fleet.cloud import AwsCloud
-    from ct_fleet.controller.fleet import FleetRun
+    from ct_fleet.controller.fleet import FleetRun, survey
     from ct_fleet.controller.planning import FleetSpec, FleetTask, Job
 
     ec2, ssm = aws_client("ec2"), aws_client("ssm")
@@ -234,13 +241,15 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
     task = FleetTask("toyarena", "x", "code", {"policy": "honest"}, [f"web:fix_login#{i}" for i in range(300)])
     jobs = [Job(f"j{i}", task.key, f"web:fix_login#{i}", 1) for i in range(300)]
     spec = FleetSpec(fid, [task], jobs, "mockllm/model", 1, "sha", cfg, policy="honest")
+    cloud = AwsCloud(region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"])
     ctl = FleetRun(
-        AwsCloud(region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"]),
+        cloud,
         spec,
         tmp_path,
         launched_by="alice",
         account="123",
         warn=lambda text: None,
+        capacity=survey(cloud, cfg, fid, print),
     )
     pool = ctl.pool
     pool.user_data = "#!/bin/bash\n"

@@ -18,7 +18,7 @@ import psutil
 import pytest
 from inspect_ai.log import read_eval_log
 
-from fleet_helpers import ec2_account, ec2_defaults
+from fleet_helpers import ec2_account, ec2_defaults, launch_workers
 
 REPO = Path(__file__).resolve().parents[1]
 CANARY = "canary-" + uuid.uuid4().hex
@@ -245,7 +245,7 @@ def test_cloud_status_groups_own_and_all_fleets_and_ssh(account):
     mine, theirs = "mine" + uuid.uuid4().hex[:8], "theirs" + uuid.uuid4().hex[:6]
     ids = {}
     for fid, owner in ((mine, me), (theirs, "someone-else")):
-        ids[fid] = fleet_mod.launch(
+        ids[fid] = launch_workers(
             ec2,
             count=1,
             ami=image,
@@ -253,7 +253,7 @@ def test_cloud_status_groups_own_and_all_fleets_and_ssh(account):
             fleet_id=fid,
             launched_by=owner,
             user_data="#!/bin/bash\n",
-            security_group_id=group,
+            group=group,
         )
         queues_mod.ensure_queues(sqs, fid, visibility_timeout=30, max_receive_count=3)
     own = ct(account, "cloud", "status")

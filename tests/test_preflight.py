@@ -141,7 +141,9 @@ def test_cost_estimate_and_cost_so_far(tmp_path: Path):
     assert hourly_price("x1.weird", override=1.5) == 1.5
     with pytest.raises(BadInput, match="hourly_price"):
         hourly_price("x1.weird")
-    assert cost_so_far({"i-1": 0.0, "i-2": 1800.0}, 3600.0, 2.0, {"i-2": 2700.0}) == pytest.approx(2.0 + 0.5)
+    assert cost_so_far({"i-1": 0.0, "i-2": 1800.0}, 3600.0, {"i-1": 2.0, "i-2": 2.0}, {"i-2": 2700.0}) == pytest.approx(
+        2.0 + 0.5
+    )
     run = tmp_path / "f1"
     run.mkdir()
     (run / "durations.json").write_text(json.dumps({"setting": "toyarena", "policy": "honest", "seconds": [2.0, 4.0]}))

@@ -32,7 +32,7 @@ import pytest
 
 from ct_fleet.cloud import AwsCloud
 from ct_fleet.cloud.local_instances import LocalInstanceRunner
-from ct_fleet.controller.fleet import FleetRun
+from ct_fleet.controller.fleet import Capacity, FleetRun
 from ct_fleet.controller.planning import FleetSpec, preflight
 from ct_fleet.errors import BadInput
 from ct_fleet.protocol import Ec2Config, FleetEnv, artifact_key, knobs, log_key, steplog
@@ -310,7 +310,9 @@ def test_workers_that_keep_dying_are_reported_by_their_failed_step(
     cfg = Ec2Config(bucket=fleet["bucket"]).for_cloud("aws", "us-east-1")
     spec = FleetSpec(fleet_id, [], [], "mockllm/model", 1, "f" * 40, cfg, policy="honest")
     cloud = AwsCloud(region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"])
-    ctl = FleetRun(cloud, spec, tmp_path / "run", launched_by="alice", warn=lambda text: None)
+    ctl = FleetRun(
+        cloud, spec, tmp_path / "run", launched_by="alice", warn=lambda text: None, capacity=Capacity([], "", {}, 1)
+    )
     ctl.pool.launched = ["i-never-booted", home.name]
     reason = ctl.pool.bootstrap_failure()
     assert reason.startswith("workers keep dying: step fetch-code FAILED (exit 1) after "), reason

@@ -14,10 +14,11 @@ from ..services import instances, store
 from . import credentials
 from .base import Cloud
 from .context import CloudContext
-from .prices import hourly_price
+from .prices import hourly_price, spot_price
 
 if TYPE_CHECKING:
     from ..protocol import Ec2Config
+    from ..services.launching import Pool
 
 
 class AwsCloud(Cloud):
@@ -25,8 +26,23 @@ class AwsCloud(Cloud):
     bills = True
     requires_shipped_refs = True
 
+    def __init__(self, region: str = "us-east-1", endpoint_url: str | None = None) -> None:
+        super().__init__(region, endpoint_url)
+        self._spot_prices: dict[tuple[str, str], float | None] = {}
+
     def hourly_price(self, cfg: Ec2Config) -> float:
-        return hourly_price(cfg.instance_type, cfg.hourly_price)
+        prices = [hourly_price(t, cfg.hourly_price) for t in cfg.types]  # every type has one, or BadInput
+        return prices[0]
+
+    def instance_price(self, cfg: Ec2Config, pool: Pool, market: str) -> float:
+        if cfg.hourly_price is None and market == "spot":
+            spot = self._spot_prices.get((pool.instance_type, pool.zone))
+            if spot is None:
+                spot = spot_price(self.client("ec2"), pool.instance_type, pool.zone)
+                self._spot_prices[pool.instance_type, pool.zone] = spot
+            if spot is not None:
+                return spot
+        return hourly_price(pool.instance_type, cfg.hourly_price)
 
     def check_credentials(self, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> None:
         env = dict(environ)

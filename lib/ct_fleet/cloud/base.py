@@ -18,6 +18,7 @@ from .local_instances import LocalInstanceRunner
 
 if TYPE_CHECKING:
     from ..protocol import Ec2Config
+    from ..services.launching import Pool
 
 
 class Cloud:
@@ -38,6 +39,11 @@ class Cloud:
 
     # -- before anything exists ------------------------------------------------------
     def hourly_price(self, cfg: Ec2Config) -> float:
+        """USD per worker-hour for the estimate (the preferred type, on-demand)."""
+        return 0.0
+
+    def instance_price(self, cfg: Ec2Config, pool: Pool, market: str) -> float:
+        """USD per hour of one instance launched into `pool` on `market`."""
         return 0.0
 
     def check_credentials(self, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> None:

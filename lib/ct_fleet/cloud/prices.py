@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import BadInput
 
@@ -25,3 +28,15 @@ def hourly_price(instance_type: str, override: float | None = None) -> float:
         raise BadInput(
             f"no price for {instance_type} in {PRICES.name}: add it or pass --ec2-arg hourly_price=USD"
         ) from None
+
+
+def spot_price(ec2: Any, instance_type: str, zone: str) -> float | None:
+    """The latest Linux spot price of a type in an AZ, or None when EC2 will not say (the
+    table's on-demand price then stands for it: an upper bound)."""
+    try:
+        history = ec2.describe_spot_price_history(
+            InstanceTypes=[instance_type], AvailabilityZone=zone, ProductDescriptions=["Linux/UNIX"], MaxResults=1
+        )["SpotPriceHistory"]
+    except (BotoCoreError, ClientError):
+        return None
+    return float(history[0]["SpotPrice"]) if history else None

@@ -73,6 +73,37 @@ def ami(value: str) -> str:
     raise ValueError("write an AMI id (ami-...) or the SSM parameter path that holds one (/...)")
 
 
+def instance_type(value: str) -> str:
+    if not re.fullmatch(r"[a-z][a-z0-9-]{0,19}\.[a-z0-9-]{1,20}", value):
+        raise ValueError(
+            f"{shown(value) or 'an empty name'} is not an EC2 instance type (family.size, e.g. c6i.4xlarge)"
+        )
+    return value
+
+
+def subnet_id(value: str) -> str:
+    if not re.fullmatch(r"subnet-([0-9a-f]{8}|[0-9a-f]{17})", value):
+        raise ValueError(f"{shown(value) or 'an empty id'} is not a subnet id (subnet- and 8 or 17 hex digits)")
+    return value
+
+
+def listed(check: Callable[[str], str], most: int) -> Callable[[str], str]:
+    """Comma-separated items, each passing `check`: none empty, none twice, at most `most`."""
+
+    def check_all(value: str) -> str:
+        items = [item.strip() for item in value.split(",")]
+        for item in items:
+            check(item)
+        twice = sorted({item for item in items if items.count(item) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} given twice")
+        if len(items) > most:
+            raise ValueError(f"at most {most} items, not {len(items)}")
+        return ",".join(items)
+
+    return check_all
+
+
 def worker_setup(value: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)+", value) or len(value) > 512:
         raise ValueError("write <extra-src basename>/<path> with letters, digits and ._- in the names")

@@ -44,6 +44,7 @@ class Knob:
     per_cloud: Mapping[str, Any] = field(default_factory=dict)  # cloud kind -> default, for a None default
     identity: bool = False  # part of the fleet id
     worker: str | None = None  # its fleet.env name, when it reaches workers
+    listed: bool = False  # comma-separated text, also given as a YAML list
 
 
 def knob(
@@ -54,10 +55,11 @@ def knob(
     per_cloud: Mapping[str, Any] | None = None,
     identity: bool = False,
     worker: str | None = None,
+    listed: bool = False,
 ) -> Any:
     if per_cloud is not None and (default is not None or set(per_cloud) != set(CLOUDS)):
         raise TypeError(f"a per-cloud knob has default None and a value for each of {CLOUDS}")
-    info = Knob(help, rule, dict(per_cloud or {}), identity, worker)
+    info = Knob(help, rule, dict(per_cloud or {}), identity, worker, listed)
     return field(default=default, metadata={"knob": info})
 
 
@@ -82,13 +84,22 @@ class Ec2Config:
     )
     instance_type: str = knob(
         "c6i.4xlarge",
-        "EC2 instance type",
-        rule=r.text(
-            r.pattern(
-                r"[a-z][a-z0-9-]{0,19}\.[a-z0-9-]{1,20}", "not an EC2 instance type (family.size, e.g. c6i.4xlarge)"
-            )
-        ),
+        "EC2 instance type (one; instance_types takes several)",
+        rule=r.text(r.instance_type),
         identity=True,
+    )
+    instance_types: str | None = knob(
+        None,
+        "EC2 instance types to launch from, first preferred (default: instance_type)",
+        rule=r.text(r.listed(r.instance_type, most=20)),
+        identity=True,
+        listed=True,
+    )
+    subnets: str | None = knob(
+        None,
+        "subnet ids to launch in, one VPC (default: every default subnet of the region)",
+        rule=r.text(r.listed(r.subnet_id, most=50)),
+        listed=True,
     )
     ami: str | None = knob(
         None, "AMI id or SSM parameter path (default: /linuxbench/worker-ami-id, else stock Ubuntu)", rule=r.text(r.ami)
@@ -135,6 +146,7 @@ class Ec2Config:
     # gp3 root volumes: at least the size of the AMI's snapshot (8 GiB for Ubuntu), at most EBS's 16 TiB.
     volume_gb: int = knob(100, "root volume size in GiB", rule=r.whole(8, 16384))
     spot: bool = knob(False, "launch spot instances", worker="SPOT")
+    on_demand_fallback: bool = knob(True, "with spot=true, launch on-demand when no spot pool has capacity")
     estimate: bool = knob(False, "print the cost estimate and launch nothing")
     auto_confirm: bool = knob(False, "skip the cost confirmation prompt")
     new_fleet: bool = knob(False, "start a fresh fleet instead of resuming one with the same id")
@@ -237,6 +249,11 @@ class Ec2Config:
         per_cloud={"aws": 15, "embedded": 5},
     )
 
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The instance types workers launch as, the preferred first."""
+        return tuple(split(self.instance_types)) if self.instance_types else (self.instance_type,)
+
     def for_cloud(self, kind: str, region: str) -> "Ec2Config":
         """Fill the knobs left None with the cloud's defaults, and the region; check the rules
         between knobs. `region` is where the user's environment points (AWS_REGION)."""
@@ -256,6 +273,11 @@ class Ec2Config:
 # extends a running job's visibility is the one that sends heartbeats, so a slow
 # heartbeat call delays the extension (and a lapsed job is handed out twice).
 VISIBILITY_HEARTBEATS = 2
+
+
+def split(value: str | None) -> list[str]:
+    """The items of a listed knob's value."""
+    return [item.strip() for item in (value or "").split(",")]
 
 
 def info(f: Field[Any]) -> Knob:
@@ -292,6 +314,11 @@ def _new_adapter(cls: type[Ec2Config], name: str) -> TypeAdapter[Any]:
 
 def check_value(name: str, raw: Any, where: str = "--ec2-arg", cls: type[Ec2Config] = Ec2Config) -> Any:
     """The knob's value from a command line string or a YAML scalar; BadInput when it is not acceptable."""
+    listed = info(next(f for f in fields(cls) if f.name == name)).listed
+    if isinstance(raw, list) and listed:
+        if not raw:
+            raise BadInput(f"{where} {name}: an empty list; leave it out for the default")
+        raw = ",".join(str(item) for item in raw)
     if isinstance(raw, (list, dict)):
         raise BadInput(
             f"{where} {name}: expected a single value, not a {'list' if isinstance(raw, list) else 'mapping'}"
@@ -367,8 +394,17 @@ def check_config(cfg: Ec2Config) -> None:
             f"heartbeat_interval ({margin}s) or running jobs get handed out twice: raise visibility_timeout "
             "or lower heartbeat_interval"
         )
+    if cfg.instance_types and cfg.instance_type != _default("instance_type") and cfg.instance_type != cfg.types[0]:
+        raise BadInput(
+            f"instance_type={cfg.instance_type} and instance_types={cfg.instance_types} disagree: "
+            "keep instance_types (the first is preferred)"
+        )
     if cfg.resume and cfg.new_fleet:
         raise BadInput("resume=<fleet id> and new_fleet=true contradict each other: drop one")
+
+
+def _default(name: str) -> Any:
+    return next(f.default for f in fields(Ec2Config) if f.name == name)
 
 
 def help_table(cls: type[Ec2Config] = Ec2Config) -> str:

@@ -1,8 +1,7 @@
-"""EC2 for one fleet: AMI lookup, security group, launching tagged workers, listing, teardown."""
+"""EC2 for one fleet: AMI lookup, security group, tags, listing, termination (launching: launching.py)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -54,9 +53,12 @@ def resolve_ami(ec2: EC2Client, ssm: SSMClient, config: Ec2Config) -> tuple[str,
     return stock, False
 
 
-def ensure_security_group(ec2: EC2Client, name: str) -> str:
-    """The workers' group: outbound only. Workers are reached through the queues, never inbound."""
-    found = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [name]}])["SecurityGroups"]
+def ensure_security_group(ec2: EC2Client, name: str, vpc_id: str | None = None) -> str:
+    """The workers' group in their VPC: outbound only. Workers are reached through the queues, never inbound."""
+    filters: list[FilterTypeDef] = [{"Name": "group-name", "Values": [name]}]
+    if vpc_id:
+        filters.append({"Name": "vpc-id", "Values": [vpc_id]})
+    found = ec2.describe_security_groups(Filters=filters)["SecurityGroups"]
     if found:
         existing: str = found[0]["GroupId"]
         return existing
@@ -64,6 +66,7 @@ def ensure_security_group(ec2: EC2Client, name: str) -> str:
         GroupName=name,
         Description="ct-fleet workers: outbound only",
         TagSpecifications=[{"ResourceType": "security-group", "Tags": [{"Key": "ManagedBy", "Value": MANAGED_BY}]}],
+        **cast(dict[str, Any], {"VpcId": vpc_id} if vpc_id else {}),
     )["GroupId"]
     return group_id
 
@@ -75,52 +78,6 @@ def fleet_tags(fleet_id: str, launched_by: str) -> list[dict[str, str]]:
         {"Key": "ManagedBy", "Value": MANAGED_BY},
         {"Key": "Name", "Value": f"ct-fleet-{fleet_id}"},
     ]
-
-
-def launch(
-    ec2: EC2Client,
-    *,
-    count: int,
-    ami: str,
-    config: Ec2Config,
-    fleet_id: str,
-    launched_by: str,
-    user_data: str,
-    security_group_id: str,
-) -> list[str]:
-    tags = fleet_tags(fleet_id, launched_by)
-    kwargs: dict[str, Any] = {
-        "ImageId": ami,
-        "InstanceType": config.instance_type,
-        # All or nothing: a partial launch would leave the count to reconcile later.
-        "MinCount": count,
-        "MaxCount": count,
-        "UserData": user_data,
-        # Idempotency: botocore's retry of a launch whose first attempt landed (a 5xx after
-        # the fact) must not start a second set of workers.
-        "ClientToken": f"{fleet_id}-{uuid.uuid4().hex}",
-        "IamInstanceProfile": {"Name": config.instance_profile},
-        "SecurityGroupIds": [security_group_id],
-        "InstanceInitiatedShutdownBehavior": "terminate",
-        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
-        "BlockDeviceMappings": [
-            {
-                "DeviceName": "/dev/sda1",
-                "Ebs": {"VolumeSize": config.volume_gb, "VolumeType": "gp3", "DeleteOnTermination": True},
-            }
-        ],
-        "TagSpecifications": [
-            {"ResourceType": "instance", "Tags": tags},
-            {"ResourceType": "volume", "Tags": tags},
-        ],
-    }
-    if config.spot:
-        kwargs["InstanceMarketOptions"] = {
-            "MarketType": "spot",
-            "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
-        }
-    resp = ec2.run_instances(**kwargs)
-    return [inst["InstanceId"] for inst in resp["Instances"]]
 
 
 def live_instances(ec2: EC2Client, fleet_id: str | None = None, launched_by: str | None = None) -> list[dict[str, Any]]:

@@ -2,11 +2,13 @@
 
 - execute (execution.py): start the cloud, run, close; run_fleet plans and executes
 - FleetRun (run.py): resume, enqueue, track, tear down, merge
-- WorkerPool (pool.py): launch, boot diagnosis, replacement and scale-up, termination
+- survey (capacity.py): the pools and the quota, before anything is created
+- WorkerPool (pool.py): launch (launcher.py: across pools), boot diagnosis, replacement and scale-up, termination
 - ResultCollector (collector.py): done reports, verified downloads, reruns, dead letters
 - JobTracker (tracker.py): every job's state from the reports, pure; scaling.py: when to add workers
 """
 
+from .capacity import Capacity, survey
 from .execution import RunHooks, execute, run_fleet
 from .interrupts import FleetInterrupted, stop_signals
 from .merging import merge_fleet
@@ -17,6 +19,7 @@ from .tracker import JobTracker
 
 __all__ = [
     "DETERMINISTIC_STEPS",
+    "Capacity",
     "FleetInterrupted",
     "FleetRun",
     "JobTracker",
@@ -26,5 +29,6 @@ __all__ = [
     "merge_fleet",
     "run_fleet",
     "stop_signals",
+    "survey",
     "sweep_orphan_secrets",
 ]

@@ -30,7 +30,7 @@ from ..planning import (
     worker_secrets,
 )
 from ..reporting import Progress, RunResult
-from . import interrupts, sweep
+from . import capacity, interrupts, sweep
 from .docker import DockerLease, prepare
 from .lease import LocalLock
 from .run import FleetRun
@@ -91,6 +91,7 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
         if planned.docker.required and cloud.instances_run_here():
             docker = prepare(planned.docker, run_dir / run_layout.DOCKER_LOG, hooks.info)
         cloud.prepare_account(cfg)
+        fit = capacity.survey(cloud, cfg, spec.fleet_id, hooks.warn)
         swept = sweep.sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
         if swept:
             hooks.warn(
@@ -112,7 +113,7 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
         what = f"policy {spec.policy}" if spec.policy else f"model {spec.model}"
         hooks.info(
             f"fleet {spec.fleet_id}: {len(spec.jobs)} jobs ({_describe_tasks(spec)} x {spec.epochs} epochs), "
-            f"{what}, {cloud.kind} cloud, up to {cfg.max_workers} workers x {cfg.concurrency_per_worker}"
+            f"{what}, {cloud.kind} cloud, up to {fit.max_workers} workers x {cfg.concurrency_per_worker}"
         )
         link = cloud.console_link(spec.fleet_id)
         if link:
@@ -128,6 +129,7 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
             on_progress=hooks.on_progress,
             warn=hooks.warn,
             leave_running_on_interrupt=hooks.leave_running_on_interrupt,
+            capacity=fit,
         )
         try:
             return fleet.run(tarball, fleet_env(spec, cloud, secrets, extra_keys, wheel_keys, planned.environ))

@@ -13,11 +13,13 @@ from pathlib import Path
 
 from ...cloud import Cloud
 from ...protocol import DoneMessage, log_key, mask, steplog
-from ...services import instances
+from ...services import instances, launching
 from ...services import secrets as fleet_secrets
 from ..planning import FleetSpec, first_launch_count
 from ..reporting import cost_so_far
 from . import interrupts, phases, scaling
+from .capacity import Capacity
+from .launcher import PoolLauncher, markets
 
 # Bootstrap steps whose failure repeats on every worker (an unimportable setting, a broken
 # worker_setup script): the first report stops the fleet instead of replacing workers.
@@ -36,6 +38,7 @@ class WorkerPool:
         account: str,
         secrets: dict[str, str],
         warn: Callable[[str], None],
+        capacity: Capacity,
     ) -> None:
         self.cloud = cloud
         self.spec = spec
@@ -49,9 +52,14 @@ class WorkerPool:
         self.ssm = cloud.client("ssm")
         self.s3 = cloud.client("s3")
         self.user_data = ""  # rendered by the run before anything is created
+        self.capacity = capacity
+        self.max_workers = capacity.max_workers
+        self.launcher: PoolLauncher | None = None  # made at the first launch
         self.launched: list[str] = []
+        self.short = 0  # workers asked for that EC2 has not given yet
         self.replacements = 0
         self.launch_times: dict[str, float] = {}
+        self.prices: dict[str, float] = {}  # USD per hour, per instance
         self.end_times: dict[str, float] = {}
         self.last_scale_up = 0.0
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
@@ -63,37 +71,70 @@ class WorkerPool:
     def launch_first(self, pending: int) -> list[str]:
         return self.launch(
             first_launch_count(
-                pending, max_workers=self.cfg.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
+                pending, max_workers=self.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
             )
         )
 
+    def _launcher(self) -> PoolLauncher:
+        if self.launcher is None:
+            ami, _ = instances.resolve_ami(self.ec2, self.ssm, self.cfg)
+            group = instances.ensure_security_group(self.ec2, self.cfg.security_group, vpc_id=self.capacity.vpc)
+            template = launching.put_launch_template(
+                self.ec2,
+                ami=ami,
+                config=self.cfg,
+                fleet_id=self.spec.fleet_id,
+                launched_by=self.launched_by,
+                user_data=self.user_data,
+                security_group_id=group,
+            )
+
+            def create(pools: list[launching.Pool], count: int, market: str) -> launching.Outcome:
+                return launching.create_fleet(
+                    self.ec2,
+                    template_id=template,
+                    pools=pools,
+                    count=count,
+                    market=market,
+                    fleet_id=self.spec.fleet_id,
+                    launched_by=self.launched_by,
+                )
+
+            self.launcher = PoolLauncher(
+                create, self.capacity.pools, markets(self.cfg.spot, self.cfg.on_demand_fallback)
+            )
+        return self.launcher
+
     def launch(self, count: int) -> list[str]:
-        ami, _ = instances.resolve_ami(self.ec2, self.ssm, self.cfg)
-        group = instances.ensure_security_group(self.ec2, self.cfg.security_group)
-        ids = instances.launch(
-            self.ec2,
-            count=count,
-            ami=ami,
-            config=self.cfg,
-            fleet_id=self.spec.fleet_id,
-            launched_by=self.launched_by,
-            user_data=self.user_data,
-            security_group_id=group,
-        )
+        """Up to `count` workers: what EC2 does not give now is asked again at later looks."""
+        launcher = self._launcher()
+        said = launcher.limited
+        got = launcher.launch(count)
+        ids = [g.instance_id for g in got]
         # Known before anything else can fail: teardown terminates these even when EC2's
         # listing does not show them yet.
         self.launched.extend(ids)
         now = time.time()
         self.launch_times.update({i: now for i in ids})
-        # Secrets must exist before a worker asks for them (it waits a while if not).
-        fleet_secrets.put_for_instances(
-            self.ssm, self.spec.fleet_id, ids, self.secrets, account=self.account, region=self.cloud.region
-        )
-        self.cloud.after_launch(ids)
+        self.prices.update({g.instance_id: self.cloud.instance_price(self.cfg, g.pool, g.market) for g in got})
+        self.short = count - len(ids)
+        if launcher.limited and launcher.limited != said:
+            self.warn(f"{len(ids)} of {count} worker(s) launched: {launcher.limited}")
+        if ids:
+            # Secrets must exist before a worker asks for them (it waits a while if not).
+            fleet_secrets.put_for_instances(
+                self.ssm, self.spec.fleet_id, ids, self.secrets, account=self.account, region=self.cloud.region
+            )
+            self.cloud.after_launch(ids)
         return ids
 
+    @property
+    def limited(self) -> str | None:
+        """Why the fleet has fewer workers than it asked for, while it has."""
+        return self.launcher.limited if self.launcher and self.short else None
+
     def cost_so_far(self) -> float:
-        return cost_so_far(self.launch_times, time.time(), self.spec.hourly_price, self.end_times)
+        return cost_so_far(self.launch_times, time.time(), self.prices, self.end_times)
 
     # -- while it runs -----------------------------------------------------------------
     def on_heartbeat(self, msg: DoneMessage) -> None:
@@ -116,13 +157,16 @@ class WorkerPool:
         """Replace workers that died with work left; add workers while the fleet is CPU-bound.
         Returns why the fleet must stop when workers keep dying."""
         now = time.monotonic()
+        if self.short and waiting:
+            # Not a replacement: workers EC2 did not give yet (capacity, quota, throttling).
+            self.launch(self.short)
         decision = scaling.decide(
             remaining=remaining,
             waiting=waiting,
-            live=len(live),
+            live=len(live) + self.short,
             replacements=self.replacements,
             max_replacements=self.cfg.max_replacements,
-            max_workers=self.cfg.max_workers,
+            max_workers=self.max_workers,
             concurrency_per_worker=self.cfg.concurrency_per_worker,
             fresh_loads=[load for load, at in self.worker_load.values() if now - at < 3 * self.cfg.heartbeat_interval],
             cooled=now - self.last_scale_up >= 2 * self.cfg.heartbeat_interval,
@@ -136,7 +180,7 @@ class WorkerPool:
                 f"replacement(s) ({self.replacements}/{self.cfg.max_replacements})"
             )
             self.launch(decision.count)
-        elif decision.action == "scale_up":
+        elif decision.action == "scale_up" and not self.limited:
             self.last_scale_up = now
             self.launch(decision.count)
         return None
@@ -228,6 +272,8 @@ class WorkerPool:
         targets = sorted(set(live) | set(self.launched))
         for step in (
             lambda: instances.terminate(self.ec2, targets),
+            lambda: launching.delete_fleet_requests(self.ec2, self.spec.fleet_id),
+            lambda: launching.delete_launch_templates(self.ec2, self.spec.fleet_id),
             lambda: self.cloud.poll([]),
             lambda: fleet_secrets.delete_fleet_secrets(self.ssm, self.spec.fleet_id),
         ):

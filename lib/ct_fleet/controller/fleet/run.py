@@ -22,6 +22,7 @@ from ...services import queues, stop, store
 from ..planning import FleetSpec, Job
 from ..reporting import Progress, RunResult, dead_jobs, missing_jobs
 from . import liveness, merging, phases, tracking
+from .capacity import Capacity
 from .collector import ResultCollector
 from .interrupts import FleetInterrupted, Terminated
 from .lease import S3Lease
@@ -46,6 +47,7 @@ class FleetRun:
         on_progress: Callable[[Progress], None] = lambda p: None,
         warn: Callable[[str], None] = print,
         leave_running_on_interrupt: Callable[[], bool] = lambda: False,
+        capacity: Capacity,
     ) -> None:
         self.cloud = cloud
         self.spec = spec
@@ -65,7 +67,14 @@ class FleetRun:
         self.lease = S3Lease(self.s3, self.cfg.bucket, spec.fleet_id)
         self.q: queues.FleetQueues | None = None
         self.pool = WorkerPool(
-            cloud, spec, run_dir, launched_by=launched_by, account=account, secrets=self.secrets, warn=warn
+            cloud,
+            spec,
+            run_dir,
+            launched_by=launched_by,
+            account=account,
+            secrets=self.secrets,
+            warn=warn,
+            capacity=capacity,
         )
         self.results = ResultCollector(
             cloud,
