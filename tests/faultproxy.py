@@ -59,7 +59,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-KINDS = ("throttle", "5xx")
+import ec2_answers
+
+KINDS = ("throttle", "5xx", "capacity", "quota")  # the last two: ec2_answers.py
 WHENS = ("before", "after")
 CONTROL_PREFIX = "/__faultproxy__/"
 
@@ -84,6 +86,12 @@ class FaultRule:
     when: str = "before"  # "before": fault instead of forwarding; "after": forward, then fault
     rate: float = 0.1  # probability per matching request
     limit: int | None = None  # stop injecting after this many
+    # For the answers of ec2_answers.py: which pools ("<type>@<subnet>") or quota codes,
+    # which fleet market, the error code, the quota's value.
+    match: str = "*"
+    market: str = "*"
+    code: str = "InsufficientInstanceCapacity"
+    value: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -434,6 +442,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         info = classify(self.command, target, self.headers, body)
         rule = proxy._decide(info.action)
+        if rule is not None and rule.kind in ("capacity", "quota"):
+            self._answer(rule, target, body)
+            return
         if rule is not None and rule.when == "before":
             self._send_fault(info, rule.kind)
             return
@@ -454,6 +465,31 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             self._relay(status, reason, headers, chunks)
+        finally:
+            finish()
+
+    def _answer(self, rule: FaultRule, target: str, body: bytes) -> None:
+        """A capacity or quota answer (ec2_answers.py), or the call forwarded as it was."""
+        proxy = self.server.proxy
+        if rule.kind == "quota":
+            answer = ec2_answers.quota(body, rule.match, rule.value)
+            if answer is not None:
+                self._send_plain(200, answer, "application/x-amz-json-1.1")
+                return
+            rewrite = None
+        else:
+            rewrite = ec2_answers.capacity(body, rule.match, rule.market, rule.code)
+        if rewrite is not None and rewrite.body is None:
+            self._send_plain(200, rewrite.answer, "text/xml;charset=UTF-8")
+            return
+        sent = body if rewrite is None or rewrite.body is None else rewrite.body
+        status, reason, headers, chunks, finish = proxy._forward(self.command, target, self.headers, sent)
+        try:
+            if rewrite is None or status != 200:
+                self._relay(status, reason, headers, chunks)
+                return
+            answer = ec2_answers.with_errors(b"".join(chunks), rewrite.errors)
+            self._send_plain(200, answer, "text/xml;charset=UTF-8")
         finally:
             finish()
 
@@ -844,8 +880,7 @@ def spawn_proxy(
     cmd = [sys.executable, str(Path(__file__).resolve()), "--upstream", upstream, "--port", str(port)]
     cmd += ["--seed", str(seed), "--stats", str(stats)]
     for rule in rules or []:
-        r = FaultRule.coerce(rule)
-        cmd += ["--rule", f"{r.action}:{r.kind}:{r.when}:{r.rate}:{'' if r.limit is None else r.limit}"]
+        cmd += ["--rule", json.dumps(asdict(FaultRule.coerce(rule)))]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout is not None
     ready: list[str] = []
@@ -875,8 +910,8 @@ def main(argv: list[str] | None = None) -> int:
         "--rule",
         action="append",
         default=[],
-        metavar="ACTION:KIND[:WHEN[:RATE[:LIMIT]]]",
-        help="e.g. 'sqs:*:throttle:before:0.1', 's3:PutObject:5xx:after:1.0:3' (repeatable)",
+        metavar="ACTION:KIND[:WHEN[:RATE[:LIMIT]]] or a JSON rule",
+        help="e.g. 'sqs:*:throttle:before:0.1', 's3:PutObject:5xx:after:1.0:3', '{\"action\": ...}' (repeatable)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stats", help="write the JSON summary here on SIGTERM/SIGINT/SIGUSR1 and at exit")
@@ -886,7 +921,7 @@ def main(argv: list[str] | None = None) -> int:
 
     proxy = FaultProxy(
         args.upstream,
-        [FaultRule.parse(spec) for spec in args.rule],
+        [FaultRule(**json.loads(spec)) if spec.startswith("{") else FaultRule.parse(spec) for spec in args.rule],
         seed=args.seed,
         port=args.port,
         host=args.host,

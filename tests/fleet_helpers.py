@@ -202,6 +202,47 @@ def start_ec2(account: dict, *args: str, **extra: str) -> subprocess.Popen[str]:
     )
 
 
+def run_ec2(
+    account, *args: str, extra_env: dict[str, str] | None = None, endpoint: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The smoke task file (-T sandbox=local) with `bin/ct-fleet eval --ec2` against the account's
+    moto server, or `endpoint` (a fault proxy in front of it); small defaults a test's args replace."""
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE",)}
+    env.update(extra_env or {})
+    env.update(
+        AWS_ENDPOINT_URL=endpoint or account["kw"]["endpoint_url"],
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_REGION="us-east-1",
+        AWS_DEFAULT_REGION="us-east-1",
+        CT_FLEET_RUNS=str(account["runs"]),
+        CT_FLEET_DOTENV=str(account["runs"] / ".env"),
+    )
+    cmd = [
+        str(REPO / "bin" / "ct-fleet"),
+        "eval",
+        "--ec2",
+        "--task-file",
+        "smoke",
+        "--epochs",
+        "1",
+        "-T",
+        "sandbox=local",
+        *ec2_defaults(
+            {
+                "bucket": account["bucket"],
+                "ami_param": account["param"],
+                "auto_confirm": "true",
+                "max_workers": "2",
+                "concurrency_per_worker": "2",
+                "idle_timeout": "5",
+            },
+            args,
+        ),
+    ]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
 def fleet_secrets_left(account: dict, fleet_id: str) -> list[str]:
     ssm = account["client"]("ssm")
     pages = ssm.get_paginator("get_parameters_by_path").paginate(

@@ -18,7 +18,7 @@ import psutil
 import pytest
 from inspect_ai.log import read_eval_log
 
-from fleet_helpers import ec2_account, ec2_defaults, launch_workers
+from fleet_helpers import ec2_account, launch_workers, run_ec2
 
 REPO = Path(__file__).resolve().parents[1]
 CANARY = "canary-" + uuid.uuid4().hex
@@ -30,45 +30,6 @@ def account(moto_server, tmp_path_factory: pytest.TempPathFactory):
     role may already be there, made by another module on the same server."""
     runs = tmp_path_factory.mktemp("ec2runs")
     return ec2_account(moto_server.endpoint_url, runs, f"ANTHROPIC_API_KEY={CANARY}\nGH_TOKEN={CANARY}-gh\n")
-
-
-def run_ec2(
-    account, *args: str, extra_env: dict[str, str] | None = None, endpoint: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE",)}
-    env.update(extra_env or {})
-    env.update(
-        AWS_ENDPOINT_URL=endpoint or account["kw"]["endpoint_url"],
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_REGION="us-east-1",
-        AWS_DEFAULT_REGION="us-east-1",
-        CT_FLEET_RUNS=str(account["runs"]),
-        CT_FLEET_DOTENV=str(account["runs"] / ".env"),
-    )
-    cmd = [
-        str(REPO / "bin" / "ct-fleet"),
-        "eval",
-        "--ec2",
-        "--task-file",
-        "smoke",
-        "--epochs",
-        "1",
-        "-T",
-        "sandbox=local",
-        *ec2_defaults(
-            {
-                "bucket": account["bucket"],
-                "ami_param": account["param"],
-                "auto_confirm": "true",
-                "max_workers": "2",
-                "concurrency_per_worker": "2",
-                "idle_timeout": "5",
-            },
-            args,
-        ),
-    ]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
 def _watch_command_lines(stop: threading.Event, seen: list[str], delivered: dict[str, str], runs: Path) -> None:

@@ -46,6 +46,7 @@ def vcpus_in_use(ec2: Any, market: str, *, besides_fleet: str) -> int:
     if market == "spot":
         filters.append({"Name": "instance-lifecycle", "Values": ["spot"]})
     used = 0
+    untold: dict[str, int] = {}  # type -> instances whose CPU options the listing left out
     for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
         for reservation in page["Reservations"]:
             for inst in reservation["Instances"]:
@@ -54,7 +55,14 @@ def vcpus_in_use(ec2: Any, market: str, *, besides_fleet: str) -> int:
                 if _fleet_of(inst.get("Tags", [])) == besides_fleet or not standard(inst["InstanceType"]):
                     continue
                 cpu = inst.get("CpuOptions") or {}
-                used += int(cpu.get("CoreCount", 1)) * int(cpu.get("ThreadsPerCore", 1))
+                if cpu.get("CoreCount"):
+                    used += int(cpu["CoreCount"]) * int(cpu.get("ThreadsPerCore", 1))
+                else:
+                    untold[inst["InstanceType"]] = untold.get(inst["InstanceType"], 0) + 1
+    types = sorted(untold)
+    for start in range(0, len(types), 100):  # DescribeInstanceTypes takes up to 100 types
+        for found in ec2.describe_instance_types(InstanceTypes=types[start : start + 100])["InstanceTypes"]:
+            used += untold[found["InstanceType"]] * int(found["VCpuInfo"]["DefaultVCpus"])
     return used
 
 

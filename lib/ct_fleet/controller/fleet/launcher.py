@@ -54,6 +54,7 @@ class PoolLauncher:
     markets: tuple[str, ...]  # in the order tried: ("spot", "on-demand"), ("spot",) or ("on-demand",)
     clock: Callable[[], float] = time.monotonic
     limited: str | None = None  # why the last launch came up short, in a few words
+    fell_back: str | None = None  # why the last launch went to a later market (on-demand)
     _backoff: dict[tuple[Pool, str], _Backoff] = field(default_factory=dict)
     _quota_until: float = 0.0
 
@@ -65,10 +66,14 @@ class PoolLauncher:
         """Up to `count` workers, as many as EC2 gives now; never raises for a refusal EC2
         documents (capacity, quota, throttling): those leave `limited` set instead."""
         got: list[Launched] = []
-        short: list[str] = []
+        short: list[Pool] = []
+        self.fell_back = None
         if self.clock() < self._quota_until:
             return got
         for market in self.markets:
+            if market != self.markets[0]:
+                self.fell_back = f"no {self.markets[0]} capacity in {_pools(short) or 'any pool (backed off)'}"
+                short = []
             while len(got) < count:
                 pools = self.usable(market)
                 if not pools:
@@ -96,7 +101,7 @@ class PoolLauncher:
                 failed = set(pools) if None in named else {p for p in named if p is not None}
                 for pool in failed:
                     self._back_off(pool, market)
-                    short.append(f"{market} {pool}")
+                    short.append(pool)
                 if not failed:
                     # Short without a capacity error: asking the same pools again now cannot help.
                     if len(got) < count:
@@ -107,7 +112,11 @@ class PoolLauncher:
                     return got
             if len(got) >= count:
                 break
-        self.limited = None if len(got) >= count else f"no capacity in {_pools(short)}"
+        if len(got) >= count:
+            self.limited = None
+        elif short:
+            self.limited = f"no {self.markets[-1]} capacity in {_pools(short)}"
+        # else every pool is backed off: the reason given when they were stands
         return got
 
     def _back_off(self, pool: Pool, market: str) -> None:
@@ -121,9 +130,16 @@ class PoolLauncher:
         return got
 
 
-def _pools(named: list[str]) -> str:
-    unique = list(dict.fromkeys(named))
-    return ", ".join(unique[:4]) + (f" and {len(unique) - 4} more pools" if len(unique) > 4 else "")
+def _pools(pools: list[Pool]) -> str:
+    """The pools by type, in a few words: "c6i.4xlarge in 6 AZs, m6i.4xlarge in us-east-1a"."""
+    zones: dict[str, list[str]] = {}
+    for pool in pools:
+        zones.setdefault(pool.instance_type, [])
+        if pool.zone not in zones[pool.instance_type]:
+            zones[pool.instance_type].append(pool.zone)
+    return ", ".join(
+        f"{kind} in {', '.join(sorted(z)) if len(z) <= 2 else f'{len(z)} AZs'}" for kind, z in zones.items()
+    )
 
 
 def markets(spot: bool, on_demand_fallback: bool) -> tuple[str, ...]:

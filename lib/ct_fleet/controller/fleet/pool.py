@@ -120,6 +120,9 @@ class WorkerPool:
         self.short = count - len(ids)
         if launcher.limited and launcher.limited != said:
             self.warn(f"{len(ids)} of {count} worker(s) launched: {launcher.limited}")
+        fell_back = [g for g in got if g.market != launcher.markets[0]]
+        if fell_back:
+            self.warn(f"{len(fell_back)} worker(s) launched {fell_back[0].market}: {launcher.fell_back}")
         if ids:
             # Secrets must exist before a worker asks for them (it waits a while if not).
             fleet_secrets.put_for_instances(

@@ -66,6 +66,8 @@ def track(run: FleetRun, start: float) -> str | None:
             run.warn(f"no progress for {quiet / 60:.0f} min ({len(live)} workers up); still waiting")
             warned_stale = True
         silent_limit = max(run.cfg.silent_timeout, 1.5 * run.cfg.sample_time_limit)
+        if not live and run.pool.limited and quiet >= min(silent_limit, run.cfg.no_sample_timeout):
+            return f"no worker could be launched for {quiet:.0f}s ({run.pool.limited}): fleet stopped"
         if quiet >= silent_limit and now - last_activity >= silent_limit:
             return f"no progress and no word from workers for {quiet:.0f}s: fleet terminated"
         if quiet >= run.cfg.no_sample_timeout:
