@@ -352,10 +352,20 @@ CALL_ACTIONS: dict[str, tuple[str, ...] | None] = {
     "sqs:SendMessageBatch": ("sqs:SendMessage",),
     "sqs:DeleteMessageBatch": ("sqs:DeleteMessage",),
     "sqs:ChangeMessageVisibilityBatch": ("sqs:ChangeMessageVisibility",),
+    # Service Quotas: boto3's service name differs from IAM's prefix
+    "service-quotas:GetServiceQuota": ("servicequotas:GetServiceQuota",),
 }
 
 # Services whose boto3 operation names are their IAM action names (for the calls we make).
 SAME_NAME_SERVICES = ("ec2", "sqs", "ssm", "iam", "ec2-instance-connect")
+
+# EC2 calls that tag what they create, and the resources they tag.
+TAG_ON_CREATE = {
+    "ec2:RunInstances": ("instance/", "volume/"),
+    "ec2:CreateSecurityGroup": ("security-group/",),
+    "ec2:CreateFleet": ("fleet/",),
+    "ec2:CreateLaunchTemplate": ("launch-template/",),
+}
 
 # IAM actions on the bucket rather than on an object.
 S3_BUCKET_ACTIONS = {"s3:ListBucket", "s3:CreateBucket", "s3:DeleteBucket", "s3:GetBucketLocation"}
@@ -406,7 +416,7 @@ def requests_for_call(
     """Every authorisation IAM performs for one API call on the given resources.
 
     Besides the call's own actions, this adds what AWS checks alongside:
-    - ec2:RunInstances / ec2:CreateSecurityGroup with tags: ec2:CreateTags on each tagged
+    - ec2 calls that tag what they create (TAG_ON_CREATE): ec2:CreateTags on each tagged
       resource with ec2:CreateAction set to the operation (tag-on-create);
     - ec2:RunInstances with an instance profile: iam:PassRole on its role, passed to EC2;
     - ssm:PutParameter with tags: ssm:AddTagsToResource on the parameter;
@@ -427,8 +437,8 @@ def requests_for_call(
             add(action, bucket_arn(resource) if action in S3_BUCKET_ACTIONS else resource)
 
     operation = call.partition(":")[2]
-    if call in ("ec2:RunInstances", "ec2:CreateSecurityGroup") and _request_tags(ctx):
-        taggable = ("instance/", "volume/") if call == "ec2:RunInstances" else ("security-group/",)
+    if call in TAG_ON_CREATE and _request_tags(ctx):
+        taggable = TAG_ON_CREATE[call]
         for resource in resources:
             if any(kind in resource for kind in taggable):
                 add("ec2:CreateTags", resource, {"ec2:CreateAction": operation})

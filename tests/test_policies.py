@@ -28,7 +28,7 @@ import pytest
 
 from ct_fleet.protocol import Ec2Config, artifact_key, log_key, manifest_key, queue_names, result_key, secrets_prefix
 from ct_fleet.services import instances as fleet
-from ct_fleet.services import secrets
+from ct_fleet.services import launching, quotas, secrets
 from iam_eval import (
     CALL_ACTIONS,
     MANAGED_POLICY_LIMIT,
@@ -330,38 +330,93 @@ def _tag_context(tags: list[dict[str, str]]) -> dict[str, Any]:
     return ctx
 
 
-def run_instances_requests(
-    s: Scope, config: Ec2Config | None = None, tags_override: list[dict[str, str]] | None = None
-) -> list[Request]:
-    """fleet.launch's RunInstances as IAM sees it, from the request the code really builds."""
-    cfg = config or s.config
-    rec = Recorder({"run_instances": {"Instances": [{"InstanceId": i} for i in s.instance_ids]}})
-    fleet.launch(
+TEMPLATE_ID = "lt-0123456789abcdef0"
+
+
+def _template_call(s: Scope) -> dict[str, Any]:
+    """The CreateLaunchTemplate request launching.put_launch_template builds."""
+    rec = Recorder(
+        {
+            "describe_launch_templates": {"LaunchTemplates": []},
+            "create_launch_template": {"LaunchTemplate": {"LaunchTemplateId": TEMPLATE_ID}},
+        }
+    )
+    launching.put_launch_template(
         rec,
-        count=len(s.instance_ids),
         ami="ami-0123456789abcdef0",
-        config=cfg,
+        config=s.config,
         fleet_id=s.fleet_id,
         launched_by=s.launched_by,
         user_data="#!/bin/bash\n",
         security_group_id="sg-0123456789abcdef0",
     )
+    ((_, kw),) = [c for c in rec.calls if c[0] == "create_launch_template"]
+    return kw
+
+
+def create_launch_template_requests(s: Scope) -> list[Request]:
+    kw = _template_call(s)
+    (spec,) = kw["TagSpecifications"]
+    return requests_for_call("ec2:CreateLaunchTemplate", [s.ec2("launch-template/*")], _tag_context(spec["Tags"]))
+
+
+def fleet_launch_requests(
+    s: Scope, market: str = "on-demand", tags_override: list[dict[str, str]] | None = None
+) -> list[Request]:
+    """launching.create_fleet as IAM sees it: CreateFleet on the fleet request, and the
+    RunInstances EC2 Fleet makes in the caller's name with what the launch template holds."""
+    rec = Recorder({"create_fleet": {"Instances": [{"InstanceIds": s.instance_ids}]}})
+    pools = [launching.Pool(s.config.instance_type, "subnet-0123456789abcdef0", f"{s.region}a")]
+    launching.create_fleet(
+        rec,
+        template_id=TEMPLATE_ID,
+        pools=pools,
+        count=len(s.instance_ids),
+        market=market,
+        fleet_id=s.fleet_id,
+        launched_by=s.launched_by,
+    )
     ((name, kw),) = rec.calls
-    assert name == "run_instances"
-    (instance_spec,) = [t for t in kw["TagSpecifications"] if t["ResourceType"] == "instance"]
+    assert name == "create_fleet"
+    (fleet_spec,) = kw["TagSpecifications"]
+    data = _template_call(s)["LaunchTemplateData"]
+    (instance_spec,) = [t for t in data["TagSpecifications"] if t["ResourceType"] == "instance"]
     tags = instance_spec["Tags"] if tags_override is None else tags_override
     resources = [
-        f"arn:aws:ec2:{s.region}::image/{kw['ImageId']}",
+        f"arn:aws:ec2:{s.region}::image/{data['ImageId']}",
         s.ec2("instance/*"),
         s.ec2("volume/*"),
         s.ec2("network-interface/*"),
-        s.ec2("subnet/*"),
-        *[s.ec2(f"security-group/{g}") for g in kw["SecurityGroupIds"]],
+        *[s.ec2(f"subnet/{o['SubnetId']}") for o in kw["LaunchTemplateConfigs"][0]["Overrides"]],
+        *[s.ec2(f"security-group/{g}") for g in data["SecurityGroupIds"]],
+        s.ec2(f"launch-template/{kw['LaunchTemplateConfigs'][0]['LaunchTemplateSpecification']['LaunchTemplateId']}"),
     ]
-    if "InstanceMarketOptions" in kw:
+    # EC2 authorises CreateFleet on the fleet and on every resource its launches use.
+    fleet_request = requests_for_call(
+        "ec2:CreateFleet", [s.ec2("fleet/*"), *resources], _tag_context(fleet_spec["Tags"])
+    )
+    if kw["TargetCapacitySpecification"]["DefaultTargetCapacityType"] == "spot":
         resources.append(s.ec2("spot-instances-request/*"))
-    role = s.role_arn() if kw.get("IamInstanceProfile", {}).get("Name") == s.config.instance_profile else None
-    return requests_for_call("ec2:RunInstances", resources, _tag_context(tags) if tags else {}, passed_role=role)
+    role = s.role_arn() if data.get("IamInstanceProfile", {}).get("Name") == s.config.instance_profile else None
+    launches = requests_for_call("ec2:RunInstances", resources, _tag_context(tags) if tags else {}, passed_role=role)
+    return fleet_request + launches
+
+
+def own_fleet_resource_requests(call: str, kinds: tuple[str, ...]) -> Callable[[Scope], list[Request]]:
+    """A call on the fleet's own tagged resources (teardown deletes its template and requests)."""
+
+    def requests(s: Scope) -> list[Request]:
+        tags = fleet.fleet_tags(s.fleet_id, s.launched_by)
+        per = {
+            s.ec2(kind): {
+                **{f"ec2:ResourceTag/{t['Key']}": t["Value"] for t in tags},
+                **{f"aws:ResourceTag/{t['Key']}": t["Value"] for t in tags},
+            }
+            for kind in kinds
+        }
+        return requests_for_call(call, list(per), resource_context=per)
+
+    return requests
 
 
 def create_security_group_requests(s: Scope) -> list[Request]:
@@ -497,8 +552,45 @@ CONTROLLER_CALLS: dict[str, Call] = {
     "ec2:CreateSecurityGroup": Call(
         "fleet.ensure_security_group (first fleet in a region)", create_security_group_requests
     ),
-    "ec2:RunInstances": Call(
-        "fleet.launch", lambda s: run_instances_requests(s) + run_instances_requests(s, replace(s.config, spot=True))
+    "ec2:CreateLaunchTemplate": Call("launching.put_launch_template (first launch)", create_launch_template_requests),
+    "ec2:DescribeLaunchTemplates": Call(
+        "launching.put_launch_template, launching.delete_launch_templates",
+        _simple("ec2:DescribeLaunchTemplates", lambda s: ["*"]),
+    ),
+    "ec2:DeleteLaunchTemplate": Call(
+        "launching.delete_launch_templates (teardown, a rerun's new template)",
+        own_fleet_resource_requests("ec2:DeleteLaunchTemplate", (f"launch-template/{TEMPLATE_ID}",)),
+    ),
+    "ec2:CreateFleet": Call(
+        "launching.create_fleet (each launch batch; it runs RunInstances in the caller's name)",
+        lambda s: fleet_launch_requests(s) + fleet_launch_requests(s, "spot"),
+    ),
+    "ec2:DescribeFleets": Call(
+        "launching.delete_fleet_requests (teardown)", _simple("ec2:DescribeFleets", lambda s: ["*"])
+    ),
+    "ec2:DeleteFleets": Call(
+        "launching.delete_fleet_requests (teardown)",
+        own_fleet_resource_requests("ec2:DeleteFleets", ("fleet/fleet-0123", "instance/i-0aaaaaaaaaaaaaaa1")),
+    ),
+    "ec2:DescribeSubnets": Call(
+        "launching.pools_of (before anything exists)", _simple("ec2:DescribeSubnets", lambda s: ["*"])
+    ),
+    "ec2:DescribeInstanceTypes": Call(
+        "launching.vcpus_of, quotas.vcpus_in_use (before anything exists)",
+        _simple("ec2:DescribeInstanceTypes", lambda s: ["*"]),
+    ),
+    "ec2:DescribeSpotPriceHistory": Call(
+        "prices.spot_price (each spot pool launched into, on AWS)",
+        _simple("ec2:DescribeSpotPriceHistory", lambda s: ["*"]),
+    ),
+    "service-quotas:GetServiceQuota": Call(
+        "quotas.vcpu_quota (before anything exists)",
+        _simple(
+            "service-quotas:GetServiceQuota",
+            lambda s: [
+                f"arn:aws:servicequotas:{s.region}:{s.account}:ec2/{code}" for code in quotas.QUOTA_CODES.values()
+            ],
+        ),
     ),
     "ec2:TerminateInstances": Call("fleet.terminate (teardown, hard timeouts)", terminate_requests),
     "ssm:GetParameter": Call(
@@ -622,6 +714,7 @@ NOT_ALWAYS_RECORDED = {
         "sqs:PurgeQueue",
         "sqs:DeleteMessage",
         "ec2:TerminateInstances",
+        "ec2:DescribeSpotPriceHistory",
     },
     "worker": {
         "sqs:DeleteMessage",
@@ -777,7 +870,7 @@ def test_run_instances_without_the_tags_is_denied(identity):
     ctx = operator_contexts("alice")[identity]
 
     def instance_denied(tags: list[dict[str, str]]) -> bool:
-        requests = with_identity(run_instances_requests(s, tags_override=tags), ctx)
+        requests = with_identity(fleet_launch_requests(s, tags_override=tags), ctx)
         return any(r.action == "ec2:RunInstances" and "instance/" in r.resource for r, _ in denied(OPERATOR, requests))
 
     good = fleet.fleet_tags(s.fleet_id, "alice")
@@ -997,7 +1090,7 @@ def test_proof_every_recorded_call_is_allowed(smoke_calls):
 
     # the log worked and shows the protocol
     assert {
-        "ec2:RunInstances",
+        "ec2:CreateFleet",
         "ssm:PutParameter",
         "sqs:SendMessageBatch",
         "sqs:ReceiveMessage",
@@ -1045,6 +1138,9 @@ KNOWN_SPLIT_SIDS = {
     "RunInstancesOtherResources",
     "RunInstancesTaggedUser",
     "RunInstancesTaggedSso",
+    "CreateFleetOtherResources",
+    "CreateFleetTaggedUser",
+    "CreateFleetTaggedSso",
     "CreateWorkerSecurityGroupInVpc",
 }
 
@@ -1080,7 +1176,7 @@ def test_parliament_raw_findings_are_only_the_known_false_positives():
     )
     for f in findings:
         actions = {d["action"] for d in f["detail"]}
-        assert actions <= {"ec2:RunInstances", "ec2:CreateSecurityGroup"}, f
+        assert actions <= {"ec2:RunInstances", "ec2:CreateSecurityGroup", "ec2:CreateFleet"}, f
 
 
 def test_parliament_with_config_is_clean():
