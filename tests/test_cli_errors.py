@@ -57,3 +57,10 @@ def test_usage_errors_are_one_line():
     assert result.exit_code == 2
     (line,) = result.stderr.strip().splitlines()
     assert "'many' is not a valid integer" in line and "ct-fleet eval --help" in line
+
+
+def test_a_report_of_an_unknown_fleet_is_a_one_line_refusal(command, tmp_path: Path):
+    result = CliRunner().invoke(cli, ["report", "0123456789ab"])
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "no fleet 0123456789ab in" in line and "where its fleet ran" in line

@@ -5,6 +5,7 @@ are missing or unreadable; new_fleet=true runs everything again under a new id."
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from datetime import datetime
@@ -131,3 +132,55 @@ def test_a_reader_that_leaves_early_does_not_stop_the_fleet(local_run, tmp_path:
     assert "stdout was closed by its reader; the run goes on" in proc.stderr
     assert len(set(merged_pairs(runs))) == 8
     assert_nothing_running(runs)
+
+
+@pytest.mark.e2e
+def test_the_run_report_draws_each_job_once_in_its_workers_slots(local_run) -> None:
+    runs, code, out, err = local_run
+    assert code == 0, out + err
+    run_dir = fleet_dir(runs)
+    page = run_dir / "report.html"
+    assert f"report: {page}" in out
+    data = json.loads((run_dir / "report.json").read_text())
+    jobs = [j["job_id"] for j in json.loads((run_dir / "manifest.json").read_text())["jobs"]]
+    assert sorted(b["job_id"] for b in data["bars"]) == sorted(jobs)
+    assert {b["outcome"] for b in data["bars"]} == {"success"} and data["outcomes"] == {"success": len(jobs)}
+    # One lane per slot of every launched worker; no two jobs at once in one lane.
+    assert len(data["lanes"]) == sum(w["slots"] for w in data["workers"]) == 2 * 2
+    for lane in range(len(data["lanes"])):
+        spans = sorted((b["start"], b["end"]) for b in data["bars"] if b["lane"] == lane)
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))
+        assert all(data["lanes"][b["lane"]]["instance_id"] == b["instance_id"] for b in data["bars"])
+    for worker in data["workers"]:
+        assert worker["why"] == "first" and worker["launched"] <= worker["booted"] <= worker["ready"]
+        assert worker["ended"] is not None
+    assert sum(data["throughput"]) == len(jobs)
+    assert [p["phase"] for p in data["phases"]] == ["start", "enqueue", "tracking", "verify", "end-wait", "merge"]
+    assert data["failures"] == [] and len(data["slowest"]) == len(jobs)
+    html = page.read_text()
+    assert not re.search(r"<script[^>]*\bsrc=", html)  # plotly.js is inlined: nothing to fetch
+    assert all(f'id="{name}"' in html for name in ("timeline", "throughput", "cost"))
+    assert html.count("Plotly.newPlot") == 3
+
+
+@pytest.mark.e2e
+def test_report_command_writes_the_report_again_from_the_run_directory(local_run, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ct_fleet.cli.main import cli
+
+    runs = copy_of(local_run, tmp_path)
+    run_dir = fleet_dir(runs)
+    before = json.loads((run_dir / "report.json").read_text())
+    (run_dir / "report.json").unlink()
+    (run_dir / "report.html").unlink()
+    env = {"CT_FLEET_RUNS": str(runs)}
+    result = CliRunner().invoke(cli, ["report", run_dir.name], env=env)
+    assert result.exit_code == 0, result.output
+    assert f"report: {run_dir / 'report.html'}" in " ".join(result.output.split())
+    after = json.loads((run_dir / "report.json").read_text())
+    assert {**after, "generated_at": 0} == {**before, "generated_at": 0}
+    (run_dir / "attempts.jsonl").unlink()
+    result = CliRunner().invoke(cli, ["report", run_dir.name], env=env)
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "has no job reports yet" in result.stderr

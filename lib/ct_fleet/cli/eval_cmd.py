@@ -295,6 +295,8 @@ def _report(result: RunResult, console: Console) -> None:
                 markup=False,
                 soft_wrap=True,
             )
+    if result.report:
+        console.print(f"report: {result.report}", highlight=False, soft_wrap=True)
     problems = result.problems()
     if problems:
         err.print("[bold red]not a complete, successful run:[/]", highlight=False)

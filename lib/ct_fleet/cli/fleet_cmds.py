@@ -1,4 +1,4 @@
-"""Looking at fleets from any machine: `status`, `cloud status`, `logs`, `ssh`."""
+"""Looking at fleets: `status`, `report`, `cloud status`, `logs`, `ssh`."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from ..controller.reporting import (
     local_status,
     log_keys,
     s3_status,
+    write_report,
 )
 from ..errors import BadInput
 from ..paths import runs_dir
@@ -124,6 +125,20 @@ def _watch(fetch: Callable[[], FleetStatus], every: float) -> None:
             if status.state != "running":
                 return
             time.sleep(every)
+
+
+@click.command(name="report")
+@click.argument("fleet_id", callback=lambda ctx, param, value: checked_fleet_id(value))
+def report_command(fleet_id: str) -> None:
+    """Write the fleet's run report: runs/FLEET_ID/report.html, its data in report.json.
+
+    One self-contained page that opens offline: workers x time (a bar per job, by
+    outcome), throughput, cost, failures with a repro command, the slowest jobs, phase
+    times. A run writes it at its end; this writes it again from what runs/FLEET_ID/ holds
+    (on the machine the fleet ran from).
+    """
+    page = write_report(runs_dir(os.environ) / fleet_id)
+    console.print(f"report: {page} (data: {page.with_suffix('.json')})", highlight=False, soft_wrap=True)
 
 
 @click.command(name="logs")

@@ -122,12 +122,21 @@ def cloud_group() -> None:
 def _register() -> None:
     from .build_ami import build_ami
     from .eval_cmd import eval_command
-    from .fleet_cmds import cloud_status_command, logs_command, ssh_command, status_command
+    from .fleet_cmds import cloud_status_command, logs_command, report_command, ssh_command, status_command
     from .merge_cmd import merge_command
     from .run_job_cmd import run_job_command
     from .view_cmd import view_command
 
-    commands = (eval_command, merge_command, run_job_command, status_command, view_command, logs_command, ssh_command)
+    commands = (
+        eval_command,
+        merge_command,
+        run_job_command,
+        status_command,
+        report_command,
+        view_command,
+        logs_command,
+        ssh_command,
+    )
     for command in commands:
         cli.add_command(command)
     cloud_group.add_command(cloud_status_command)

@@ -7,6 +7,11 @@ jobs/<job>.errored     an errored result a rerun set aside while it runs the job
 merged/                one merged Inspect log per task
 durations.json         seconds per job, for later fleets' cost estimates
 sandbox-images.jsonl   the images each job's sandboxes ran
+attempts.jsonl         one line per done report of a job: where, when and how it ran (the report's bars)
+workers.jsonl          one line per worker event: launched (and why), ended, spot notice
+phases.json            when the last run reached each of its phases
+logs/                  the workers' bootstrap logs, fetched from S3 at the end of a run
+report.html, .json     the run report (controller/reporting/run_report.py) and its data
 instances/             local worker "instances" (the embedded cloud, loopback EC2)
 moto.log, docker.log   the embedded AWS's log, bin/ensure-docker's and bin/build-images'
 rerun/                 `ct-fleet run-job`'s output and unpacked trees
@@ -28,6 +33,12 @@ MERGED = "merged"
 DURATIONS = "durations.json"
 SPAN = "span.json"  # when the run began and its last result came: the merged runs' span
 SANDBOX_IMAGES = "sandbox-images.jsonl"
+ATTEMPTS = "attempts.jsonl"
+WORKERS = "workers.jsonl"
+PHASES = "phases.json"
+BOOT_LOGS = "logs"
+REPORT_HTML = "report.html"
+REPORT_JSON = "report.json"
 INSTANCES = "instances"
 MOTO_LOG = "moto.log"
 DOCKER_LOG = "docker.log"

@@ -166,7 +166,7 @@ class Worker:
             extra=attempt.extra,
         )
 
-    def heartbeat(self) -> None:
+    def heartbeat(self, **extra: Any) -> None:
         with self.lock:
             in_flight = len(self.in_flight)
         queues.send_batch(
@@ -183,6 +183,7 @@ class Worker:
                         in_flight=in_flight,
                         concurrency=self.concurrency.current,
                         sent_at=time.time(),
+                        extra=extra,
                     )
                 ]
             ),
@@ -404,6 +405,10 @@ class Worker:
             handles = [f.receipt_handle for f in self.in_flight.values()]
         if handles:
             queues.change_visibility_batch(self.sqs, self.work_url, handles, 0)
+        try:
+            self.heartbeat(spot_notice=True)  # the run report marks the notice on this worker's lanes
+        except Exception:
+            log.exception("could not report the spot notice")
 
     # -- main loop ---------------------------------------------------------------------
     def run(self) -> int:

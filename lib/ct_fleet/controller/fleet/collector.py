@@ -22,7 +22,7 @@ from ...evallog import read_header, sample_error
 from ...protocol import DoneMessage, WorkMessage, decode_reports, mask, result_key, run_layout
 from ...services import queues, store
 from ..planning import FleetSpec
-from ..reporting import UsageTotals, last_line
+from ..reporting import UsageTotals, last_line, record_attempt
 from . import job_images, phases
 from .local_results import LocalResults
 from .tracker import JobTracker
@@ -101,6 +101,7 @@ class ResultCollector:
         job = self.jobs.get(msg.job_id or "")
         if job is not None:
             job_images.record(self.run_dir, msg, job.sample_id, job.epoch)
+            record_attempt(self.run_dir, msg, job)
         fetch = self.state.on_report(msg)
         if msg.outcome == "failed" and job is not None:
             # Final without a result (a fatal error, a timeout): say so now, not at the end.

@@ -29,8 +29,8 @@ from ..planning import (
     upload_wheel,
     worker_secrets,
 )
-from ..reporting import Progress, RunResult
-from . import capacity, interrupts, sweep
+from ..reporting import Progress, RunResult, keep_boot_logs, write_report
+from . import capacity, interrupts, phases, sweep
 from .docker import DockerLease, prepare
 from .lease import LocalLock
 from .run import FleetRun
@@ -84,6 +84,7 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
     spec, cloud, run_dir, shipped = planned.spec, planned.cloud, planned.run_dir, planned.shipped
     cfg = spec.config
     secrets = worker_secrets(planned.dotenv, dict(planned.environ), names=spec.secret_names)
+    phases.begin(run_dir)
     cloud.start(run_dir, planned.dotenv, planned.environ)
     leave_running = False
     docker: DockerLease | None = None
@@ -132,14 +133,29 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
             capacity=fit,
         )
         try:
-            return fleet.run(tarball, fleet_env(spec, cloud, secrets, extra_keys, wheel_keys, planned.environ))
+            result = fleet.run(tarball, fleet_env(spec, cloud, secrets, extra_keys, wheel_keys, planned.environ))
         except BaseException as exc:
             leave_running = bool(getattr(exc, "leave_running", False))
             raise
+        phases.done(run_dir)
+        result.report = _report(s3, spec, run_dir, hooks.warn)
+        return result
     finally:
         cloud.close(leave_running=leave_running)
         if docker is not None and not leave_running:
             docker.release()
+
+
+def _report(s3: Any, spec: FleetSpec, run_dir: Path, warn: Callable[[str], None]) -> Path | None:
+    """The run report, from what runs/<fleet>/ holds once the bootstrap logs are fetched
+    (while the embedded cloud's S3 is still there). A report that cannot be written is said,
+    never the run's failure: `ct-fleet report` can write it later."""
+    try:
+        keep_boot_logs(s3, spec.config.bucket, spec.fleet_id, run_dir)
+        return write_report(run_dir)
+    except Exception as exc:
+        warn(f"could not write the run report ({type(exc).__name__}: {exc}); try `ct-fleet report {spec.fleet_id}`")
+        return None
 
 
 def _describe_tasks(spec: FleetSpec) -> str:

@@ -4,7 +4,8 @@ With CT_FLEET_PAUSE_AT=<phase> the controller writes runs/<fleet>/paused-at-<pha
 it reaches that phase and waits there until a signal arrives, the file is deleted (the
 run goes on), or CT_FLEET_PAUSE_MAX seconds pass. A test waits for the file, then sends
 SIGINT or SIGTERM, or does its damage and deletes the file: it acts exactly in that
-phase, with no sleeps to tune.
+phase, with no sleeps to tune. When each phase was first reached is kept in
+runs/<fleet>/phases.json, for the run report's phase times.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ import os
 import time
 from pathlib import Path
 
+from ..reporting import record_phase
+
 ENQUEUE = "enqueue"  # queues and manifest exist, work messages sent, nothing launched
 TRACKING = "tracking"  # workers launched with their secrets, reports being read
 VERIFY = "verify"  # every job done; about to check the local results again before the merge
 END_WAIT = "end-wait"  # every job done, waiting for the workers to exit
 MERGE = "merge"  # workers gone, merging the results
 PHASES = (ENQUEUE, TRACKING, VERIFY, END_WAIT, MERGE)
+# Not places to pause: the ends of the phase times.
+START = "start"  # the controller took the fleet
+DONE = "done"  # merged
 
 
 _paused: set[str] = set()
@@ -26,6 +32,7 @@ _paused: set[str] = set()
 
 def reached(phase: str, run_dir: Path) -> None:
     """Pause here if asked to (once per phase and process; a phase may be reached again)."""
+    record_phase(run_dir, phase)
     if os.environ.get("CT_FLEET_PAUSE_AT") != phase or phase in _paused:
         return
     _paused.add(phase)
@@ -37,3 +44,11 @@ def reached(phase: str, run_dir: Path) -> None:
             time.sleep(0.1)
     finally:
         marker.unlink(missing_ok=True)
+
+
+def begin(run_dir: Path) -> None:
+    record_phase(run_dir, START, first=True)
+
+
+def done(run_dir: Path) -> None:
+    record_phase(run_dir, DONE)

@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ...cloud import Cloud
-from ...protocol import DoneMessage, log_key, mask, steplog
+from ...protocol import START_CONCURRENCY, DoneMessage, log_key, mask, steplog
 from ...services import instances, launching
 from ...services import secrets as fleet_secrets
 from ..planning import FleetSpec, first_launch_count
-from ..reporting import cost_so_far
+from ..reporting import cost_so_far, record_worker
 from . import interrupts, phases, scaling
 from .capacity import Capacity
 from .launcher import PoolLauncher, markets
@@ -72,7 +72,8 @@ class WorkerPool:
         return self.launch(
             first_launch_count(
                 pending, max_workers=self.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
-            )
+            ),
+            why="first",
         )
 
     def _launcher(self) -> PoolLauncher:
@@ -105,7 +106,7 @@ class WorkerPool:
             )
         return self.launcher
 
-    def launch(self, count: int) -> list[str]:
+    def launch(self, count: int, why: str) -> list[str]:
         """Up to `count` workers: what EC2 does not give now is asked again at later looks."""
         launcher = self._launcher()
         said = launcher.limited
@@ -123,6 +124,18 @@ class WorkerPool:
         fell_back = [g for g in got if g.market != launcher.markets[0]]
         if fell_back:
             self.warn(f"{len(fell_back)} worker(s) launched {fell_back[0].market}: {launcher.fell_back}")
+        slots = self.cfg.concurrency_per_worker or START_CONCURRENCY
+        for g in got:
+            record_worker(
+                self.run_dir,
+                "launched",
+                [g.instance_id],
+                why=why,
+                slots=slots,
+                hourly_price=self.prices[g.instance_id],
+                instance_type=g.pool.instance_type,
+                market=g.market,
+            )
         if ids:
             # Secrets must exist before a worker asks for them (it waits a while if not).
             fleet_secrets.put_for_instances(
@@ -143,6 +156,8 @@ class WorkerPool:
     def on_heartbeat(self, msg: DoneMessage) -> None:
         if msg.load is not None:
             self.worker_load[msg.instance_id] = (msg.load, time.monotonic())
+        if msg.extra.get("spot_notice"):
+            record_worker(self.run_dir, "spot_notice", [msg.instance_id])
 
     def live_ids(self) -> list[str]:
         return [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
@@ -154,6 +169,7 @@ class WorkerPool:
         ended = sorted(set(self.launch_times) - set(live) - set(self.end_times))
         for gone in ended:
             self.end_times[gone] = time.time()
+        record_worker(self.run_dir, "ended", ended)
         return live, ended
 
     def manage(self, live: list[str], *, remaining: int, waiting: int) -> str | None:
@@ -162,7 +178,7 @@ class WorkerPool:
         now = time.monotonic()
         if self.short and waiting:
             # Not a replacement: workers EC2 did not give yet (capacity, quota, throttling).
-            self.launch(self.short)
+            self.launch(self.short, why="shortfall")
         decision = scaling.decide(
             remaining=remaining,
             waiting=waiting,
@@ -182,10 +198,10 @@ class WorkerPool:
                 f"{len(live)} worker(s) up with {waiting} job(s) waiting: launching {decision.count} "
                 f"replacement(s) ({self.replacements}/{self.cfg.max_replacements})"
             )
-            self.launch(decision.count)
+            self.launch(decision.count, why="replacement")
         elif decision.action == "scale_up" and not self.limited:
             self.last_scale_up = now
-            self.launch(decision.count)
+            self.launch(decision.count, why="scale_up")
         return None
 
     # -- why workers die ---------------------------------------------------------------
@@ -273,6 +289,7 @@ class WorkerPool:
         Every step is tried even if one fails; the failures are returned."""
         failures: list[Exception] = []
         targets = sorted(set(live) | set(self.launched))
+        record_worker(self.run_dir, "ended", [i for i in targets if i not in self.end_times])
         for step in (
             lambda: instances.terminate(self.ec2, targets),
             lambda: launching.delete_fleet_requests(self.ec2, self.spec.fleet_id),

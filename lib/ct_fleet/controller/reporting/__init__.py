@@ -1,13 +1,16 @@
-"""Reporting: how far a run is, what it cost, what it returns, and fleets seen from any machine."""
+"""Reporting: how far a run is, what it cost, what it returns, its report, and fleets seen from any machine."""
 
 from .cost import cost_so_far
 from .missing import dead_jobs, last_line, missing_jobs, rerun_command
 from .observe import FleetRow, cloud_status, fetch_results, log_keys
 from .progress import Progress, progress_of
+from .report_html import write_report
 from .result import RunResult, exit_status
+from .run_report import RunReport, build_report
 from .states import JobStates
 from .status import FleetStatus, checked_fleet_id, is_local_fleet, local_status, s3_status
 from .summary import SCHEMA_VERSION, RunSummary, interrupted_summary, run_summary
+from .timeline import keep_boot_logs, record_attempt, record_phase, record_worker
 from .usage import UsageTotals, total_tokens
 
 __all__ = [
@@ -15,11 +18,13 @@ __all__ = [
     "FleetStatus",
     "JobStates",
     "Progress",
+    "RunReport",
     "RunResult",
     "RunSummary",
     "SCHEMA_VERSION",
     "UsageTotals",
     "checked_fleet_id",
+    "build_report",
     "cloud_status",
     "cost_so_far",
     "dead_jobs",
@@ -27,13 +32,18 @@ __all__ = [
     "fetch_results",
     "interrupted_summary",
     "is_local_fleet",
+    "keep_boot_logs",
     "last_line",
     "local_status",
     "log_keys",
     "missing_jobs",
     "progress_of",
+    "record_attempt",
+    "record_phase",
+    "record_worker",
     "rerun_command",
     "run_summary",
     "s3_status",
     "total_tokens",
+    "write_report",
 ]

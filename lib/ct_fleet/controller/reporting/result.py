@@ -36,6 +36,7 @@ class RunResult:
     unmerged: list[str] = field(default_factory=list)  # tasks without a single result
     missing: list[dict[str, Any]] = field(default_factory=list)  # jobs not in the merged run, with why
     late_successes: list[str] = field(default_factory=list)  # job ids that succeeded after a dead letter
+    report: Path | None = None  # runs/<fleet>/report.html, once written
 
     def problems(self) -> list[str]:
         """Why the run is not complete and successful; empty when it is."""

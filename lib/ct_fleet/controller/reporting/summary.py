@@ -49,6 +49,9 @@ class RunSummary(BaseModel):
     model_cost: Annotated[float, Field(description="USD, model tokens priced by Inspect's model info")] = 0.0
     tasks: list[TaskSummary] = []
     jobs_without_result: Annotated[int, Field(description="failed or dead-lettered jobs")] = 0
+    report: Annotated[
+        str | None, Field(description="path of the run report (HTML; its data in report.json beside it)")
+    ] = None
 
 
 def run_summary(result: RunResult) -> RunSummary:
@@ -85,6 +88,7 @@ def run_summary(result: RunResult) -> RunSummary:
             for m in result.merged
         ],
         jobs_without_result=len(result.dead_report),
+        report=str(result.report) if result.report else None,
     )
 
 
