@@ -5,6 +5,7 @@ ends exactly once in the merged run, and that nothing is left running."""
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -119,6 +120,11 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
     assert "spot interruption notice" in log.read_text()
     assert len(set(merged_pairs(runs))) == 8
     assert len([p for p in (fleet_dir(runs) / "instances").iterdir() if p.is_dir()]) >= 2  # replaced
+    # The run report marks the notice on that worker, and the worker launched after it.
+    workers = {w["instance_id"]: w for w in json.loads((fleet_dir(runs) / "report.json").read_text())["workers"]}
+    assert workers[first.name]["spot_notice"] is not None
+    assert [w["why"] for w in workers.values()].count("first") < len(workers)
+    assert "spot notice" in (fleet_dir(runs) / "report.html").read_text()
     assert_nothing_running(runs)
 
 

@@ -184,3 +184,38 @@ def test_report_command_writes_the_report_again_from_the_run_directory(local_run
     result = CliRunner().invoke(cli, ["report", run_dir.name], env=env)
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "has no job reports yet" in result.stderr
+
+
+@pytest.mark.e2e
+def test_a_headless_browser_draws_the_report_from_disk_offline(local_run, tmp_path: Path) -> None:
+    """Debian's chromium (bin/test installs it) with every host unresolvable and a dead proxy:
+    the page must draw its charts from what it holds."""
+    import shutil
+    import subprocess
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("no chromium (bin/test installs Debian's)")
+    runs, code, out, err = local_run
+    assert code == 0, out + err
+    run_dir = fleet_dir(runs)
+    browser = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--proxy-server=127.0.0.1:9",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--virtual-time-budget=10000",
+        "--window-size=1400,2400",
+    ]
+    url = (run_dir / "report.html").as_uri()
+    dom = subprocess.run([*browser, "--dump-dom", url], capture_output=True, text=True, timeout=180).stdout
+    assert dom.count('class="main-svg"') >= 3  # plotly.js ran and drew the three figures
+    timeline = dom[dom.index('id="timeline"') : dom.index('id="throughput"')]
+    bars = len(json.loads((run_dir / "report.json").read_text())["bars"])
+    assert timeline.count('class="point"') >= bars  # every job's bar (and the workers' boot phases)
+    shot = tmp_path / "report.png"
+    subprocess.run([*browser, f"--screenshot={shot}", url], capture_output=True, timeout=180, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

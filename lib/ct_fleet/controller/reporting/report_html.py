@@ -186,7 +186,12 @@ def _timeline(go: Any, report: RunReport) -> Any:
 
 def _throughput(go: Any, report: RunReport) -> Any:
     fig = go.Figure(go.Bar(x=list(range(len(report.throughput))), y=report.throughput, name="results"))
-    fig.update_layout(height=300, xaxis_title="minute of the run", yaxis_title="results per minute", margin={"t": 10})
+    fig.update_layout(
+        height=300,
+        xaxis={"title": "minute of the run (0: its first)", "dtick": 1},
+        yaxis_title="results per minute",
+        margin={"t": 10},
+    )
     return fig
 
 
