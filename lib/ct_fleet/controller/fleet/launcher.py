@@ -13,11 +13,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ...services import launching
+from ...protocol import Ec2Config
+from ...services import instances, launching
 from ...services.launching import Launched, Outcome, Pool
+from .capacity import Capacity
 
 # EC2's answers per pool that mean "not here, not now": try other pools, later.
 CAPACITY = frozenset(
@@ -146,3 +149,33 @@ def markets(spot: bool, on_demand_fallback: bool) -> tuple[str, ...]:
     if not spot:
         return ("on-demand",)
     return ("spot", "on-demand") if on_demand_fallback else ("spot",)
+
+
+def fleet_launcher(
+    ec2: Any, ssm: Any, cfg: Ec2Config, capacity: Capacity, fleet_id: str, launched_by: str, user_data: str
+) -> PoolLauncher:
+    """The fleet's launcher, over a launch template made now (its first launch)."""
+    ami, _ = instances.resolve_ami(ec2, ssm, cfg)
+    group = instances.ensure_security_group(ec2, cfg.security_group, vpc_id=capacity.vpc)
+    template = launching.put_launch_template(
+        ec2,
+        ami=ami,
+        config=cfg,
+        fleet_id=fleet_id,
+        launched_by=launched_by,
+        user_data=user_data,
+        security_group_id=group,
+    )
+
+    def create(pools: list[Pool], count: int, market: str) -> Outcome:
+        return launching.create_fleet(
+            ec2,
+            template_id=template,
+            pools=pools,
+            count=count,
+            market=market,
+            fleet_id=fleet_id,
+            launched_by=launched_by,
+        )
+
+    return PoolLauncher(create, capacity.pools, markets(cfg.spot, cfg.on_demand_fallback))

@@ -15,11 +15,12 @@ from ...cloud import Cloud
 from ...protocol import START_CONCURRENCY, DoneMessage, log_key, mask, steplog
 from ...services import instances, launching
 from ...services import secrets as fleet_secrets
+from ...services.launching import Launched
 from ..planning import FleetSpec, first_launch_count
 from ..reporting import cost_so_far, record_worker
 from . import interrupts, phases, scaling
 from .capacity import Capacity
-from .launcher import PoolLauncher, markets
+from .launcher import PoolLauncher, fleet_launcher
 
 # Bootstrap steps whose failure repeats on every worker (an unimportable setting, a broken
 # worker_setup script): the first report stops the fleet instead of replacing workers.
@@ -78,31 +79,8 @@ class WorkerPool:
 
     def _launcher(self) -> PoolLauncher:
         if self.launcher is None:
-            ami, _ = instances.resolve_ami(self.ec2, self.ssm, self.cfg)
-            group = instances.ensure_security_group(self.ec2, self.cfg.security_group, vpc_id=self.capacity.vpc)
-            template = launching.put_launch_template(
-                self.ec2,
-                ami=ami,
-                config=self.cfg,
-                fleet_id=self.spec.fleet_id,
-                launched_by=self.launched_by,
-                user_data=self.user_data,
-                security_group_id=group,
-            )
-
-            def create(pools: list[launching.Pool], count: int, market: str) -> launching.Outcome:
-                return launching.create_fleet(
-                    self.ec2,
-                    template_id=template,
-                    pools=pools,
-                    count=count,
-                    market=market,
-                    fleet_id=self.spec.fleet_id,
-                    launched_by=self.launched_by,
-                )
-
-            self.launcher = PoolLauncher(
-                create, self.capacity.pools, markets(self.cfg.spot, self.cfg.on_demand_fallback)
+            self.launcher = fleet_launcher(
+                self.ec2, self.ssm, self.cfg, self.capacity, self.spec.fleet_id, self.launched_by, self.user_data
             )
         return self.launcher
 
@@ -124,18 +102,7 @@ class WorkerPool:
         fell_back = [g for g in got if g.market != launcher.markets[0]]
         if fell_back:
             self.warn(f"{len(fell_back)} worker(s) launched {fell_back[0].market}: {launcher.fell_back}")
-        slots = self.cfg.concurrency_per_worker or START_CONCURRENCY
-        for g in got:
-            record_worker(
-                self.run_dir,
-                "launched",
-                [g.instance_id],
-                why=why,
-                slots=slots,
-                hourly_price=self.prices[g.instance_id],
-                instance_type=g.pool.instance_type,
-                market=g.market,
-            )
+        _record_launches(self.run_dir, got, why, self.cfg.concurrency_per_worker or START_CONCURRENCY, self.prices)
         if ids:
             # Secrets must exist before a worker asks for them (it waits a while if not).
             fleet_secrets.put_for_instances(
@@ -302,3 +269,18 @@ class WorkerPool:
             except Exception as exc:
                 failures.append(exc)
         return failures
+
+
+def _record_launches(run_dir: Path, got: list[Launched], why: str, slots: int, prices: dict[str, float]) -> None:
+    """For the run report: each worker launched, why, and what it is."""
+    for g in got:
+        record_worker(
+            run_dir,
+            "launched",
+            [g.instance_id],
+            why=why,
+            slots=slots,
+            hourly_price=prices[g.instance_id],
+            instance_type=g.pool.instance_type,
+            market=g.market,
+        )

@@ -7,7 +7,6 @@ report, so a second controller started with the same command adopts the fleet.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,7 @@ from ...cloud import Cloud
 from ...protocol import FleetEnv, Manifest, run_layout
 from ...protocol.user_data import render_user_data
 from ...services import queues, stop, store
-from ..planning import FleetSpec, Job
+from ..planning import FleetSpec, Job, record_durations
 from ..reporting import Progress, RunResult, dead_jobs, missing_jobs
 from . import liveness, merging, phases, tracking
 from .capacity import Capacity
@@ -116,7 +115,7 @@ class FleetRun:
         try:
             if not self.lease.lost:  # else the fleet is another controller's now: hands off
                 self.teardown(delete_queues=self.state.complete)
-            self._record_durations()
+            record_durations(self.run_dir, self.spec.duration_group, self.state.job_seconds)
             restored = self.results.restore_set_aside()
             if restored:
                 self.warn(f"{restored} errored sample(s) retried without a new result: their errored results stay")
@@ -240,13 +239,6 @@ class FleetRun:
 
     def _announce_end(self) -> None:
         stop.announce(self.s3, self.sqs, self.cfg.bucket, self.spec.fleet_id, self.queues.work)
-
-    def _record_durations(self) -> None:
-        """Seconds per job, read by the cost estimate of later fleets of the same tasks and policy (or model)."""
-        if self.state.job_seconds:
-            setting, policy = self.spec.duration_group
-            data = {"setting": setting, "policy": policy, "seconds": self.state.job_seconds}
-            (self.run_dir / run_layout.DURATIONS).write_text(json.dumps(data))
 
     def _merge(self) -> list[merge.MergedTask]:
         return merging.merge_fleet(

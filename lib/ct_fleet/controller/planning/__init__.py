@@ -7,7 +7,7 @@ nothing is created, launched or uploaded.
 from .code import upload_extra_src, upload_wheel
 from .credentials import launched_by, read_dotenv, secret_values, worker_secrets
 from .docker_needs import DockerNeeds
-from .estimate import Estimate, first_launch_count
+from .estimate import Estimate, first_launch_count, record_durations
 from .jobs import FleetTask, Job, TaskSpec
 from .models import needs as model_needs
 from .planner import PlannedFleet, plan_fleet, use_ec2
@@ -28,6 +28,7 @@ __all__ = [
     "docker_registry",
     "dotenv_path",
     "first_launch_count",
+    "record_durations",
     "launched_by",
     "model_needs",
     "plan_fleet",

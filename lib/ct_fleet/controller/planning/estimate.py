@@ -26,6 +26,15 @@ def first_launch_count(pending: int, *, max_workers: int | None, concurrency_per
     return max(1, min(FIRST_LAUNCH_CAP, max_workers or 1, math.ceil(pending / per_worker)))
 
 
+def record_durations(run_dir: Path, group: tuple[str, str], seconds: list[float]) -> None:
+    """Seconds per job of this run, for the estimates of later fleets of the same tasks and
+    policy (or model): `group` is FleetSpec.duration_group."""
+    if seconds:
+        setting, policy = group
+        data = {"setting": setting, "policy": policy, "seconds": seconds}
+        (run_dir / run_layout.DURATIONS).write_text(json.dumps(data))
+
+
 def seen_duration(runs_dir: Path, setting: str, policy: str) -> tuple[float, int] | None:
     """Mean seconds per job over earlier fleets of this setting and policy, and how many jobs."""
     samples: list[float] = []
