@@ -108,6 +108,7 @@ def test_pools_out_of_capacity_a_quota_for_two_and_throttling_still_complete(acc
     said = done.stdout + done.stderr
     assert done.returncode == 0, said
     assert "L-1216C47A" in said and "2 of max_workers=5 workers of 16 vCPUs fit" in said, said
+    assert "fewer workers than wanted: max_workers=5 clamped to 2 by L-1216C47A" in said, said
     fleet_id = _fleet_id(account)
     assert set(_types_of(account, fleet_id)) == {"m6i.4xlarge"}
     assert len(_types_of(account, fleet_id)) == 1 and len(fleet_instances(account, fleet_id, ("terminated",))) <= 2
@@ -146,6 +147,8 @@ def test_no_spot_capacity_without_fallback_says_so_and_stops_at_its_timeout(acco
     assert done.returncode == 1, said
     assert "0 of 2 worker(s) launched: no spot capacity in c6i.4xlarge in 6 AZs" in said, said
     assert "no worker could be launched for" in said and "fleet stopped" in said, said
+    assert "0 of 2 workers" in said, said  # the live line: wanted vs running, and why
+    assert "fewer workers than wanted: no spot capacity in c6i.4xlarge in 6 AZs" in said, said
     fleet_id = _fleet_id(account)
     assert _types_of(account, fleet_id) == {}
     left = _left_behind(account, fleet_id)

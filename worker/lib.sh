@@ -46,6 +46,12 @@ if [[ -f $LB_FLEET_ENV ]]; then
   source "$LB_FLEET_ENV"
 fi
 
+# The AWS CLI (v1 here, v2 on EC2) retries throttling and 5xx as the Python clients do
+# (ct_fleet.services.session.client_config): with backoff, jitter and client-side rate
+# limiting, up to 8 attempts. A value set in the environment wins.
+export AWS_RETRY_MODE="${AWS_RETRY_MODE:-adaptive}"
+export AWS_MAX_ATTEMPTS="${AWS_MAX_ATTEMPTS:-8}"
+
 # This instance's id: INSTANCE_ID when given, else from IMDSv2.
 ct_instance_id() {
   if [[ -n ${INSTANCE_ID:-} ]]; then

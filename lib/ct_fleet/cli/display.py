@@ -47,16 +47,23 @@ def progress_table(p: Progress) -> Table:
         str(p.dead),
         str(p.queued),
         str(p.running),
-        str(p.workers),
+        workers_text(p),
         _duration(p.elapsed),
         _duration(p.eta),
         tokens_text(p.tokens),
         money(p.model_cost),
         money(p.cost),
     )
-    if p.failures:
-        table.caption = f"failed: {p.failures}"
+    captions = [f"failed: {p.failures}"] if p.failures else []
+    if p.fewer_why:
+        captions.append(f"fewer workers than wanted: {p.fewer_why}")
+    table.caption = "\n".join(captions) or None
     return table
+
+
+def workers_text(p: Progress) -> str:
+    """Running workers, and how many were wanted when EC2 gives fewer."""
+    return f"{p.workers} of {p.wanted}" if p.wanted > p.workers else str(p.workers)
 
 
 class LiveProgress:
@@ -89,16 +96,17 @@ class LiveProgress:
         if self.live:
             self.live.update(progress_table(p))
             return
-        key = (p.done, p.failed, p.dead, p.workers)
+        key = (p.done, p.failed, p.dead, p.workers, p.wanted)
         if key != self._last:
             self._last = key
             self.console.print(
                 f"progress: {p.done}/{p.total} done, {p.failed} failed, {p.dead} dead, "
                 f"{p.queued} queued, {p.running} running, "
-                f"{p.workers} workers, {_duration(p.elapsed)} elapsed"
+                f"{workers_text(p)} workers, {_duration(p.elapsed)} elapsed"
                 + (f", {tokens_text(p.tokens)} tokens ({money(p.model_cost)})" if p.tokens else "")
                 + ("" if p.cost is None else f", EC2 {money(p.cost)} so far")
-                + (f"; failed: {p.failures}" if p.failures else ""),
+                + (f"; failed: {p.failures}" if p.failures else "")
+                + (f"; fewer workers than wanted: {p.fewer_why}" if p.fewer_why else ""),
                 markup=False,
                 highlight=False,
             )

@@ -271,6 +271,8 @@ def _report(result: RunResult, console: Console) -> None:
         + (f", EC2 cost ${result.cost:.2f}" if result.cost else ""),
         highlight=False,
     )
+    if result.fewer_workers:
+        console.print(f"fewer workers than wanted: {result.fewer_workers}", highlight=False)
     if result.tokens:
         unpriced = f" (no price for {', '.join(result.unpriced_models)})" if result.unpriced_models else ""
         console.print(

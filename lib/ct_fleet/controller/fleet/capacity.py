@@ -23,6 +23,7 @@ class Capacity:
     vpc: str
     vcpus: dict[str, int]  # per instance type
     max_workers: int  # max_workers, or fewer when the quota fits fewer
+    clamped: str | None = None  # why max_workers was lowered, in a few words
 
 
 def survey(cloud: Cloud, cfg: Ec2Config, fleet_id: str, warn: Callable[[str], None]) -> Capacity:
@@ -51,4 +52,5 @@ def survey(cloud: Cloud, cfg: Ec2Config, fleet_id: str, warn: Callable[[str], No
             f"{per_worker} vCPUs fit, so at most {fits} run (raise it: "
             f"{quotas.raise_command(market, cloud.region, used + per_worker * wanted)})"
         )
-    return Capacity(pools, vpc, vcpus, min(fits, wanted))
+    clamped = f"max_workers={wanted} clamped to {fits} by {quotas.QUOTA_CODES[market]}" if fits < wanted else None
+    return Capacity(pools, vpc, vcpus, min(fits, wanted), clamped)

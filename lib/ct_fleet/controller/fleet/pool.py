@@ -116,6 +116,11 @@ class WorkerPool:
         """Why the fleet has fewer workers than it asked for, while it has."""
         return self.launcher.limited if self.launcher and self.short else None
 
+    def fewer_why(self) -> str | None:
+        """Why the run had fewer workers than max_workers or than it asked for, if it did."""
+        said = [why for why in (self.capacity.clamped, self.launcher and self.launcher.limited) if why]
+        return "; ".join(said) or None
+
     def cost_so_far(self) -> float:
         return cost_so_far(self.launch_times, time.time(), self.prices, self.end_times)
 

@@ -269,6 +269,7 @@ class FleetRun:
             resumed=resumed,
             retried_errors=self.results.retried_errors,
             workers_launched=len(self.pool.launched),
+            fewer_workers=self.pool.fewer_why(),
             elapsed=time.monotonic() - start,
             stopped_reason=why,
             dead_report=dead_jobs(

@@ -115,5 +115,7 @@ def _report(run: FleetRun, start: float, live: list[str]) -> None:
             cost=run.pool.cost_so_far() if run.spec.hourly_price else None,
             tokens=run.results.usage.tokens,
             model_cost=run.results.usage.cost,
+            wanted=len(live) + run.pool.short,
+            fewer_why=run.pool.limited or "",
         )
     )

@@ -24,7 +24,9 @@ class Progress:
     tokens: int = 0  # model tokens in the results so far
     model_cost: float = 0.0  # USD of those tokens (Inspect's pricing, else the repo's table)
     message: str = ""
-    failures: str = ""  # the jobs that ended without a result so far, grouped, in their own words
+    failures: str = ""
+    wanted: int = 0  # workers asked for; more than `workers` while EC2 gives fewer
+    fewer_why: str = ""  # why fewer run than wanted (capacity in which pools, quota, throttling)  # the jobs that ended without a result so far, grouped, in their own words
 
 
 def progress_of(
@@ -38,6 +40,8 @@ def progress_of(
     cost: float | None,
     tokens: int,
     model_cost: float,
+    wanted: int = 0,
+    fewer_why: str = "",
 ) -> Progress:
     finished = states.finished
     rate = finished / elapsed if elapsed > 0 else 0
@@ -60,6 +64,8 @@ def progress_of(
         tokens=tokens,
         model_cost=model_cost,
         failures=failures_of(states),
+        wanted=max(wanted, workers),
+        fewer_why=fewer_why if wanted > workers else "",
     )
 
 

@@ -26,6 +26,7 @@ class RunResult:
     redeliveries: int = 0  # of them, attempts of a job delivered before
     duplicates: int = 0  # reports dropped because the job already had its outcome
     stopped_reason: str | None = None
+    fewer_workers: str | None = None  # why fewer workers ran than wanted (quota, capacity, throttling)
     dead_report: list[dict[str, Any]] = field(default_factory=list)
     cost: float = 0.0  # EC2
     enqueued: int = 0

@@ -43,6 +43,9 @@ class RunSummary(BaseModel):
     enqueued: int = 0
     attempts: int = 0
     workers_launched: int = 0
+    fewer_workers: Annotated[
+        str | None, Field(description="why fewer workers ran than wanted (quota, capacity, throttling), if they did")
+    ] = None
     elapsed_seconds: float = 0.0
     ec2_cost: Annotated[float, Field(description="USD, EC2 workers")] = 0.0
     tokens: int = 0
@@ -68,6 +71,7 @@ def run_summary(result: RunResult) -> RunSummary:
         enqueued=result.enqueued,
         attempts=result.attempts,
         workers_launched=result.workers_launched,
+        fewer_workers=result.fewer_workers,
         elapsed_seconds=round(result.elapsed, 3),
         ec2_cost=result.cost,
         tokens=result.tokens,
