@@ -128,6 +128,47 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
     assert_nothing_running(runs)
 
 
+def _alive(home: Path) -> bool:
+    pid = int((home / "pid").read_text().split()[0])
+    return psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.faults
+def test_a_rebalance_recommendation_drains_the_worker_after_its_replacement_runs(tmp_path: Path):
+    runs, gate = tmp_path / "runs", tmp_path / "gate"
+    proc = start(
+        runs,
+        *("--task-file", "smoke", "--epochs", "2", "--policy", "tests.fault_policies:gated"),
+        *("--ec2-arg", "max_workers=1", "--ec2-arg", "visibility_timeout=600"),
+        *FAST,
+        *LOCAL,
+        CT_FAULT_GATE=str(gate),
+    )
+    wait_for(lambda: running_jobs(runs), timeout=300)
+    instances = fleet_dir(runs) / "instances"
+    (first,) = [p for p in instances.iterdir() if p.is_dir()]
+    (first / "rebalance-recommendation").touch()  # what the loopback metadata endpoint serves
+    log = first / "var" / "log" / "linuxbench-bootstrap.log"
+    wait_for(lambda: "rebalance recommendation: taking no new jobs" in log.read_text(), timeout=120)
+    # The replacement boots while the recommended worker still holds its (gated) jobs.
+    second = wait_for(
+        lambda: next((p for p in instances.iterdir() if p.is_dir() and p != first and (p / "pid").exists()), None),
+        timeout=120,
+    )
+    wait_for(lambda: "step run-worker: start" in (second / "var/log/linuxbench-bootstrap.log").read_text(), 180)
+    assert _alive(first), "the recommended worker left before its replacement ran"
+    gate.touch()
+    code, out, err = finish(proc, timeout=300)
+    assert code == 0, out + err
+    assert "rebalance: launching its replacement" in out + err
+    assert "drained after a rebalance recommendation: exiting" in log.read_text()
+    pairs = merged_pairs(runs)
+    assert len(pairs) == 8 and len(set(pairs)) == 8
+    workers = {w["instance_id"]: w for w in json.loads((fleet_dir(runs) / "report.json").read_text())["workers"]}
+    assert workers[first.name]["rebalance"] is not None and workers[second.name]["why"] == "rebalance"
+    assert_nothing_running(runs)
+
+
 @pytest.mark.faults
 def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images: list[str]):
     """Docker sandboxes: kill a job's process while its container runs; the worker removes

@@ -35,3 +35,35 @@ def test_rate_limit_errors_are_recognised():
     for text in ("RateLimitError: 429 Too Many Requests", "anthropic: overloaded_error", "rate limit exceeded"):
         assert RATE_LIMIT.search(text)
     assert not RATE_LIMIT.search("KeyError: 'foo'")
+
+
+def test_the_metadata_notices_come_from_the_loopback_endpoint_polled_every_5_s(tmp_path):
+    from ct_fleet.cloud.metadata_server import MetadataServer
+    from ct_fleet.worker.metadata import POLL, Metadata
+
+    home = tmp_path / "i-0123456789abcdef0"
+    home.mkdir()
+    server = MetadataServer(tmp_path)
+    now = [100.0]
+    try:
+        meta = Metadata(server.endpoint(home.name), clock=lambda: now[0])
+        meta.poll()
+        assert (meta.interrupted, meta.rebalance) == (False, False)
+        (home / "rebalance-recommendation").touch()
+        meta.poll()  # within POLL of the last look: not asked again
+        assert not meta.rebalance
+        now[0] += POLL
+        meta.poll()
+        assert (meta.interrupted, meta.rebalance) == (False, True)
+        (home / "spot-interruption-notice").touch()
+        (home / "rebalance-recommendation").unlink()
+        now[0] += POLL
+        meta.poll()
+        assert (meta.interrupted, meta.rebalance) == (True, True)  # a notice once seen stays
+        other = Metadata(server.endpoint("i-0fffffffffffffff0"), clock=lambda: now[0])
+        other.poll()
+        assert (other.interrupted, other.rebalance) == (False, False)  # another instance's files are its own
+    finally:
+        server.close()
+    assert Metadata.for_instance(None, spot=False).endpoint is None  # on-demand on EC2: nothing to read
+    assert Metadata.for_instance(None, spot=True).endpoint == "http://169.254.169.254"

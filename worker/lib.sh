@@ -12,8 +12,9 @@
 #                        controller's venv), install-deps.sh leaves it alone
 #   LB_SHUTDOWN          the program that powers this instance off (default: shutdown,
 #                        through sudo when not root); locally a shim terminating it via EC2
-#   CT_SPOT_NOTICE_FILE  a file whose appearance is the spot interruption notice (default:
-#                        the metadata service's notice; read by the job loop)
+#   CT_IMDS_ENDPOINT     the instance metadata service the job loop polls for the spot
+#                        interruption notice and the rebalance recommendation (default:
+#                        169.254.169.254 on spot instances); locally the runner's loopback one
 # The AWS CLI and boto3 read AWS_ENDPOINT_URL (moto locally) and AWS_REGION from the same
 # environment. For a step rerun by hand: LB_NO_SHUTDOWN=1 (stay up), SECRETS_WAIT, WORK_DIR.
 # shellcheck disable=SC2034  # variables here are used by the scripts that source this file

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 import psutil
 
 from ..sandbox.cleanup import remove_sandboxes
+from .metadata_server import MetadataServer
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
 SHIMS_DIR = Path(__file__).resolve().parent / "shims"
-SPOT_NOTICE = "spot-interruption-notice"
 # What fetch-secrets.sh writes on an instance's disk (worker/lib.sh: LB_SECRETS_ENV). An EC2
 # instance's disk goes with it; a local instance's directory stays for debugging, so its
 # secrets are wiped when the instance is gone.
@@ -38,17 +38,18 @@ TMPDIR_FILE = "tmpdir"
 GONE_FILE = "gone"
 
 
-def instance_env(home: Path, instance_id: str, venv: str = sys.prefix) -> dict[str, str]:
+def instance_env(home: Path, instance_id: str, venv: str = sys.prefix, imds: str = "") -> dict[str, str]:
     """What a local instance is told instead of what EC2 provides (the instance's inputs,
-    listed in worker/lib.sh): its own root directory, its id (there is no instance metadata
-    service), the venv it shares with this controller, and how it powers itself off."""
+    listed in worker/lib.sh): its own root directory, its id, its metadata endpoint (the
+    runner's loopback stand-in), the venv it shares with this controller, and how it powers
+    itself off."""
     return {
         "LB_HOME": str(home),
         "INSTANCE_ID": instance_id,
         "LB_VENV": venv,
         "LB_VENV_PROVIDED": "1",
         "LB_SHUTDOWN": str(SHIMS_DIR / "shutdown"),
-        "CT_SPOT_NOTICE_FILE": str(home / SPOT_NOTICE),
+        "CT_IMDS_ENDPOINT": imds,
     }
 
 
@@ -63,6 +64,7 @@ class LocalInstanceRunner:
         # controller adopting a running fleet can still reap and kill its instances.
         self.procs: dict[str, int] = {}
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self.metadata = MetadataServer(instances_dir)
         for pid_file in instances_dir.glob("*/pid"):
             pid = _recorded(pid_file)
             if pid is not None and _alive(pid):
@@ -84,7 +86,7 @@ class LocalInstanceRunner:
             # The shim is also first on PATH: nothing a local instance runs can power off this machine.
             env = {
                 **self.env,
-                **instance_env(home, instance_id),
+                **instance_env(home, instance_id, imds=self.metadata.endpoint(instance_id)),
                 "PATH": f"{SHIMS_DIR}:{self.env['PATH']}",
                 "TMPDIR": tmp,
             }
@@ -143,6 +145,7 @@ class LocalInstanceRunner:
     def stop_all(self) -> None:
         for instance_id in list(self.procs):
             self._kill(instance_id)
+        self.metadata.close()
 
 
 def _gone(home: Path) -> None:

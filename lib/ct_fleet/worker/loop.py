@@ -9,8 +9,9 @@ are stored. A job that fails on something worth retrying (infrastructure, model 
 pressure) is left on the queue; after max receives SQS moves it to the dead-letter queue.
 The worker exits on the end-of-run signal (protocol/stop.py: a stop message on the work
 queue, or the fleet-done marker), dropping any redundant attempt still running; when the
-queue has stayed empty for idle_timeout seconds with nothing in flight; or at once
-(releasing its messages) on a spot interruption notice.
+queue has stayed empty for idle_timeout seconds with nothing in flight; at once
+(releasing its messages) on a spot interruption notice; or, after a rebalance
+recommendation, once the jobs it runs have ended (it takes no new ones).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,6 +41,7 @@ from ..services import queues, session, stop, store
 from . import failures
 from .concurrency import Concurrency
 from .inspect_job import command_env, finish_command_output
+from .metadata import Metadata
 from .reporter import Reporter
 from .supervise import JobProcess, PopenJob, supervise
 from .warm import WarmRunner
@@ -68,7 +69,7 @@ class WorkerSettings:
     retry_backoff: int
     work_dir: Path
     report_interval: float = 1.0
-    spot_notice_file: Path | None = None
+    imds_endpoint: str | None = None  # None: EC2's own, read only on spot instances
     spot: bool = False
     warm_runner: bool = True
     job_memory_mb: int = 0  # 0: no cap
@@ -82,7 +83,6 @@ class WorkerSettings:
         env = os.environ if env is None else env
         fleet = FleetEnv.from_env(env, knobs)
         k = fleet.knobs
-        notice = env.get("CT_SPOT_NOTICE_FILE")
         return cls(
             fleet_id=fleet.FLEET_ID,
             bucket=k.bucket,
@@ -95,7 +95,7 @@ class WorkerSettings:
             retry_backoff=k.retry_backoff,
             report_interval=float(env.get("REPORT_INTERVAL", "1")),
             work_dir=Path(env.get("WORK_DIR") or tempfile.mkdtemp(prefix="ct-worker-")),
-            spot_notice_file=Path(notice) if notice else None,
+            imds_endpoint=env.get("CT_IMDS_ENDPOINT") or None,
             spot=k.spot,
             warm_runner=k.warm_runner,
             job_memory_mb=k.job_memory_mb or default_job_memory_mb(),
@@ -137,6 +137,8 @@ class Worker:
         self.in_flight: dict[str, InFlight] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+        self.draining = threading.Event()  # a rebalance recommendation: no new jobs
+        self.metadata = Metadata.for_instance(self.s.imds_endpoint, self.s.spot)
         # Set on the end-of-run signal (protocol/stop.py): in-flight jobs are redundant then.
         self.fleet_done = threading.Event()
         self.left_because = ""  # how this worker learned that the fleet is done
@@ -347,8 +349,11 @@ class Worker:
                 except Exception:
                     log.exception("heartbeat failed")
                 last_beat = now
-            if self._spot_notice():
+            self.metadata.poll()
+            if self.metadata.interrupted:
                 self._release_all()
+            elif self.metadata.rebalance and not self.draining.is_set():
+                self._drain()
 
     # -- the end of the run --------------------------------------------------------------
     def _marker_says_done(self) -> bool:
@@ -374,26 +379,16 @@ class Worker:
         self.stopping.set()
         self.slot_freed.set()
 
-    def _spot_notice(self) -> bool:
-        if self.s.spot_notice_file is not None:
-            return self.s.spot_notice_file.exists()
-        if not self.s.spot:
-            return False
+    def _drain(self) -> None:
+        """Rebalance recommendation: take no new jobs, finish the running ones, then leave;
+        the controller launches a replacement on the heartbeat that says so."""
+        log.warning("rebalance recommendation: taking no new jobs; leaving when the running ones end")
+        self.draining.set()
+        self.slot_freed.set()
         try:
-            token_req = urllib.request.Request(
-                "http://169.254.169.254/latest/api/token",
-                method="PUT",
-                headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"},
-            )
-            token = urllib.request.urlopen(token_req, timeout=1).read().decode()
-            req = urllib.request.Request(
-                "http://169.254.169.254/latest/meta-data/spot/instance-action",
-                headers={"X-aws-ec2-metadata-token": token},
-            )
-            urllib.request.urlopen(req, timeout=1)
-            return True  # 200: an interruption is scheduled
-        except OSError:
-            return False
+            self.heartbeat(rebalance=True)
+        except Exception:
+            log.exception("could not report the rebalance recommendation")
 
     def _release_all(self) -> None:
         """Spot interruption: stop taking jobs and make in-flight ones visible again at once."""
@@ -432,6 +427,13 @@ class Worker:
                     # Idle time counts from the last moment a job ran, not the last receive:
                     # a worker whose slots were all busy has not seen an empty queue.
                     idle_since = time.monotonic()
+                if self.draining.is_set():
+                    if not busy:
+                        log.info("drained after a rebalance recommendation: exiting")
+                        break
+                    self.slot_freed.wait(1.0)
+                    self.slot_freed.clear()
+                    continue
                 free = self.concurrency.current - busy
                 if free <= 0:
                     # Woken the moment a job finishes, so the next one starts at once.

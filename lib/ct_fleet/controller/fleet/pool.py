@@ -64,6 +64,7 @@ class WorkerPool:
         self.end_times: dict[str, float] = {}
         self.last_scale_up = 0.0
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
+        self.leaving: set[str] = set()  # workers that said they go (spot notice, rebalance)
 
     # -- launch ------------------------------------------------------------------------
     def adopt(self, instance_ids: list[str]) -> None:
@@ -128,8 +129,13 @@ class WorkerPool:
     def on_heartbeat(self, msg: DoneMessage) -> None:
         if msg.load is not None:
             self.worker_load[msg.instance_id] = (msg.load, time.monotonic())
-        if msg.extra.get("spot_notice"):
-            record_worker(self.run_dir, "spot_notice", [msg.instance_id])
+        for notice in ("spot_notice", "rebalance"):
+            if msg.extra.get(notice) and msg.instance_id not in self.leaving:
+                # The worker is going (now, or when its jobs end): its replacement starts at once.
+                self.leaving.add(msg.instance_id)
+                record_worker(self.run_dir, notice, [msg.instance_id])
+                self.warn(f"{msg.instance_id}: {notice.replace('_', ' ')}: launching its replacement")
+                self.launch(1, why=notice)
 
     def live_ids(self) -> list[str]:
         return [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]

@@ -154,13 +154,15 @@ def _timeline(go: Any, report: RunReport) -> Any:
         )
     for name, rows in by_outcome.items():
         fig.add_trace(_hbar(go, name, rows))
-    marks = [
-        (w.spot_notice, w.instance_id, "spot notice", "x") for w in report.workers if w.spot_notice is not None
-    ] + [
-        (w.launched, w.instance_id, w.why, "triangle-right")
-        for w in report.workers
-        if w.why in ("replacement", "scale_up")
-    ]
+    marks = (
+        [(w.spot_notice, w.instance_id, "spot notice", "x") for w in report.workers if w.spot_notice is not None]
+        + [(w.rebalance, w.instance_id, "rebalance", "diamond") for w in report.workers if w.rebalance is not None]
+        + [
+            (w.launched, w.instance_id, w.why, "triangle-right")
+            for w in report.workers
+            if w.why in ("replacement", "scale_up", "shortfall", "spot_notice", "rebalance")
+        ]
+    )
     for at, instance_id, what, symbol in marks:
         fig.add_trace(
             go.Scatter(

@@ -63,13 +63,17 @@ class Bar(BaseModel):
 
 class Worker(BaseModel):
     instance_id: str
-    why: str | None = Field(default=None, description="first, replacement or scale_up; None: adopted")
+    why: str | None = Field(
+        default=None,
+        description="first, replacement, scale_up, shortfall, spot_notice or rebalance (replacing one); None: adopted",
+    )
     slots: int
     launched: float | None = None
     booted: float | None = Field(default=None, description="its bootstrap log's first line (UTC, whole seconds)")
     ready: float | None = Field(default=None, description="its job loop started (step run-worker)")
     ended: float | None = None
     spot_notice: float | None = None
+    rebalance: float | None = Field(default=None, description="its rebalance recommendation (it then drained)")
     failed_step: str | None = None
 
 
@@ -181,7 +185,7 @@ def _workers(run_dir: Path, events: list[dict[str, Any]], attempts: list[dict[st
         w = found.setdefault(e["instance_id"], {"instance_id": e["instance_id"], "slots": 0})
         if e["event"] == "launched":
             w.update(why=e.get("why"), slots=int(e.get("slots") or 0), launched=e["at"] - t0)
-        elif e["event"] in ("ended", "spot_notice"):
+        elif e["event"] in ("ended", "spot_notice", "rebalance"):
             w.setdefault(e["event"], e["at"] - t0)
     for a in attempts:  # an adopted worker was launched by an earlier controller
         found.setdefault(a["instance_id"], {"instance_id": a["instance_id"], "slots": 0})

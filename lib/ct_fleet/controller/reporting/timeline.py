@@ -22,7 +22,7 @@ from ..planning import Job
 from .missing import last_line
 from .observe import log_keys
 
-WorkerEvent = Literal["launched", "ended", "spot_notice"]
+WorkerEvent = Literal["launched", "ended", "spot_notice", "rebalance"]
 
 
 def _append(path: Path, line: dict[str, Any]) -> None:
