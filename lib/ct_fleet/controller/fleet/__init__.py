@@ -8,11 +8,12 @@
 - JobTracker (tracker.py): every job's state from the reports, pure; scaling.py: when to add workers
 """
 
+from .boot_logs import DETERMINISTIC_STEPS
 from .capacity import Capacity, survey
 from .execution import RunHooks, execute, run_fleet
 from .interrupts import FleetInterrupted, stop_signals
 from .merging import merge_fleet
-from .pool import DETERMINISTIC_STEPS, WorkerPool
+from .pool import WorkerPool
 from .run import FleetRun
 from .sweep import sweep_orphan_secrets
 from .tracker import JobTracker

@@ -12,19 +12,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ...cloud import Cloud
-from ...protocol import START_CONCURRENCY, DoneMessage, log_key, mask, steplog
+from ...protocol import START_CONCURRENCY, DoneMessage
 from ...services import instances, launching
 from ...services import secrets as fleet_secrets
 from ...services.launching import Launched
 from ..planning import FleetSpec, first_launch_count
 from ..reporting import cost_so_far, record_worker
-from . import interrupts, phases, scaling
+from . import boot_logs, interrupts, phases, scaling
 from .capacity import Capacity
 from .launcher import PoolLauncher, fleet_launcher
 
-# Bootstrap steps whose failure repeats on every worker (an unimportable setting, a broken
-# worker_setup script): the first report stops the fleet instead of replacing workers.
-DETERMINISTIC_STEPS = frozenset({"settings-pull", "worker-setup"})
 STRAGGLER_GRACE = 30
 
 
@@ -97,7 +94,8 @@ class WorkerPool:
         now = time.time()
         self.launch_times.update({i: now for i in ids})
         self.prices.update({g.instance_id: self.cloud.instance_price(self.cfg, g.pool, g.market) for g in got})
-        self.short = count - len(ids)
+        # A shortfall's own retry leaves what is still missing; any other launch adds to it.
+        self.short = (0 if why == "shortfall" else self.short) + count - len(ids)
         if launcher.limited and launcher.limited != said:
             self.warn(f"{len(ids)} of {count} worker(s) launched: {launcher.limited}")
         fell_back = [g for g in got if g.market != launcher.markets[0]]
@@ -183,37 +181,12 @@ class WorkerPool:
         return None
 
     # -- why workers die ---------------------------------------------------------------
-    def _boot_log(self, instance_id: str) -> tuple[str, str] | None:
-        key = log_key(self.spec.fleet_id, instance_id)
-        try:
-            body = self.s3.get_object(Bucket=self.cfg.bucket, Key=key)["Body"].read()
-        except Exception:
-            return None
-        return key, body.decode(errors="replace")
-
     def deterministic_boot_failure(self, ended: list[str]) -> str | None:
-        """A worker that died in a step every worker will fail the same way (an unimportable
-        setting, a broken worker_setup) stops the fleet at once: replacing it cannot help."""
-        for instance_id in ended:
-            got = self._boot_log(instance_id)
-            failure = steplog.first_failure(got[1]) if got else None
-            if got and failure and failure.step.name in DETERMINISTIC_STEPS:
-                return f"{failure.describe()} on {instance_id} (log: s3://{self.cfg.bucket}/{got[0]})"
-        return None
+        return boot_logs.deterministic_failure(self.s3, self.cfg.bucket, self.spec.fleet_id, ended)
 
     def bootstrap_failure(self) -> str:
-        """Why workers keep dying: the failed step of the newest bootstrap log that has one."""
-        for instance_id in reversed(self.launched):
-            got = self._boot_log(instance_id)
-            if got is None:
-                continue
-            failure = steplog.first_failure(got[1])
-            if failure:
-                why = mask(failure.describe(), self.secrets.values())
-                return f"workers keep dying: {why} (log: s3://{self.cfg.bucket}/{got[0]})"
-        return (
-            f"workers keep dying after {self.replacements} replacement(s); "
-            f"logs under s3://{self.cfg.bucket}/{self.spec.fleet_id}/logs/"
+        return boot_logs.why_workers_die(
+            self.s3, self.cfg.bucket, self.spec.fleet_id, self.launched, self.replacements, self.secrets.values()
         )
 
     # -- the end -----------------------------------------------------------------------

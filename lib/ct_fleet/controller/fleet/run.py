@@ -120,7 +120,9 @@ class FleetRun:
             if restored:
                 self.warn(f"{restored} errored sample(s) retried without a new result: their errored results stay")
             phases.reached(phases.MERGE, self.run_dir)
-            merged = self._merge()
+            merged = merging.merge_fleet(
+                self.manifest, self.run_dir, on_skip=lambda path, why: self.warn(f"merge: left out {path.name}: {why}")
+            )
         except KeyboardInterrupt:
             raise FleetInterrupted(False) from None
         return self._result(start, merged, resumed=len(done), adopted=adopted, enqueued=enqueued, why=stopped_reason)
@@ -239,11 +241,6 @@ class FleetRun:
 
     def _announce_end(self) -> None:
         stop.announce(self.s3, self.sqs, self.cfg.bucket, self.spec.fleet_id, self.queues.work)
-
-    def _merge(self) -> list[merge.MergedTask]:
-        return merging.merge_fleet(
-            self.manifest, self.run_dir, on_skip=lambda path, why: self.warn(f"merge: left out {path.name}: {why}")
-        )
 
     def _result(
         self,
