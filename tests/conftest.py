@@ -31,6 +31,7 @@ HEAVY_FIRST = [
     "test_interrupts.py",
     "test_faults_controller.py",
     "test_faults_results.py",
+    "test_ec2_capacity.py",
     "test_warm_runner.py",
     "test_local_run.py",
     "test_job_failures.py",
