@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ct_fleet.errors import BadInput
-from ct_fleet.protocol import Ec2Config, FleetEnv, Manifest, ManifestJob, ManifestTask, secrets_prefix
+from ct_fleet.protocol import Ec2Config, FleetEnv, Manifest, ManifestJob, ManifestTask, secret_bundle, secrets_prefix
 from ct_fleet.protocol.user_data import USER_DATA_LIMIT, render_user_data
 from ct_fleet.services import instances as fleet
 from ct_fleet.services import launching, queues, secrets, store
@@ -188,16 +188,41 @@ def test_ami_lookup_order(aws_client):
 def test_per_instance_secrets_are_tagged_and_deleted(aws_client):
     ssm = aws_client("ssm")
     fid = _fid()
-    secrets.put_for_instances(ssm, fid, ["i-1", "i-2"], {"GH_TOKEN": "t0k"}, account="123", region="us-east-1")
-    name = f"{secrets_prefix(fid)}/i-1/GH_TOKEN"
+    given = {"GH_TOKEN": "t0k", "ANTHROPIC_API_KEY": 'sk-\u00e9\n"q"'}
+    secrets.put_for_instances(ssm, fid, ["i-1", "i-2"], given, account="123", region="us-east-1")
+    name = secret_bundle(fid, "i-1")
     param = ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]
-    assert param["Type"] == "SecureString" and param["Value"] == "t0k"
+    assert param["Type"] == "SecureString" and json.loads(param["Value"]) == {"of": 1, "secrets": given}
     tags = {
         t["Key"]: t["Value"] for t in ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=name)["TagList"]
     }
     assert tags["InstanceArn"] == "arn:aws:ec2:us-east-1:123:instance/i-1"
+    # One parameter per instance, whatever the number of secrets.
     assert secrets.delete_fleet_secrets(ssm, fid) == 2
     assert ssm.get_parameters_by_path(Path=secrets_prefix(fid), Recursive=True)["Parameters"] == []
+
+
+def test_secrets_over_4_kb_overflow_into_more_parameters_ssm_takes(aws_client):
+    ssm = aws_client("ssm")
+    fid = _fid()
+    given = {f"KEY_{i}": chr(0x4E00 + i) * 700 for i in range(5)}  # 2,100 UTF-8 bytes each
+    secrets.put_for_instances(ssm, fid, ["i-1"], given, account="123", region="us-east-1")
+    raw = [
+        ssm.get_parameter(Name=secret_bundle(fid, "i-1", i), WithDecryption=True)["Parameter"]["Value"]
+        for i in range(5)
+    ]
+    assert all(len(value.encode()) <= secrets.VALUE_LIMIT for value in raw)
+    values = [json.loads(value) for value in raw]
+    assert {v["of"] for v in values} == {5}
+    assert {k: v for b in values for k, v in b["secrets"].items()} == given
+
+
+def test_a_secret_no_parameter_holds_is_refused_by_name():
+    with pytest.raises(BadInput, match="secret BIG_KEY is 5000 bytes"):
+        secrets.bundles({"GH_TOKEN": "t", "BIG_KEY": "x" * 5000})
+    with pytest.raises(BadInput, match="need 12 SSM parameters"):
+        secrets.bundles({f"K{i:02}": "x" * 3000 for i in range(12)})
+    assert secrets.bundles({}) == []
 
 
 def test_spot_launch_asks_for_spot_instances(aws_client):

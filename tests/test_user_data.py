@@ -311,7 +311,7 @@ def test_workers_that_keep_dying_are_reported_by_their_failed_step(
     spec = FleetSpec(fleet_id, [], [], "mockllm/model", 1, "f" * 40, cfg, policy="honest")
     cloud = AwsCloud(region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"])
     ctl = FleetRun(
-        cloud, spec, tmp_path / "run", launched_by="alice", warn=lambda text: None, capacity=Capacity([], "", {}, 1)
+        cloud, spec, tmp_path / "run", launched_by="alice", warn=lambda text: None, capacity=Capacity([], "", 1)
     )
     ctl.pool.launched = ["i-never-booted", home.name]
     reason = ctl.pool.bootstrap_failure()

@@ -26,7 +26,7 @@ from .keys import (
     queue_names,
     result_job_id,
     result_key,
-    secret_param,
+    secret_bundle,
     secrets_prefix,
 )
 from .knobs import Ec2Config
@@ -62,6 +62,6 @@ __all__ = [
     "result_job_id",
     "result_key",
     "run_layout",
-    "secret_param",
+    "secret_bundle",
     "secrets_prefix",
 ]

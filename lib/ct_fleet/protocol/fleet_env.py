@@ -3,7 +3,7 @@
 The controller renders fleet.env (to_env_file) into user-data; user-data writes it to
 /etc/linuxbench/fleet.env (so a step can be rerun by hand); the bash steps source that file
 and the Python worker reads the same names from its environment (from_env). No value is a
-secret: secrets travel as per-instance SSM SecureStrings named in SECRET_NAMES.
+secret: secrets travel in a per-instance SSM SecureString; SECRET_NAMES names them.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ S3:   {fleet_id}/manifest.json, {fleet_id}/{job_id}.eval, {fleet_id}/fleet-done.
       {fleet_id}/logs/{instance_id}-bootstrap.log, artifacts/{sha}.tar.gz,
       artifacts/extra-{basename}-{digest}.tar.gz, artifacts/wheels/{digest}/{name}.whl
 SQS:  lb-fleet-{fleet_id}-work / -done / -dlq (work redrives to dlq after max receives)
-SSM:  /linuxbench/fleet-secrets/{fleet_id}/{instance_id}/{NAME} (per-instance SecureStrings),
+SSM:  /linuxbench/fleet-secrets/{fleet_id}/{instance_id}/secrets[.N] (one SecureString per
+      instance holding all its secrets; .1, .2, ... only when they overflow 4 KB),
       /linuxbench/docker-org-* (registry auth the worker role may read)
 """
 
@@ -92,5 +93,7 @@ def secrets_prefix(fleet_id: str) -> str:
     return f"{SECRETS_ROOT}/{fleet_id}"
 
 
-def secret_param(fleet_id: str, instance_id: str, name: str) -> str:
-    return f"{secrets_prefix(fleet_id)}/{instance_id}/{name}"
+def secret_bundle(fleet_id: str, instance_id: str, index: int = 0) -> str:
+    """The instance's index-th secrets parameter; worker/fetch-secrets.sh spells the same."""
+    base = f"{secrets_prefix(fleet_id)}/{instance_id}/secrets"
+    return f"{base}.{index}" if index else base

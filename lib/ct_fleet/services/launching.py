@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
     from ..protocol import Ec2Config
 
-MARKETS = ("spot", "on-demand")
 # CreateFleet takes at most this many overrides in one request (EC2 Fleet quotas).
 MOST_OVERRIDES = 300
 

@@ -21,7 +21,6 @@ from ...services.launching import Pool
 class Capacity:
     pools: list[Pool]
     vpc: str
-    vcpus: dict[str, int]  # per instance type
     max_workers: int  # max_workers, or fewer when the quota fits fewer
     clamped: str | None = None  # why max_workers was lowered, in a few words
 
@@ -35,7 +34,7 @@ def survey(cloud: Cloud, cfg: Ec2Config, fleet_id: str, warn: Callable[[str], No
     quota = quotas.vcpu_quota(cloud.client("service-quotas"), market)
     standard = [t for t in cfg.types if quotas.standard(t)]
     if quota is None or not standard:
-        return Capacity(pools, vpc, vcpus, wanted)
+        return Capacity(pools, vpc, wanted)
     used = quotas.vcpus_in_use(ec2, market, besides_fleet=fleet_id)
     # Sized by the largest type: whichever pool has capacity, the workers must fit.
     per_worker = max(vcpus[t] for t in standard)
@@ -53,4 +52,4 @@ def survey(cloud: Cloud, cfg: Ec2Config, fleet_id: str, warn: Callable[[str], No
             f"{quotas.raise_command(market, cloud.region, used + per_worker * wanted)})"
         )
     clamped = f"max_workers={wanted} clamped to {fits} by {quotas.QUOTA_CODES[market]}" if fits < wanted else None
-    return Capacity(pools, vpc, vcpus, min(fits, wanted), clamped)
+    return Capacity(pools, vpc, min(fits, wanted), clamped)

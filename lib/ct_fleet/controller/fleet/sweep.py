@@ -1,6 +1,6 @@
 """Secrets left behind by a controller that died without teardown (SIGKILL, a lost laptop).
 
-Per-instance secrets live in SSM under /linuxbench/fleet-secrets/{fleet}/{instance}/NAME
+Per-instance secrets live in SSM under /linuxbench/fleet-secrets/{fleet}/{instance}/secrets[.N]
 for as long as their instance runs. A controller that is killed cannot delete them, so
 every `ct-fleet eval` (of any fleet) and `ct-fleet cloud status --clean` sweep: a secret
 goes when its instance is terminated, or when EC2 no longer lists the instance at all and
