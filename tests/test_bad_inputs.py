@@ -314,6 +314,13 @@ CASES = [
         "not an SSM parameter path",
         env={"DOCKER_ORG_NAME_SSM_PARAM": "/linuxbench/docker-org-name\nFLEET_ENV\nid"},
     ),
+    Case("secret over 4 KB", [], "secret GH_TOKEN is 5000 bytes", env={"GH_TOKEN": "g" * 5000}),
+    Case(
+        "secret over 4 KB in .env",
+        [],
+        "secret OPENAI_API_KEY is 4100 bytes",
+        files={".env": b"OPENAI_API_KEY=" + b"k" * 4100},
+    ),
     Case("docker param outside prefix", [], "must stay under", env={"DOCKER_ORG_PAT_SSM_PARAM": "/other/pat"}),
     Case("docker registry injection", [], "write a registry host", env={"DOCKER_REGISTRY": "ghcr.io\n$(id)"}),
     Case("docker registry with a path", [], "write a registry host", env={"DOCKER_REGISTRY": "https://ghcr.io/x"}),

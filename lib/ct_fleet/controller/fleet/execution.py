@@ -19,7 +19,6 @@ from typing import Any
 
 from ...errors import BadInput
 from ...protocol import run_layout
-from ...services import secrets as fleet_secrets
 from ..planning import (
     FleetRequest,
     FleetSpec,
@@ -85,7 +84,6 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
     spec, cloud, run_dir, shipped = planned.spec, planned.cloud, planned.run_dir, planned.shipped
     cfg = spec.config
     secrets = worker_secrets(planned.dotenv, dict(planned.environ), names=spec.secret_names)
-    fleet_secrets.bundles(secrets)  # secrets too big for SSM are refused before the cloud starts
     phases.begin(run_dir)
     cloud.start(run_dir, planned.dotenv, planned.environ)
     leave_running = False

@@ -23,6 +23,7 @@ from ...errors import BadInput
 from ...paths import REPO_ROOT
 from ...protocol import START_CONCURRENCY, Ec2Config, knobs
 from ...protocol.knob_rules import shown
+from ...services import secrets as fleet_secrets
 from ...settings import DEFAULT_SETTING, SettingSources
 from . import code, credentials, estimate, jobs, models, overlay, preflight, setting_plan, sizes, tasks
 from .docker_needs import DockerNeeds, fleet_docker
@@ -269,6 +270,8 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     secret_names = models.forward_names(
         models.check_model(model, model_args, values), split_list(cfg.forward_env), values
     )
+    # Secrets too big for the SSM parameters that carry them are refused before anything is made.
+    fleet_secrets.bundles(credentials.worker_secrets(dotenv, env, names=secret_names))
     fleet_jobs = jobs.make_jobs(chosen.fleet_tasks, epochs, code_sha=version.sha, model=model, model_args=model_args)
     time_limit = cfg.sample_time_limit if "sample_time_limit" in user_args else None
     fleet_id = cfg.resume or jobs.fleet_id(
