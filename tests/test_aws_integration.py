@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -244,6 +245,30 @@ def test_spot_launch_asks_for_spot_instances(aws_client):
     (inst,) = fleet.live_instances(ec2, fid)
     assert inst.get("InstanceLifecycle") == "spot"
     fleet.terminate(ec2, [instance_id])
+
+
+def test_the_estimate_prices_spot_from_the_spot_history_before_anything_exists(aws_env, monkeypatch):
+    from ct_fleet.cloud import AwsCloud
+    from ct_fleet.cloud.prices import hourly_price
+
+    def price(**knobs: object):
+        cloud = AwsCloud(region="us-east-1")
+        cloud.check_credentials({}, aws_env)  # planning: credentials checked, cloud not started
+        cfg = Ec2Config(instance_types="c6i.4xlarge,m6i.4xlarge", **knobs).for_cloud("aws", "us-east-1")  # type: ignore[arg-type]
+        return cloud.hourly_price(cfg)
+
+    spot = price(spot=True)
+    assert re.fullmatch(r"c6i\.4xlarge spot now, highest of [1-9]\d* AZs", spot.source), spot.source
+    assert 0 < spot.usd < hourly_price("c6i.4xlarge")  # moto's spot history, not the table
+    assert price().usd == hourly_price("c6i.4xlarge") and "on-demand" in price().source
+    assert price(spot=True, hourly_price=0.5).usd == 0.5
+    # With spot history unreadable (no endpoint answers), the on-demand table is the upper bound.
+    dead = {**aws_env, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+    monkeypatch.setenv("CT_FLEET_MAX_ATTEMPTS", "1")
+    cloud = AwsCloud(region="us-east-1")
+    cloud.check_credentials({}, dead)
+    unread = cloud.hourly_price(Ec2Config(spot=True).for_cloud("aws", "us-east-1"))
+    assert "spot price not readable" in unread.source and unread.usd == hourly_price(unread.source.split()[0])
 
 
 def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, tmp_path: Path):

@@ -129,6 +129,10 @@ def test_estimate_launches_nothing(account):
     proc = run_ec2(account, "--epochs", "2", "--ec2-arg", "estimate=true")
     assert proc.returncode == 0, proc.stderr
     assert "cost estimate" in proc.stdout and "mean of" in proc.stdout  # durations of the earlier fleet
+    assert "on-demand, prices.json" in proc.stdout
+    spot = run_ec2(account, "--epochs", "2", "--ec2-arg", "estimate=true", "--ec2-arg", "spot=true")
+    assert spot.returncode == 0, spot.stderr
+    assert "spot now, highest of" in spot.stdout, spot.stdout  # DescribeSpotPriceHistory, before launch
 
 
 BAD = [

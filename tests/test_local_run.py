@@ -12,14 +12,28 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from inspect_ai.log import read_eval_log
+from inspect_ai.log import EvalLog, read_eval_log
 
+from ct_fleet.controller.fleet.live_merge import LiveMerge
 from ct_fleet.evallog.header import read_header
 from ct_fleet.merge.util import timestamp
-from fleet_helpers import FAST, LOCAL, ONE_WORKER, assert_nothing_running, finish, fleet_dir, merged_pairs, start, stat
+from ct_fleet.protocol import Manifest, run_layout
+from fleet_helpers import (
+    FAST,
+    LOCAL,
+    ONE_WORKER,
+    assert_nothing_running,
+    finish,
+    fleet_dir,
+    merged_pairs,
+    start,
+    stat,
+    wait_for,
+)
 
 IDLE_TIMEOUT = 600  # far longer than any bound below: only the signal ends the workers
-ARGS = ["--task-file", "smoke", "--epochs", "2", *FAST, *LOCAL]
+# live_merge_interval=1: merged/ is rewritten during the run as often as it can be.
+ARGS = ["--task-file", "smoke", "--epochs", "2", "--ec2-arg", "live_merge_interval=1", *FAST, *LOCAL]
 
 
 @pytest.fixture(scope="module")
@@ -219,3 +233,49 @@ def test_a_headless_browser_draws_the_report_from_disk_offline(local_run, tmp_pa
     shot = tmp_path / "report.png"
     subprocess.run([*browser, f"--screenshot={shot}", url], capture_output=True, timeout=180, check=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _live_merges(run_dir: Path) -> list[dict]:
+    path = run_dir / run_layout.LIVE_MERGES
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.e2e
+def test_live_merges_during_the_run_failed_never_and_the_end_replaced_them(local_run) -> None:
+    runs, code, out, err = local_run
+    assert code == 0, out + err
+    run_dir = fleet_dir(runs)
+    assert [m for m in _live_merges(run_dir) if "error" in m] == []
+    (merged,) = (run_dir / "merged").glob("*.eval")
+    assert read_eval_log(str(merged), header_only=True).status == "success"
+    assert not list((run_dir / "merged").glob(".*.tmp"))  # written whole, renamed into place
+
+
+@pytest.mark.e2e
+def test_merged_holds_the_results_so_far_while_the_run_goes_on(local_run, tmp_path: Path) -> None:
+    """LiveMerge on a copy of the run: half the results, then all; each merge a log Inspect
+    reads, marked started, with exactly the samples that had arrived."""
+    run_dir = fleet_dir(copy_of(local_run, tmp_path))
+    shutil.rmtree(run_dir / "merged")
+    (run_dir / run_layout.LIVE_MERGES).unlink(missing_ok=True)
+    held = tmp_path / "held"
+    held.mkdir()
+    logs = run_layout.job_logs(run_dir)
+    for log in logs[len(logs) // 2 :]:
+        log.rename(held / log.name)
+    manifest = Manifest.from_json((run_dir / run_layout.MANIFEST).read_text())
+
+    def merged_after(count: int) -> EvalLog:
+        assert wait_for(lambda: len(_live_merges(run_dir)) >= count, timeout=120), f"no live merge {count}"
+        (path,) = (run_dir / "merged").glob("*.eval")
+        return read_eval_log(str(path))
+
+    with LiveMerge(manifest, run_dir, interval=1):
+        first = merged_after(1)
+        assert first.status == "started" and first.error is None
+        assert len(first.samples or []) == len(logs) // 2 == _live_merges(run_dir)[0]["samples"]
+        for log in held.iterdir():
+            log.rename(run_dir / "jobs" / log.name)
+        second = merged_after(2)
+    assert second.status == "started" and len(second.samples or []) == len(logs)
+    assert sorted((str(s.id), s.epoch) for s in second.samples or []) == sorted(merged_pairs(local_run[0]))

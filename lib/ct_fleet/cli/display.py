@@ -171,7 +171,7 @@ def estimate_table(est: Any, instance_type: str) -> Table:
         f"{est.price:.3f}",
         f"${est.total:.2f}",
     )
-    table.caption = f"durations: {est.duration_source}"
+    table.caption = f"durations: {est.duration_source}" + (f"; $/hour: {est.price_source}" if est.price_source else "")
     return table
 
 

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..services import instances, store
+from ..services import instances, session, store
 from . import credentials
 from .base import Cloud
 from .context import CloudContext
-from .prices import hourly_price, spot_price
+from .prices import PRICES, Price, hourly_price, region_spot_price, spot_price
 
 if TYPE_CHECKING:
     from ..protocol import Ec2Config
@@ -29,10 +29,21 @@ class AwsCloud(Cloud):
     def __init__(self, region: str = "us-east-1", endpoint_url: str | None = None) -> None:
         super().__init__(region, endpoint_url)
         self._spot_prices: dict[tuple[str, str], float | None] = {}
+        self._checked: CloudContext | None = None  # the credentials check_credentials accepted
 
-    def hourly_price(self, cfg: Ec2Config) -> float:
+    def hourly_price(self, cfg: Ec2Config) -> Price:
         prices = [hourly_price(t, cfg.hourly_price) for t in cfg.types]  # every type has one, or BadInput
-        return prices[0]
+        preferred = cfg.types[0]
+        if cfg.hourly_price is not None:
+            return Price(prices[0], "hourly_price")
+        if cfg.spot and self._checked:
+            # A read before anything exists, with the credentials check_credentials chose.
+            ec2 = session.client("ec2", **self._checked.client_args())
+            spot = region_spot_price(ec2, preferred)
+            if spot is not None:
+                return Price(spot[0], f"{preferred} spot now, highest of {spot[1]} AZs")
+            return Price(prices[0], f"{preferred} on-demand (spot price not readable: an upper bound)")
+        return Price(prices[0], f"{preferred} on-demand, {PRICES.name}")
 
     def instance_price(self, cfg: Ec2Config, pool: Pool, market: str) -> float:
         if cfg.hourly_price is None and market == "spot":
@@ -48,22 +59,26 @@ class AwsCloud(Cloud):
         env = dict(environ)
         credentials.apply_aws_credentials(dict(dotenv), environ=env)
         credentials.require_credentials(env)
+        self._checked = self._context(env)
 
     def start(self, run_dir: Path, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> CloudContext:
         """The credentials the operator docs' rules choose (shell, else .env), as a context."""
         env = dict(environ)
         credentials.apply_aws_credentials(dict(dotenv), environ=env)
-        self.endpoint_url = env.get("AWS_ENDPOINT_URL") or None
+        self.context = self._context(env)
+        self.endpoint_url = self.context.endpoint_url
+        return self.context
+
+    def _context(self, env: Mapping[str, str]) -> CloudContext:
         keys = bool(env.get("AWS_ACCESS_KEY_ID"))
-        self.context = CloudContext(
+        return CloudContext(
             self.region,
-            self.endpoint_url,
+            env.get("AWS_ENDPOINT_URL") or None,
             profile=None if keys else env.get("AWS_PROFILE") or None,
             access_key_id=env.get("AWS_ACCESS_KEY_ID") if keys else None,
             secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") if keys else None,
             session_token=env.get("AWS_SESSION_TOKEN") if keys else None,
         )
-        return self.context
 
     def prepare_account(self, cfg: Ec2Config) -> None:
         store.ensure_bucket(self.client("s3"), cfg.bucket, create=False)

@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 from ..services import session
 from .context import AWS_IDENTITY_VARS, CloudContext
 from .local_instances import LocalInstanceRunner
+from .prices import Price
 
 if TYPE_CHECKING:
     from ..protocol import Ec2Config
@@ -38,9 +39,9 @@ class Cloud:
         self._clients: dict[str, Any] = {}
 
     # -- before anything exists ------------------------------------------------------
-    def hourly_price(self, cfg: Ec2Config) -> float:
-        """USD per worker-hour for the estimate (the preferred type, on-demand)."""
-        return 0.0
+    def hourly_price(self, cfg: Ec2Config) -> Price:
+        """USD per worker-hour of the preferred type for the estimate; runs before start()."""
+        return Price(0.0, "nothing bills")
 
     def instance_price(self, cfg: Ec2Config, pool: Pool, market: str) -> float:
         """USD per hour of one instance launched into `pool` on `market`."""

@@ -52,6 +52,7 @@ def merge_eval_logs(
     eval_overrides: dict[str, Any] | None = None,
     span: tuple[str, str] | None = None,
     on_skip: Callable[[Path, str], None] | None = None,
+    live: bool = False,
 ) -> list[MergedTask]:
     """Merge one-sample `.eval` logs into one `.eval` per task identity in `out_dir`.
 
@@ -62,7 +63,8 @@ def merge_eval_logs(
     shipped code's `revision`, the user's `task_file`; `config` entries are merged in);
     `span` (started_at, completed_at) the run's own, which the stats' span is widened to;
     `on_skip(path, why)` hears of each input that is not a readable log (it is left out,
-    never a reason to fail the merge).
+    never a reason to fail the merge); `live` marks the logs "started": the results so
+    far of a run that goes on, which Inspect shows as running.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +82,7 @@ def merge_eval_logs(
                 epochs=epochs,
                 eval_overrides=eval_overrides,
                 span=span,
+                live=live,
             )
             for group in groups
         ]
@@ -120,6 +123,7 @@ def merge_group(
     epochs: int | None,
     eval_overrides: dict[str, Any] | None = None,
     span: tuple[str, str] | None = None,
+    live: bool = False,
 ) -> MergedTask:
     ids, n_epochs = selection(group, sample_ids, epochs)
     spool = group.spool
@@ -143,6 +147,8 @@ def merge_group(
     computed = compute_results(header, group, n_epochs, total, kept - failed)
     header.results = computed.results
     set_status(header, total, missing, errors)
+    if live:
+        header.status, header.error = "started", None
     write_log(out_path, header, computed.reductions, group, n_epochs)
 
     return MergedTask(

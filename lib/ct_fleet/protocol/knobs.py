@@ -248,6 +248,11 @@ class Ec2Config:
         rule=r.whole(1, 3600),
         per_cloud={"aws": 15, "embedded": 5},
     )
+    live_merge_interval: int = knob(
+        60,
+        "seconds at least between merges of the results so far into runs/<fleet>/merged/ during a run (0: off)",
+        rule=r.whole(0, r.WEEK),
+    )
 
     @property
     def types(self) -> tuple[str, ...]:

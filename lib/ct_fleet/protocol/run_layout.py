@@ -4,7 +4,8 @@ manifest.json          the fleet's manifest, as written to S3 (a local resume re
 code.tar.gz            the code archive that shipped; extra-<name>.tar.gz per --extra-src tree
 jobs/<job>.evaljob     each job's verified result (the merge's input, a resume's record)
 jobs/<job>.errored     an errored result a rerun set aside while it runs the job again
-merged/                one merged Inspect log per task
+merged/                one merged Inspect log per task (the results so far while the run goes on)
+live-merges.jsonl      one line per merge of the results so far during a run
 durations.json         seconds per job, for later fleets' cost estimates
 sandbox-images.jsonl   the images each job's sandboxes ran
 attempts.jsonl         one line per done report of a job: where, when and how it ran (the report's bars)
@@ -30,6 +31,7 @@ MANIFEST = "manifest.json"
 CODE_TARBALL = "code.tar.gz"
 JOBS = "jobs"
 MERGED = "merged"
+LIVE_MERGES = "live-merges.jsonl"
 DURATIONS = "durations.json"
 SPAN = "span.json"  # when the run began and its last result came: the merged runs' span
 SANDBOX_IMAGES = "sandbox-images.jsonl"

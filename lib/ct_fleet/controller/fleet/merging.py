@@ -66,9 +66,12 @@ def merge_fleet(
     run_dir: Path,
     out_dir: Path | None = None,
     on_skip: Callable[[Path, str], None] | None = None,
+    *,
+    live: bool = False,
 ) -> list[merge.MergedTask]:
     """One merged log per task that has any result (a task with none is all missing);
-    on_skip(path, why) hears of each result the merge could not read and left out."""
+    on_skip(path, why) hears of each result the merge could not read and left out; `live`:
+    the results so far, in logs marked "started"."""
     from ... import merge  # imports inspect_ai (seconds): only when there is something to merge
 
     out_dir = out_dir or run_dir / run_layout.MERGED
@@ -89,6 +92,7 @@ def merge_fleet(
             eval_overrides=eval_overrides(manifest, task),
             span=span,
             on_skip=on_skip,
+            live=live,
         )
         merged.extend(replace(m, source=task.key) for m in results)
     return merged

@@ -25,6 +25,7 @@ from .capacity import Capacity
 from .collector import ResultCollector
 from .interrupts import FleetInterrupted, Terminated
 from .lease import S3Lease
+from .live_merge import LiveMerge
 from .pool import WorkerPool
 from .tracker import JobTracker
 
@@ -142,7 +143,8 @@ class FleetRun:
             if not adopted:
                 self.pool.launch_first(len(pending))
             try:
-                stopped_reason = tracking.track(self, start)
+                with LiveMerge(self.manifest, self.run_dir, self.cfg.live_merge_interval):
+                    stopped_reason = tracking.track(self, start)
             except (BotoCoreError, ClientError):
                 stopped_reason = liveness.cloud_gone(self.cloud)
                 if stopped_reason is None:

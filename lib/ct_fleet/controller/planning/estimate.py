@@ -60,11 +60,21 @@ class Estimate:
     hours: float
     price: float
     total: float
+    price_source: str = ""
 
 
 def estimate(
-    *, jobs: int, workers: int, concurrency: int, seconds_per_job: float, source: str, price: float, baked_ami: bool
+    *,
+    jobs: int,
+    workers: int,
+    concurrency: int,
+    seconds_per_job: float,
+    source: str,
+    price: float,
+    baked_ami: bool,
+    price_source: str = "",
 ) -> Estimate:
     waves = math.ceil(jobs / max(1, workers * concurrency))
     hours = (waves * seconds_per_job + BOOT_SECONDS[baked_ami]) / 3600
-    return Estimate(jobs, workers, concurrency, seconds_per_job, source, hours, price, workers * hours * price)
+    total = workers * hours * price
+    return Estimate(jobs, workers, concurrency, seconds_per_job, source, hours, price, total, price_source)

@@ -76,6 +76,7 @@ class PlannedFleet:
             seconds_per_job=seconds,
             source=source,
             price=self.spec.hourly_price,
+            price_source=self.spec.price_source,
             baked_ami=True,
         )
 
@@ -295,6 +296,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     if cfg.resume:
         check_resume(request.runs_dir / fleet_id, [job.job_id for job in fleet_jobs], version.sha)
     cloud.check_credentials(dotenv, env)
+    price = cloud.hourly_price(cfg)
     spec = FleetSpec(
         fleet_id=fleet_id,
         tasks=chosen.fleet_tasks,
@@ -312,7 +314,8 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         wheels=reqs.wheels,
         revision=_revision(chosen.fleet_tasks, shipped, version),
         secret_names=secret_names,
-        hourly_price=cloud.hourly_price(cfg),
+        hourly_price=price.usd,
+        price_source=price.source,
     )
     sizes.check_sizes(spec.manifest())
     return PlannedFleet(

@@ -33,6 +33,7 @@ class FleetSpec:
     revision: dict[str, Any] | None = None
     secret_names: list[str] = field(default_factory=list)  # names only; values stay in the environment
     hourly_price: float = 0.0  # 0 where nothing bills (the embedded cloud)
+    price_source: str = ""  # where hourly_price came from, for the estimate
 
     @property
     def settings(self) -> list[str]:

@@ -1,0 +1,68 @@
+"""runs/<fleet>/merged/ while the run goes on: the results so far, merged again and again.
+
+A thread of its own merges the verified results (jobs/*.evaljob) into merged/ whenever new
+ones arrived, waiting at least `interval` seconds and ten times its own last merge between
+two, so it takes at most about a tenth of the controller's time however large the run. Its
+logs say status "started", which Inspect shows as running, with every sample so far; the
+end of run's merge replaces them with the finished ones. Each file is written whole and
+renamed into place (merge/write.py), so a crash mid-merge leaves the last whole log.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+from ...protocol import Manifest, run_layout
+from . import merging
+
+# A merge takes at most this share of the time between two (so at most ~10% of the run).
+BUSY_SHARE = 10
+
+
+class LiveMerge:
+    def __init__(self, manifest: Manifest, run_dir: Path, interval: int) -> None:
+        self.manifest, self.run_dir, self.interval = manifest, run_dir, interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._merged_count = -1
+
+    def __enter__(self) -> LiveMerge:
+        if self.interval > 0:
+            self._thread = threading.Thread(target=self._loop, name="live-merge", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop.set()
+        # On a normal end the final merge writes the same files: wait for one in progress.
+        # On an interrupt or error there is no final merge, and stopping what bills comes first.
+        if self._thread is not None and kind is None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        wait = float(self.interval)
+        while not self._stop.wait(wait):
+            count = len(run_layout.job_logs(self.run_dir))
+            if count == self._merged_count:
+                continue
+            began = time.monotonic()
+            try:
+                merged = merging.merge_fleet(self.manifest, self.run_dir, live=True)
+            except Exception as exc:  # a result moved away mid-read, a full disk: the next look retries
+                self._record({"at": time.time(), "error": f"{type(exc).__name__}: {exc}"})
+                continue
+            took = time.monotonic() - began
+            self._merged_count = count
+            self._record(
+                {"at": time.time(), "seconds": round(took, 3), "samples": sum(m.samples_present for m in merged)}
+            )
+            wait = max(float(self.interval), BUSY_SHARE * took)
+
+    def _record(self, entry: dict[str, object]) -> None:
+        # One line per live merge: what the run report and the tests read of them.
+        with open(self.run_dir / run_layout.LIVE_MERGES, "a") as fh:
+            fh.write(json.dumps(entry) + "\n")
