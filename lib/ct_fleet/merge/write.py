@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from .util import json_array
 def write_log(out_path: Path, header: Any, reductions: Any, group: Group, epochs: int) -> None:
     """start.json, the samples' compressed bytes, summaries, reductions, header.json last;
     into a temporary file renamed into place. Samples and summaries stream from the spool."""
-    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as out_file, zipio.open_flat_writer(out_file) as out:
             start = {"version": header.version, "eval": header.eval, "plan": header.plan}

@@ -38,9 +38,9 @@ class LiveMerge:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._stop.set()
-        # On a normal end the final merge writes the same files: wait for one in progress.
-        # On an interrupt or error there is no final merge, and stopping what bills comes first.
-        if self._thread is not None and kind is None:
+        # The final merge writes the same files: wait for one in progress. Not on Ctrl-C or
+        # SIGTERM, which merge nothing more: stopping what bills comes first.
+        if self._thread is not None and (kind is None or issubclass(kind, Exception)):
             self._thread.join()
 
     def _loop(self) -> None:
