@@ -52,7 +52,7 @@ setup() {
 }
 
 @test "bootstrap: success runs every step in order, uploads the log, shuts down" {
-  ssm_secret "$PREFIX/$INSTANCE_ID/GH_TOKEN" "$GH_VALUE"
+  put_bundle "$PREFIX" 0 1 GH_TOKEN "$GH_VALUE"
   fleet_env "SECRET_NAMES=GH_TOKEN"
   FAKE_WORKER_TOKEN_OUT="$BATS_TEST_TMPDIR/worker-token" run "$WORKER_DIR/bootstrap.sh"
   [ "$status" -eq 0 ]

@@ -17,19 +17,6 @@ setup() {
   fleet_env "SECRET_NAMES=ANTHROPIC_API_KEY GH_TOKEN" "SECRET_PREFIX=$PREFIX" "AWS_REGION=$TEST_REGION"
 }
 
-# put_bundle INDEX OF NAME VALUE [NAME VALUE...]: the instance's INDEX-th secrets parameter
-# of OF, as services/secrets.py writes it.
-put_bundle() {
-  local index=$1 of=$2 param="$PREFIX/$INSTANCE_ID/secrets"
-  shift 2
-  ((index == 0)) || param+=".$index"
-  ssm_secret "$param" "$(python3 -c '
-import json, sys
-args = sys.argv[2:]
-print(json.dumps({"of": int(sys.argv[1]), "secrets": dict(zip(args[::2], args[1::2]))}))
-' "$of" "$@")"
-}
-
 # check_secrets_file: secrets.env is 0600 and sourcing it gives back both values exactly.
 check_secrets_file() {
   [ -f "$SECRETS" ]
@@ -41,7 +28,7 @@ check_secrets_file() {
 }
 
 @test "fetch-secrets: (re)writes secrets.env, mode 600, values intact, never printed" {
-  put_bundle 0 1 ANTHROPIC_API_KEY "$ANTHROPIC_VALUE" GH_TOKEN "$GH_VALUE" OTHER_FLEET_KEY leftover
+  put_bundle "$PREFIX" 0 1 ANTHROPIC_API_KEY "$ANTHROPIC_VALUE" GH_TOKEN "$GH_VALUE" OTHER_FLEET_KEY leftover
   # A rerun rewrites the file: nothing of an earlier one survives.
   echo "export STALE=1" >"$SECRETS"
 
@@ -58,9 +45,9 @@ check_secrets_file() {
 }
 
 @test "fetch-secrets: secrets that overflow one parameter are read from all of them" {
-  put_bundle 0 3 ANTHROPIC_API_KEY "$ANTHROPIC_VALUE"
-  put_bundle 1 3 GH_TOKEN "$GH_VALUE"
-  put_bundle 2 3 DOCKER_ORG_PAT pat-three
+  put_bundle "$PREFIX" 0 3 ANTHROPIC_API_KEY "$ANTHROPIC_VALUE"
+  put_bundle "$PREFIX" 1 3 GH_TOKEN "$GH_VALUE"
+  put_bundle "$PREFIX" 2 3 DOCKER_ORG_PAT pat-three
   fleet_env "SECRET_NAMES=ANTHROPIC_API_KEY DOCKER_ORG_PAT GH_TOKEN"
   run "$WORKER_DIR/fetch-secrets.sh"
   [ "$status" -eq 0 ]
@@ -69,7 +56,7 @@ check_secrets_file() {
 }
 
 @test "fetch-secrets: a missing overflow parameter is waited for, then fails" {
-  put_bundle 0 2 ANTHROPIC_API_KEY "$ANTHROPIC_VALUE" GH_TOKEN "$GH_VALUE"
+  put_bundle "$PREFIX" 0 2 ANTHROPIC_API_KEY "$ANTHROPIC_VALUE" GH_TOKEN "$GH_VALUE"
   SECRETS_WAIT=1 run "$WORKER_DIR/fetch-secrets.sh"
   [ "$status" -eq 1 ]
   assert_contains "$output" "not readable under $PREFIX/$INSTANCE_ID"
@@ -88,7 +75,7 @@ check_secrets_file() {
       [[ -s $STUB_DIR/sleep.calls ]] && break
       "$real_sleep" 0.05
     done
-    put_bundle 0 1 GH_TOKEN "$GH_VALUE"
+    put_bundle "$PREFIX" 0 1 GH_TOKEN "$GH_VALUE"
   ) 3>&- &
   local put=$!
   SECRETS_WAIT=60 run "$WORKER_DIR/fetch-secrets.sh"
@@ -100,7 +87,7 @@ check_secrets_file() {
 }
 
 @test "fetch-secrets: a missing secret fails after SECRETS_WAIT, writing nothing" {
-  put_bundle 0 1 ANTHROPIC_API_KEY "$ANTHROPIC_VALUE"
+  put_bundle "$PREFIX" 0 1 ANTHROPIC_API_KEY "$ANTHROPIC_VALUE"
   local start=$SECONDS
   SECRETS_WAIT=2 run "$WORKER_DIR/fetch-secrets.sh"
   [ "$status" -eq 1 ]
@@ -126,7 +113,7 @@ check_secrets_file() {
 @test "fetch-secrets: a multi-line value (a PEM key) with tabs survives exactly" {
   fleet_env "SECRET_NAMES=GH_TOKEN"
   local pem=$'-----BEGIN KEY-----\nline\tone\nline two\n-----END KEY-----'
-  put_bundle 0 1 GH_TOKEN "$pem"
+  put_bundle "$PREFIX" 0 1 GH_TOKEN "$pem"
   run "$WORKER_DIR/fetch-secrets.sh"
   [ "$status" -eq 0 ]
   assert_equal "$(source "$SECRETS" && printf '%s' "$GH_TOKEN")" "$pem"

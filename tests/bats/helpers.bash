@@ -110,6 +110,19 @@ ssm_secret() {
   awsm ssm put-parameter --type SecureString --overwrite --name "$1" --value "$2" >/dev/null
 }
 
+# put_bundle PREFIX INDEX OF NAME VALUE [NAME VALUE...]: this instance's INDEX-th secrets
+# parameter of OF under PREFIX, as services/secrets.py writes it.
+put_bundle() {
+  local param="$1/$INSTANCE_ID/secrets" index=$2 of=$3
+  shift 3
+  ((index == 0)) || param+=".$index"
+  ssm_secret "$param" "$(python3 -c '
+import json, sys
+args = sys.argv[2:]
+print(json.dumps({"of": int(sys.argv[1]), "secrets": dict(zip(args[::2], args[1::2]))}))
+' "$of" "$@")"
+}
+
 # Per test: a fresh LB_HOME and stub dir, nothing inherited. Exports TEST_ID (unique in
 # the file), INSTANCE_ID (as the local instance runner does) and the stub paths.
 worker_setup() {
