@@ -46,6 +46,9 @@ main() {
   fi
   install_toolchain
   export UV_CACHE_DIR="${UV_CACHE_DIR:-/opt/uv-cache}"
+  # Compiled once at install: otherwise every job's interpreter compiles inspect_ai from
+  # source where bytecode cannot be written (PYTHONDONTWRITEBYTECODE, a read-only tree).
+  export UV_COMPILE_BYTECODE=1
   # A venv from an older lock is replaced: uv >= 0.8 refuses to without this (the env var,
   # not --clear, so that an older uv on a stock image takes it too).
   UV_VENV_CLEAR=1 uv venv --python "${LB_PYTHON:-3.13}" "$LB_VENV"

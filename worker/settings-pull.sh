@@ -33,6 +33,7 @@ install_requirements() {
   ct_log "installing setting requirements: ${reqs[*]##*/}"
   # The AMI's uv on EC2; on a local instance, the one bin/ct-fleet found (CT_FLEET_UV).
   local uv=${CT_FLEET_UV:-uv} args=(--python "$LB_VENV/bin/python")
+  export UV_COMPILE_BYTECODE=1 # as install-deps: jobs import these without compiling
   # Pinned to the lock wherever the requirements overlap it.
   [[ -f $LB_ROOT/requirements.lock ]] && args+=(--constraints "$LB_ROOT/requirements.lock")
   # A local instance shares the launcher's venv, which must stay as locked: install beside it.

@@ -73,7 +73,7 @@ def install(reqs: Requirements) -> Path | None:
     if not uv:
         raise BadInput("installing the fleet's requirements needs uv: run ct-fleet as bin/ct-fleet, which finds it")
     work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
-    cmd = [uv, "pip", "install", "--quiet", "--python", sys.executable, "--target", str(work)]
+    cmd = [uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", sys.executable, "--target", str(work)]
     if lock.is_file():
         cmd += ["--constraints", str(lock)]  # pinned to the lock wherever they overlap it
     cmd += [*reqs.specs, *map(str, reqs.wheels)]
