@@ -31,7 +31,7 @@ install_toolchain() {
   python3 -m pip install --quiet uv || python3 -m pip install --quiet --break-system-packages uv
 }
 
-main() {
+install_venv() {
   local want stamp="$LB_VENV/.ct-fleet-lock"
   if [[ ${LB_VENV_PROVIDED:-0} == 1 ]]; then
     # Built by whoever launched this instance (a local instance shares the controller's
@@ -58,6 +58,21 @@ main() {
   fi
   uv pip install --python "$LB_VENV/bin/python" --no-deps -e "$LB_ROOT"
   echo "$want" >"$stamp"
+}
+
+# compile_code: the fleet's own code (lib/, unpacked by fetch-code) as bytecode beside it.
+# An editable install is not compiled by uv, so without this each of the worker's
+# interpreters would compile ct_fleet from source. A file that does not compile is left to
+# fail where it is imported, with its own error.
+compile_code() {
+  [[ -x $LB_VENV/bin/python && -d $LB_ROOT/lib ]] || return 0
+  "$LB_VENV/bin/python" -m compileall -q -j 0 "$LB_ROOT/lib" >/dev/null ||
+    ct_log "some of $LB_ROOT/lib does not compile: the job that imports it will say why"
+}
+
+main() {
+  install_venv
+  compile_code
 }
 
 main "$@"

@@ -107,10 +107,23 @@ class ForkServer:
         SDKs: seconds) is paid once, not by every child."""
         import inspect_ai
         from inspect_ai.dataset import Sample
+        from inspect_ai.solver import Generate, Solver, TaskState, solver
+
+        # No model call: mockllm's generate counts tokens with a tiktoken file it downloads,
+        # so offline the warm-up failed, and rendering its traceback cost seconds of CPU.
+        # Starting the sample is what imports and caches the providers.
+        @solver
+        def ct_fleet_warm_up() -> Solver:
+            async def solve(state: TaskState, generate: Generate) -> TaskState:
+                return state
+
+            return solve
 
         with tempfile.TemporaryDirectory(prefix="ct-warm-up-") as log_dir, contextlib.redirect_stdout(sys.stderr):
             inspect_ai.eval(
-                inspect_ai.Task(dataset=[Sample(id="warm-up", input="warm-up")], name="ct_fleet_warm_up"),
+                inspect_ai.Task(
+                    dataset=[Sample(id="warm-up", input="warm-up")], solver=ct_fleet_warm_up(), name="ct_fleet_warm_up"
+                ),
                 model="mockllm/ct-fleet-warm-up",  # not a job's model: no cached model is shared
                 log_dir=log_dir,
                 display="none",
