@@ -4,8 +4,14 @@
 Inputs are one-sample .eval files generated the way a fleet makes them: one real toyarena
 eval split into one-sample logs, cloned under distinct (sample id, epoch) pairs, each with
 its own eval, run and task ids, creation time and stats (ids x 100 epochs: 2,000 files =
-20 ids; 100,000 = 1,000 ids). Each merge runs in its own process (bench/_merge_child.py);
-peak RSS comes from os.wait4 (that child's rusage), wall time is around the merge call.
+20 ids; 100,000 = 1,000 ids). With `--job-log PATH` the inputs are copies of a real fleet
+job log instead (runs/<fleet>/jobs/*.evaljob, e.g. from `bin/ct-fleet eval --task-file
+smoke -T sandbox=local --epochs 1 --ec2-arg max_workers=1`; `--job-log auto` runs one
+such job with Inspect as a worker does), every JSON entry rewritten per copy
+(bench/_job_clone.py): fresh eval, run and task ids, sample id, uuid, times and scores;
+`--epochs 1` makes every sample id distinct. Each merge runs in its own process
+(bench/_merge_child.py); peak RSS comes from os.wait4 (that child's rusage), wall time is
+around the merge call.
 
 Three merges, all in the same run:
 - streaming: ct_fleet.merge.merge_eval_logs of this tree, at 2,000, 10,000, 20,000 and
@@ -22,6 +28,7 @@ Inspect's metrics need in memory (one reduced score per sample) shows.
 
     .venv/bin/python bench/merge.py --baseline cb3e613        # the sizes above
     .venv/bin/python bench/merge.py --baseline cb3e613 --quick    # 500 / 2,000 / 5,000 files
+    .venv/bin/python bench/merge.py --baseline cb3e613 --job-log runs/FLEET/jobs/JOB.evaljob --epochs 1
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import _common as c
+from _job_clone import JobLog, worker_job_log
 
-EPOCHS = 100
+EPOCHS = 100  # epochs per sample id of the generated inputs (--epochs)
 GROWTH_KB_TARGET = 0.5
 GROWTH_MB_TARGET = 64.0
 SPEED_TARGET = 1.2
@@ -49,8 +57,13 @@ CHILD = str(Path(__file__).with_name("_merge_child.py"))
 # --------------------------------------------------------------------------- inputs
 
 
-def _gen(args: tuple[Path, list[tuple[int, int]], str]) -> int:
-    src_dir, pairs, prefix = args
+def _gen(args: tuple[Path, list[tuple[int, int]], str, Path | None]) -> int:
+    src_dir, pairs, prefix, job_log = args
+    if job_log is not None:
+        job = JobLog.read(job_log)
+        for k, epoch in pairs:
+            job.clone(src_dir / f"{prefix}{k:06d}_{epoch:03d}.eval", f"{job.sample_id}-{prefix}{k:06d}", epoch)
+        return len(pairs)
     tpl = c.templates()
     keys = sorted(tpl)
     for k, epoch in pairs:
@@ -59,11 +72,12 @@ def _gen(args: tuple[Path, list[tuple[int, int]], str]) -> int:
     return len(pairs)
 
 
-def make_inputs(src_dir: Path, ids: int, epochs: int, prefix: str = "") -> None:
+def make_inputs(src_dir: Path, ids: int, epochs: int, prefix: str = "", job_log: Path | None = None) -> None:
     src_dir.mkdir(parents=True, exist_ok=True)
-    c.templates()  # run the real eval once, before forking
+    if job_log is None:
+        c.templates()  # run the real eval once, before forking
     pairs = [(k, e) for k in range(ids) for e in range(1, epochs + 1)]
-    chunks = [(src_dir, pairs[i : i + 2000], prefix) for i in range(0, len(pairs), 2000)]
+    chunks = [(src_dir, pairs[i : i + 2000], prefix, job_log) for i in range(0, len(pairs), 2000)]
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         sum(pool.map(_gen, chunks))
 
@@ -107,9 +121,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--baseline", help="git revision whose merge is the speed (and memory) reference")
     ap.add_argument("--quick", action="store_true", help="500, 2,000 and 5,000 files (read-all at 2,000)")
-    ap.add_argument("--sizes", help="comma-separated file counts (multiples of 100); the first is the reference")
+    ap.add_argument("--sizes", help="comma-separated file counts (multiples of --epochs); the first is the reference")
     ap.add_argument("--read-all-at", type=int, help="files for the read-all merge (default 10,000)")
     ap.add_argument("--one-epoch", type=int, default=0, metavar="N", help="also merge N files of distinct ids")
+    ap.add_argument(
+        "--job-log",
+        metavar="PATH|auto",
+        help="clone this real fleet job log (runs/<fleet>/jobs/*.evaljob; 'auto': one toyarena job run by "
+        "Inspect as a worker runs it) instead of splitting the bench's own eval",
+    )
+    ap.add_argument(
+        "--epochs", type=int, default=EPOCHS, help=f"epochs per sample id (default {EPOCHS}; 1: all distinct)"
+    )
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
 
@@ -125,9 +148,14 @@ def main() -> int:
     tmp = c.bench_tmp("merge")
     src = tmp / "inputs"
     t0 = time.monotonic()
-    make_inputs(src, max(sizes + [read_all_at]) // EPOCHS, EPOCHS)
+    job_log = None
+    if args.job_log:
+        job_log = worker_job_log() if args.job_log == "auto" else Path(args.job_log).resolve()
+        console.print(f"[dim]inputs: copies of {job_log} under {args.epochs} epoch(s) per sample id[/]")
+    epochs = args.epochs
+    make_inputs(src, max(sizes + [read_all_at]) // epochs, epochs, job_log=job_log)
     if args.one_epoch:
-        make_inputs(src, args.one_epoch, 1, prefix="u")
+        make_inputs(src, args.one_epoch, 1, prefix="u", job_log=job_log)
     console.print(f"[dim]inputs generated in {time.monotonic() - t0:.0f}s under {src}[/]")
     here = c.REPO / "lib"
     base_lib = baseline_lib(args.baseline, tmp) if args.baseline else None
@@ -135,7 +163,7 @@ def main() -> int:
     rows: list[tuple[str, dict[str, float]]] = []
     by: dict[tuple[str, int], dict[str, float]] = {}
     for n in sizes:
-        inputs = input_list(src, n, tmp)
+        inputs = input_list(src, n, tmp, epochs)
         plan = [("streaming", here)] + ([("baseline", base_lib)] if base_lib else [])
         for mode, lib in plan:
             r = run(mode, lib, inputs, n, tmp)
@@ -143,9 +171,10 @@ def main() -> int:
             by[(mode, n)] = r
             console.print(f"[dim]{n:,} {mode}: {r['wall']:.1f}s, peak {r['peak_mb']:.0f} MB[/]")
     if ("streaming", read_all_at) not in by:
-        by[("streaming", read_all_at)] = r = run("streaming", here, input_list(src, read_all_at, tmp), read_all_at, tmp)
+        listed = input_list(src, read_all_at, tmp, epochs)
+        by[("streaming", read_all_at)] = r = run("streaming", here, listed, read_all_at, tmp)
         rows.append(("streaming", r))
-    r = run("read-all", here, input_list(src, read_all_at, tmp), read_all_at, tmp)
+    r = run("read-all", here, input_list(src, read_all_at, tmp, epochs), read_all_at, tmp)
     rows.append(("read-all", r))
     by[("read-all", read_all_at)] = r
     if args.one_epoch:
@@ -154,7 +183,8 @@ def main() -> int:
             r = run(mode, lib, inputs, args.one_epoch, tmp)
             rows.append((f"{mode}, 1 epoch per id", r))
 
-    table = Table(title=f"merging one-sample .eval files (ids x {EPOCHS} epochs; each merge in its own process)")
+    what = f"copies of {job_log.name}" if job_log else "one-sample .eval files"
+    table = Table(title=f"merging {what} (ids x {epochs} epochs; each merge in its own process)")
     for col in ("files", "merge", "wall s", "files/s", "peak RSS MB", "after imports MB", "output MB"):
         table.add_column(col, justify="right")
     for mode, r in rows:

@@ -650,3 +650,127 @@ def test_scores_reduced_per_sample_equal_eval_results_over_every_score(
     assert merged.results.model_dump() == want.model_dump()
     assert [r.model_dump() for r in merged.reductions or []] == [r.model_dump() for r in want_reductions or []]
     assert len(merged.results.scores) >= 2
+
+
+# ----------------------------------------------------------------------------- fast paths
+
+
+def member_contents(path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as zf:
+        return {name: zf.read(name) for name in zf.namelist()}
+
+
+def test_fast_reader_gives_the_log_zipfile_gives(logs: Logs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inputs read whole, entry by entry, or by zipfile alone: the same merged log."""
+    from ct_fleet.evallog import reader
+
+    inputs = stage_all(logs, tmp_path / "in")
+    [fast] = merge_eval_logs(inputs, tmp_path / "fast", sample_ids=IDS, epochs=EPOCHS)
+    with monkeypatch.context() as m:
+        m.setattr(reader, "WHOLE", 0)
+        [by_entry] = merge_eval_logs(inputs, tmp_path / "by_entry", sample_ids=IDS, epochs=EPOCHS)
+
+    def unsure(*args: object) -> None:
+        raise reader._Unsure
+
+    with monkeypatch.context() as m:
+        m.setattr(reader.EvalZip, "_directory", unsure)
+        m.setattr(reader.EvalZip, "_fast", unsure)
+        [slow] = merge_eval_logs(inputs, tmp_path / "slow", sample_ids=IDS, epochs=EPOCHS)
+    want = member_contents(slow.path)
+    assert member_contents(fast.path) == want
+    assert member_contents(by_entry.path) == want
+    header = read_eval_log(str(fast.path), header_only=True)
+    assert header.status == "success" and header.results is not None
+    assert sorted(sample_keys(read_eval_log(str(fast.path)))) == ALL_KEYS
+
+
+@pytest.mark.parametrize("reducer", [None, ["mean", "max", "mode"]])
+def test_value_only_metrics_give_the_results_of_full_scores(
+    logs: Logs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reducer: list[str] | None
+) -> None:
+    """Inspect's own value-only metrics get one shared SampleScore per distinct value;
+    the merged log is the one every metric given the full scores makes."""
+    from ct_fleet.merge import reduced
+
+    inputs = []
+    for (sid, epoch), path in logs.jobs.items():
+        staged = stage(path, tmp_path / "in", epoch)
+
+        def edit(name: str, value, sid=sid, epoch=epoch):
+            if name in ("header.json", "_journal/start.json"):
+                value["eval"]["config"]["epochs_reducer"] = reducer
+            elif name == "summaries.json" or name.startswith("_journal/summaries/"):
+                for row in value:
+                    row["scores"]["size"]["value"] = [1, 2.5, True, float("nan")][(sid + epoch) % 4]
+            return value
+
+        rewrite_entries(staged, edit)
+        inputs.append(staged)
+    lists: list[list[object]] = []
+    for_metrics = reduced.ReducedScores.for_metrics
+
+    def spy(self, name, view, metrics):  # type: ignore[no-untyped-def]
+        scores = for_metrics(self, name, view, metrics)
+        lists.append(scores)
+        return scores
+
+    with monkeypatch.context() as m:
+        m.setattr(reduced.ReducedScores, "for_metrics", spy)
+        [light] = merge_eval_logs(inputs, tmp_path / "light", sample_ids=IDS, epochs=EPOCHS)
+    assert lists and any(len({id(s) for s in scores}) < len(scores) for scores in lists)  # shared
+    with monkeypatch.context() as m:
+        m.setattr(reduced, "value_only", lambda metrics: False)
+        [full] = merge_eval_logs(inputs, tmp_path / "full", sample_ids=IDS, epochs=EPOCHS)
+    assert member_contents(light.path) == member_contents(full.path)
+    merged = read_eval_log(str(light.path))
+    assert merged.results is not None and len(merged.results.scores) >= 2
+    assert merged.reductions and all(len(r.samples) == len(IDS) for r in merged.reductions)
+
+
+def test_value_only_metrics_read_only_the_value() -> None:
+    """VALUE_ONLY names Inspect's metrics as they are in this inspect_ai: each still
+    exists under that function, and its code reads nothing of a SampleScore but the value."""
+    import inspect
+
+    from inspect_ai.util import registry_create
+
+    from ct_fleet.merge.reduced import VALUE_ONLY, value_only
+
+    for name, qualname in sorted(VALUE_ONLY):
+        metric = registry_create("metric", name)
+        assert metric.__qualname__ == qualname, name
+        source = inspect.getsource(metric)
+        for other in ("sample_metadata", "sample_id", "metadata", "answer", "explanation", "history"):
+            assert other not in source, (name, other)
+        assert value_only([metric])
+    assert not value_only([registry_create("metric", "inspect_ai/stderr", cluster="group")])
+    assert not value_only({"size": [registry_create("metric", "inspect_ai/mean")]})
+
+
+def test_stats_of_superseded_inputs_are_left_out(logs: Logs, tmp_path: Path) -> None:
+    """The header's usage and flags come from the inputs whose samples are kept."""
+    older = stage(logs.jobs[(1, 1)], tmp_path / "in", 1, name="z-older.eval")
+    newer = stage(logs.jobs[(1, 3)], tmp_path / "in", 1, name="a-newer.eval")
+    others = [stage(logs.jobs[(sid, 1)], tmp_path / "in", 1) for sid in IDS if sid != 1]
+
+    def usage(tokens: int, invalidated: bool):
+        def edit(header):
+            header["stats"]["model_usage"] = {
+                "mockllm/model": {"input_tokens": tokens, "output_tokens": 0, "total_tokens": tokens}
+            }
+            header["invalidated"] = invalidated
+
+        return edit
+
+    rewrite_header(older, usage(1000, True))
+    rewrite_header(newer, usage(7, False))
+    for path in others:
+        rewrite_header(path, usage(1, False))
+    [task] = merge_eval_logs([older, newer, *others], tmp_path / "out", sample_ids=IDS, epochs=1)
+    assert task.duplicates_dropped == 1
+    header = read_eval_log(str(task.path), header_only=True)
+    assert header.stats.model_usage["mockllm/model"].input_tokens == 7 + len(others)
+    assert header.invalidated is False
+    [every] = merge_eval_logs([newer, *others], tmp_path / "every", sample_ids=IDS, epochs=1)
+    assert read_eval_log(str(every.path), header_only=True).stats == header.stats

@@ -3,9 +3,10 @@
 - header: cheap checks without importing inspect_ai (is a log finished, did its sample fail)
 - verify: does a result read in full (header and samples), checked before it counts
 - zipio: zip entries copied raw (compressed bytes) or written zstd-compressed like Inspect
+- reader: a small log read with one read and one zstd decompressor (the merge's pass 1)
 - relabel: make a one-epoch log epoch k of a run
 
-Only `header` is imported here: `zipio` and `relabel` load inspect_ai's zip support, which
+Only `header` is imported here: `zipio`, `reader` and `relabel` load inspect_ai's zip support, which
 costs the import of inspect_ai itself.
 """
 

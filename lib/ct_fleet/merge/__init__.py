@@ -5,15 +5,17 @@ sample_id=[id]) and uploads a one-sample `.eval`. `relabel_epoch` turns such a l
 epoch k of the run; `merge_eval_logs` groups logs by task identity and writes one `.eval`
 per group that reads like a direct run of the whole task:
 
-- pass 1 reads only each file's `header.json` and `summaries.json` (a few KB), checks
-  which task it belongs to and keeps one record per (str(sample id), epoch): no error
-  beats an error, then the newest `completed_at` wins;
-  each record's summary and entry location, and each input's stats, are parked in a
-  temporary spool file so memory holds only small per-sample records;
+- pass 1 reads each file once (`evallog.reader.EvalZip`: one read, one zstd decompressor
+  per thread) and inflates only `header.json`, the summaries and the sample entries it
+  keeps (each parsed once, so that a corrupt one is never copied); it checks which task
+  the file belongs to and keeps one record per (str(sample id), epoch): no error beats an
+  error, then the newest `completed_at` wins; each record's summary and entry location
+  are parked in a temporary sqlite spool, and each input's stats are folded into its
+  task's running totals, so memory holds per-task state only;
 - pass 2 copies each kept sample entry's *compressed* bytes into the output zip
   (`evalzip.copy_raw_member`), never inflating or parsing a sample;
 - results are computed from the summaries' scores with Inspect's own reducers and
-  metrics, then `summaries.json`, `reductions.json` and, last, `header.json` are written
+  metrics (each sample's reduced scores spooled too, merge/reduced.py), then `summaries.json`, `reductions.json` and, last, `header.json` are written
   to a temporary name that is renamed into place.
 
 The header follows the researched .eval facts for inspect_ai 0.3.285 (pinned in

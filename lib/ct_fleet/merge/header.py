@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +18,10 @@ from .util import canonical, id_sort_key, list_keys, short_id, timestamp
 
 def selection(group: Group, sample_ids: Sequence[str | int] | None, epochs: int | None) -> tuple[list[str | int], int]:
     """Intended ids (original types where seen, dataset order) and epochs."""
-    seen: dict[str, str | int] = dict(group.spool.seen_ids(group.index))
     if sample_ids is None:
-        ids = sorted(seen.values(), key=id_sort_key)
+        ids = sorted(group.spool.seen_ids(group.index), key=id_sort_key)
     else:
-        ids, taken = [], set()
-        for sid in sample_ids:
-            if str(sid) not in taken:
-                taken.add(str(sid))
-                ids.append(seen.get(str(sid), sid))
+        ids = list(group.spool.typed_ids(group.index, sample_ids))
     n_epochs = epochs if epochs is not None else (group.spool.max_epoch(group.index) or 1)
     if n_epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {n_epochs}")
@@ -46,15 +41,11 @@ def build_header(
     inputs a kept sample comes from; of every input when none does); `eval_overrides`
     set header `eval` fields (`config` entries are merged in)."""
     ev = group.header["eval"]
-    invalidated = False
-
-    def files() -> Iterator[dict[str, Any]]:
-        nonlocal invalidated
-        for file_invalidated, stats in group.spool.contributing_files(group.index, n_epochs):
-            invalidated = invalidated or file_invalidated
-            yield stats
-
-    stats = merge_stats(files())
+    contributing = group.spool.count_contributing(group.index, n_epochs)
+    if contributing in (0, group.files):  # every file counts: the totals of pass 1 are the answer
+        stats, invalidated = group.totals.result(), group.totals.invalidated
+    else:  # some inputs were superseded or are outside the selection: total the rest again
+        stats, invalidated = merge_stats(group.spool.contributing_files(group.index, n_epochs))
     if span:
         stats["started_at"] = min(stats["started_at"] or span[0], span[0], key=timestamp)
         stats["completed_at"] = max(stats["completed_at"] or span[1], span[1], key=timestamp)

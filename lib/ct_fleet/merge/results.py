@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from ..inspect_private import (
     unique_scorer_name,
     unique_scorer_names,
 )
+from .reduced import ReducedScores, Reduction
 from .scan import Group
 
 logger = logging.getLogger("ct_fleet.merge")
@@ -36,7 +38,7 @@ logger = logging.getLogger("ct_fleet.merge")
 @dataclass
 class Results:
     results: Any
-    reductions: Any
+    reductions: list[Reduction] | None
     score_rates: dict[str, float]
 
 
@@ -78,10 +80,7 @@ def compute_results(header: Any, group: Group, epochs: int, total: int, complete
 
 @dataclass
 class _Streamed:
-    # score name -> (group order key, reduced score per reducer view) per sample, sorted as
-    # eval_results orders its groups: where the sample's first score of that name appears
-    # in output order (epoch, then dataset position)
-    reduced: dict[str, list[tuple[tuple[int, int], list[SampleScore]]]] = field(default_factory=dict)
+    reduced: ReducedScores  # per sample, score name and reducer view: its reduced score
     names: list[str] = field(default_factory=list)  # score names by first appearance in output order
     seen: bool = False  # any scores at all
     rates: dict[str, float] = field(default_factory=dict)
@@ -89,9 +88,12 @@ class _Streamed:
 
 def _stream(group: Group, epochs: int, reducers: list[Any] | None) -> _Streamed:
     """One pass over the kept records, sample by sample: reduce each sample's epochs with
-    every reducer view, and count the samples scored "C" per score name (score_rates)."""
+    every reducer view into the spool, and count the samples scored "C" per score name
+    (score_rates). Each reduced score is keyed as eval_results orders its groups: where
+    the sample's first score of that name appears in output order (epoch, then position)."""
     views = reduced_views(reducers, False) if reducers != [] else []
-    out = _Streamed()
+    out = _Streamed(ReducedScores(group.spool.db))
+    out.reduced.clear()
     first_seen: dict[str, tuple[int, int, int]] = {}  # name -> (epoch, position, index in its dict)
     ok = 0
     correct: dict[str, int] = {}
@@ -101,9 +103,8 @@ def _stream(group: Group, epochs: int, reducers: list[Any] | None) -> _Streamed:
     def reduce_sample(pos: int) -> None:
         for name, scored in per_name.items():
             sample_scores = [ss for _, ss in scored]  # epochs in order, as eval_results sees them
-            out.reduced.setdefault(name, []).append(
-                ((scored[0][0], pos), [reduce_scores(sample_scores, reducer=reducer)[0] for reducer, _ in views])
-            )
+            reduced = [reduce_scores(sample_scores, reducer=reducer)[0] for reducer, _ in views]
+            out.reduced.add(name, (scored[0][0], pos), reduced)
         per_name.clear()
 
     for pos, _, epoch, error, summary_bytes in group.spool.kept_by_sample(group.index, epochs):
@@ -132,8 +133,7 @@ def _stream(group: Group, epochs: int, reducers: list[Any] | None) -> _Streamed:
             per_name.setdefault(name, []).append((epoch, sample_score))
     if current is not None:
         reduce_sample(current)
-    for entries in out.reduced.values():
-        entries.sort(key=lambda entry: entry[0])
+    out.reduced.flush()
     out.names = sorted(first_seen, key=lambda name: first_seen[name])
     out.rates = {name: n / ok for name, n in correct.items()} if ok else {}
     return out
@@ -162,7 +162,8 @@ def _from_reduced(
     streamed: _Streamed, scorers_info: list[Any], reducers: list[Any] | None, total: int, completed: int, header: Any
 ) -> tuple[Any, Any]:
     """eval_results and compute_eval_scores_for_views (inspect_ai 0.3.285) over scores
-    already reduced per sample; tests/test_merge.py checks both give the same results."""
+    already reduced per sample; tests/test_merge.py checks both give the same results.
+    The reductions come back as `Reduction`s whose samples the writer reads from the spool."""
     results = EvalResults(total_samples=total, completed_samples=completed)
     result_scores: list[Any] = []
     sample_reductions: list[Any] = []
@@ -172,19 +173,14 @@ def _from_reduced(
         reduced_metrics = metrics_by_scores(scorer_info.metrics, {"auto", "reduced"})
         if reduced_metrics is None:
             continue
-        entries = streamed.reduced.get(scorer_name, [])
         for index, (_, display_name) in enumerate(views):
-            reduced_scores = [per_view[index] for _, per_view in entries]
-            sample_reductions.append(
-                EvalSampleReductions(
-                    scorer=scorer_name,
-                    reducer=display_name,
-                    samples=[EvalSampleScore(**ss.score.__dict__, sample_id=ss.sample_id) for ss in reduced_scores],
-                )
-            )
+            # one (scorer, view) in memory at a time; reductions.json reads them again
+            sample_reductions.append(streamed.reduced.reduction(scorer_name, display_name, index))
+            reduced_scores = streamed.reduced.for_metrics(scorer_name, index, reduced_metrics)
             result_scores.extend(
                 compute_eval_scores(reduced_scores, reduced_metrics, scorer_name, scorer_info, display_name)
             )
+            del reduced_scores
     reductions = None
     if scorers_info:
         results.scores = result_scores
@@ -234,7 +230,7 @@ def _all_scores(
             }
         scores.append(sample_scores)
     del seen, shared
-    return eval_results(
+    results, reductions = eval_results(
         samples=total,
         scores=scores,
         reducers=reducers,
@@ -243,6 +239,14 @@ def _all_scores(
         completed_samples=completed,
         headline_metric=header.eval.headline_metric,
     )
+    return results, None if reductions is None else [in_memory(r) for r in reductions]
+
+
+def in_memory(reduction: EvalSampleReductions) -> Reduction:
+    def samples() -> Iterator[EvalSampleScore]:
+        return iter(reduction.samples)
+
+    return Reduction(reduction.model_copy(update={"samples": []}), samples)
 
 
 def share(value: Any, shared: dict[tuple[type, Any], Any]) -> Any:

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import json
 import logging
-import zipfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..evallog import zipio
+from inspect_ai.model import ModelUsage
+
 from ..evallog.layout import HEADER_JSON, JOURNAL_SUMMARIES, SAMPLES_DIR, SUMMARIES_JSON, dumps
+from ..evallog.reader import EvalZip
 from ..evallog.zipio import RawMember
 from .identity import identity_key
 from .spool import Spool
+from .stats import StatsTotals
 from .util import error_text, timestamp
 
 logger = logging.getLogger("ct_fleet.merge")
@@ -33,6 +35,7 @@ class Group:
     files: int = 0
     samples_seen: int = 0  # sample rows read, duplicates included
     created: str = ""  # earliest eval.created over all inputs
+    totals: StatsTotals = field(default_factory=StatsTotals)  # stats of every input of the group
 
     @property
     def duplicates_dropped(self) -> int:
@@ -51,26 +54,28 @@ _MALFORMED = (Exception,)
 def read_input(path: Path) -> tuple[dict[str, Any], str, list[tuple[dict[str, Any], RawMember]]]:
     """(header, identity key, [(summary row, sample entry)]) of one input; Unreadable if it is not a log.
 
-    Every kept sample entry is inflated and parsed once here (its CRC checked), so that
-    pass 2, which copies compressed bytes without looking, never copies a corrupt entry.
+    Only header.json, the summaries and the kept sample entries are inflated (one read of
+    the file, evallog/reader.py); each kept sample entry is inflated and parsed once here
+    (its CRC checked), so that pass 2, which copies compressed bytes without looking,
+    never copies a corrupt entry.
     """
     try:
-        with zipfile.ZipFile(path) as zf:
-            infos = zipio.live_infos(zf)
-            if HEADER_JSON not in infos:
+        with EvalZip(path) as zf:
+            entries = zf.entries
+            if HEADER_JSON not in entries:
                 raise Unreadable("no header.json (eval unfinished or crashed)")
-            header = json.loads(zf.read(infos[HEADER_JSON]))
+            header = json.loads(zf.read(HEADER_JSON))
             if not isinstance(header, dict) or not isinstance(header.get("eval"), dict):
                 raise Unreadable("header.json is not an eval log header")
             key = identity_key(header)
-            if SUMMARIES_JSON in infos:
-                rows = json.loads(zf.read(infos[SUMMARIES_JSON]))
+            if SUMMARIES_JSON in entries:
+                rows = json.loads(zf.read(SUMMARIES_JSON))
             else:
                 journal = sorted(
-                    (n for n in infos if n.startswith(JOURNAL_SUMMARIES) and n.endswith(".json")),
+                    (n for n in entries if n.startswith(JOURNAL_SUMMARIES) and n.endswith(".json")),
                     key=lambda n: int(n[len(JOURNAL_SUMMARIES) : -len(".json")]),
                 )
-                rows = [row for n in journal for row in json.loads(zf.read(infos[n]))]
+                rows = [row for n in journal for row in json.loads(zf.read(n))]
             if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
                 raise Unreadable("its sample summaries are not a list of summaries")
             latest: dict[tuple[str, int], dict[str, Any]] = {}
@@ -79,17 +84,16 @@ def read_input(path: Path) -> tuple[dict[str, Any], str, list[tuple[dict[str, An
             samples = []
             for row in latest.values():
                 name = f"{SAMPLES_DIR}{row['id']}_epoch_{row['epoch']}.json"
-                info = infos.get(name)
-                if info is None:
+                if name not in entries:
                     logger.warning("%s: summary for %s but no sample entry; ignored", path, name)
                     continue
                 try:
-                    sample = json.loads(zf.read(info))
+                    sample = json.loads(zf.read(name))
                 except Exception as exc:
                     raise Unreadable(f"sample entry {name} is corrupt ({type(exc).__name__}: {exc})") from None
                 if not isinstance(sample, dict):
                     raise Unreadable(f"sample entry {name} is not a sample")
-                samples.append((row, RawMember.from_info(info)))
+                samples.append((row, zf.member(name)))
             return header, key, samples
     except Unreadable:
         raise
@@ -107,16 +111,28 @@ def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], Ra
     return header, samples
 
 
+_Row = tuple[dict[str, Any], RawMember, str | None, datetime, int]
+
+
 def _checked(
     header: dict[str, Any], samples: list[tuple[dict[str, Any], RawMember]]
-) -> tuple[dict[str, Any], str, list[tuple[dict[str, Any], RawMember, str | None, datetime, int]]]:
-    """(stats, created, rows with error, completion time and epoch): Unreadable when any is junk."""
+) -> tuple[dict[str, Any], dict[str, dict[str, ModelUsage]], str, list[_Row]]:
+    """(the stats the merged header needs, their usage validated, created, rows with error,
+    completion time and epoch): Unreadable when any is junk."""
     try:
-        stats = header.get("stats") or {}
+        raw = header.get("stats") or {}
         created = header["eval"].get("created", "")
-        if not isinstance(stats, dict) or not isinstance(created, str):
+        if not isinstance(raw, dict) or not isinstance(created, str):
             raise Unreadable("its stats or creation time are malformed")
         timestamp(created)
+        stats = {
+            "started_at": raw.get("started_at") or "",
+            "completed_at": raw.get("completed_at") or "",
+            "model_usage": raw.get("model_usage") or {},
+            "role_usage": raw.get("role_usage") or {},
+            "connection_limit_history": raw.get("connection_limit_history") or [],
+        }
+        usages = StatsTotals.usages(stats)
         rows = [
             (row, member, error_text(row.get("error")), timestamp(row.get("completed_at")), int(row["epoch"]))
             for row, member in samples
@@ -124,8 +140,8 @@ def _checked(
     except Unreadable:
         raise
     except _MALFORMED as ex:
-        raise Unreadable(f"malformed sample summary ({type(ex).__name__}: {str(ex)[:200]})") from None
-    return stats, created, rows
+        raise Unreadable(f"malformed stats or sample summary ({type(ex).__name__}: {str(ex)[:200]})") from None
+    return stats, usages, created, rows
 
 
 def group_inputs(
@@ -138,7 +154,7 @@ def group_inputs(
     for path in spool.sorted_inputs(inputs):
         try:
             header, key, samples = read_input(path)
-            stats, created, rows = _checked(header, samples)
+            stats, usages, created, rows = _checked(header, samples)
         except Unreadable as exc:
             logger.warning("skipping %s: %s", path, exc)
             if on_skip:
@@ -149,18 +165,10 @@ def group_inputs(
             group = groups[key] = Group(key=key, index=len(groups), header=header, spool=spool)
         if created and (not group.created or timestamp(created) < timestamp(group.created)):
             group.created = created
-        file_index = spool.add_file(
-            group.index,
-            str(path),
-            bool(header.get("invalidated")),
-            {
-                "started_at": stats.get("started_at") or "",
-                "completed_at": stats.get("completed_at") or "",
-                "model_usage": stats.get("model_usage") or {},
-                "role_usage": stats.get("role_usage") or {},
-                "connection_limit_history": stats.get("connection_limit_history") or [],
-            },
-        )
+        invalidated = bool(header.get("invalidated"))
+        group.totals.add(stats, invalidated, usages)
+        # kept on disk only for a header whose inputs are not all contributing (header.py)
+        file_index = spool.add_file(group.index, str(path), invalidated, stats)
         group.files += 1
         for row, member, error, completed_at, epoch in rows:
             group.samples_seen += 1

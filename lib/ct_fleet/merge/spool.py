@@ -4,9 +4,11 @@ memory stays flat however many inputs it reads.
 Tables (all per merge, deleted with it):
 - inputs(path): every input path once, sorted by the database (bytes order of the
   file-system encoding, which is code-point order: the order Python's sorted() gives).
-- files(idx, grp, path, invalidated, started_at, completed_at, usage): one row per
-  usable input, with the stats the merged header needs.
+- files(idx, grp, path, invalidated, stats): one row per usable input, with its stats,
+  read only when some input contributes no kept sample (merge/header.py; otherwise the
+  header takes the running totals of pass 1).
 - records(grp, sid, epoch, ...): one row per kept (task group, str(sample id), epoch).
+- reduced(name, view, ...): each sample's reduced scores (merge/reduced.py).
   A duplicate replaces the row only when it is better (no error beats an error, then the
   newer completed_at; ties keep the first seen), in one upsert.
 
@@ -104,8 +106,13 @@ class Kept:
 
     @property
     def member(self) -> RawMember:
-        member: RawMember = pickle.loads(self.member_blob)
-        return member
+        return RawMember(*pickle.loads(self.member_blob))
+
+
+def _member_blob(m: RawMember) -> bytes:
+    """A RawMember's fields as a pickled tuple (a slotted dataclass pickles several times slower)."""
+    fields = (m.name, m.header_offset, m.compress_type, m.compress_size, m.file_size, m.crc, m.date_time)
+    return pickle.dumps((*fields, m.external_attr, m.create_system), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class Spool:
@@ -139,7 +146,9 @@ class Spool:
     # -- pass 1 ------------------------------------------------------------------------
     def sorted_inputs(self, inputs: Iterable[Path | str]) -> Iterator[Path]:
         """Each input once, sorted by path, without a list of them in memory."""
-        self.db.executemany("INSERT OR IGNORE INTO inputs (path) VALUES (?)", ((os.fsencode(Path(p)),) for p in inputs))
+        # Path() normalises a str ("a//b" is "a/b"); a Path already is
+        rows = ((os.fsencode(p if isinstance(p, Path) else Path(p)),) for p in inputs)
+        self.db.executemany("INSERT OR IGNORE INTO inputs (path) VALUES (?)", rows)
         for (raw,) in self.db.execute("SELECT path FROM inputs ORDER BY path"):
             yield Path(os.fsdecode(raw))
 
@@ -171,18 +180,35 @@ class Spool:
                 micros(completed),
                 error,
                 summary,
-                pickle.dumps(member, protocol=pickle.HIGHEST_PROTOCOL),
+                _member_blob(member),
             )
         )
         if len(self._records) >= _BATCH:
             self._flush()
 
     # -- queries of one group ------------------------------------------------------------
-    def seen_ids(self, grp: int) -> Iterator[tuple[str, str | int]]:
-        """(str id, id with its original type) of every sample of the group."""
+    def seen_ids(self, grp: int) -> Iterator[str | int]:
+        """Every sample id of the group once, with its original type."""
         self._flush()
-        for sid, typed in self.db.execute("SELECT sid, MIN(sample_id) FROM records WHERE grp = ? GROUP BY sid", (grp,)):
-            yield sid, _untyped(typed)
+        for (typed,) in self.db.execute("SELECT MIN(sample_id) FROM records WHERE grp = ? GROUP BY sid", (grp,)):
+            yield _untyped(typed)
+
+    def typed_ids(self, grp: int, sample_ids: Iterable[str | int]) -> Iterator[str | int]:
+        """`sample_ids` without repeats (by str value; the first stays), each with the
+        type it was seen with in the group, else as given: a query, not a dict in memory."""
+        self._flush()
+        self.db.execute("DROP TABLE IF EXISTS temp.wanted")
+        self.db.execute("CREATE TEMP TABLE wanted (pos INTEGER PRIMARY KEY, sid TEXT NOT NULL UNIQUE, given BLOB)")
+        self.db.executemany(
+            "INSERT OR IGNORE INTO temp.wanted (sid, given) VALUES (?, ?)",
+            ((str(sid), _typed(sid)) for sid in sample_ids),
+        )
+        query = """
+            SELECT w.given, (SELECT MIN(r.sample_id) FROM records r WHERE r.grp = ? AND r.sid = w.sid)
+            FROM temp.wanted w ORDER BY w.pos
+        """
+        for given, seen in self.db.execute(query, (grp,)):
+            yield _untyped(seen if seen is not None else given)
 
     def max_epoch(self, grp: int) -> int | None:
         self._flush()
@@ -266,6 +292,18 @@ class Spool:
         for epoch in range(1, epochs + 1):
             for typed, error in self.db.execute(query, (grp, epoch)):
                 yield _untyped(typed), epoch, error or ""
+
+    def count_contributing(self, grp: int, epochs: int) -> int:
+        """How many files a kept record comes from."""
+        self._flush()
+        (value,) = self.db.execute(
+            """
+            SELECT COUNT(DISTINCT r.file) FROM intended i
+            CROSS JOIN records r ON r.grp = ? AND r.sid = i.sid AND r.epoch BETWEEN 1 AND ?
+            """,
+            (grp, epochs),
+        ).fetchone()
+        return int(value)
 
     def contributing_files(self, grp: int, epochs: int) -> Iterator[tuple[bool, dict[str, Any]]]:
         """(invalidated, stats) of the files a kept record comes from, else of every file

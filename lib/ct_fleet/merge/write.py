@@ -12,12 +12,13 @@ from typing import Any, BinaryIO
 from ..evallog import zipio
 from ..evallog.layout import HEADER_JSON, REDUCTIONS_JSON, START_JSON, SUMMARIES_JSON
 from ..inspect_private import to_json_safe
+from .reduced import Reduction
 from .scan import Group
 from .spool import Kept
 from .util import json_array
 
 
-def write_log(out_path: Path, header: Any, reductions: Any, group: Group, epochs: int) -> None:
+def write_log(out_path: Path, header: Any, reductions: list[Reduction] | None, group: Group, epochs: int) -> None:
     """start.json, the samples' compressed bytes, summaries, reductions, header.json last;
     into a temporary file renamed into place. Samples and summaries stream from the spool."""
     tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -39,15 +40,15 @@ def write_log(out_path: Path, header: Any, reductions: Any, group: Group, epochs
         tmp.unlink(missing_ok=True)
 
 
-def reductions_json(reductions: list[Any]) -> Iterator[bytes]:
+def reductions_json(reductions: list[Reduction]) -> Iterator[bytes]:
     """reductions.json one sample's score at a time (one per sample per scorer and reducer:
-    written whole, it is the merge's largest piece of JSON)."""
+    written whole, it is the merge's largest piece of JSON; the samples come from the spool)."""
     yield b"["
     for i, reduction in enumerate(reductions):
-        head = to_json_safe(reduction.model_copy(update={"samples": []}), indent=None)
+        head = to_json_safe(reduction.head, indent=None)
         assert head.endswith(b"[]}"), head[-20:]
         yield (b"," if i else b"") + head[: -len(b"[]}")]
-        yield from json_array(to_json_safe(sample, indent=None) for sample in reduction.samples)
+        yield from json_array(to_json_safe(sample, indent=None) for sample in reduction.samples())
         yield b"}"
     yield b"]"
 
