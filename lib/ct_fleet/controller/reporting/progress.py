@@ -71,6 +71,6 @@ def progress_of(
 
 def failures_of(states: JobStates) -> str:
     """`N x class: last line` of the jobs that failed without a result or were dead-lettered."""
-    ended = [states.last_error.get(job_id, ("failed", "")) for job_id, o in states.outcome.items() if o == "failed"]
+    ended = [states.last_error.get(job_id, ("failed", "")) for job_id in states.failed_jobs]
     ended += states.dead_errors.values()
     return one_line((f"{cls}: {last_line(error)}" for cls, error in ended), kinds=2, width=160)

@@ -27,3 +27,8 @@ class JobStates(Protocol):
 
     @property
     def failed(self) -> int: ...
+
+    @property
+    def failed_jobs(self) -> Mapping[str, None]:
+        """Finished jobs whose outcome is "failed", in the order they failed."""
+        ...
