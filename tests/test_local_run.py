@@ -5,14 +5,19 @@ are missing or unreadable; new_fleet=true runs everything again under a new id."
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
 from datetime import datetime
 from pathlib import Path
 
+import psutil
 import pytest
-from inspect_ai.log import EvalLog, read_eval_log
+from inspect_ai.log import EvalLog, read_eval_log, write_eval_log
 
 from ct_fleet.controller.fleet.live_merge import LiveMerge
 from ct_fleet.evallog.header import read_header
@@ -22,7 +27,9 @@ from fleet_helpers import (
     FAST,
     LOCAL,
     ONE_WORKER,
+    REPO,
     assert_nothing_running,
+    env_for,
     finish,
     fleet_dir,
     merged_pairs,
@@ -279,3 +286,74 @@ def test_merged_holds_the_results_so_far_while_the_run_goes_on(local_run, tmp_pa
         second = merged_after(2)
     assert second.status == "started" and len(second.samples or []) == len(logs)
     assert sorted((str(s.id), s.epoch) for s in second.samples or []) == sorted(merged_pairs(local_run[0]))
+
+
+PAD_MB = 8  # per sample: the merge then writes ~50 MB, long enough (~0.3 s) to be caught mid-write
+
+
+def _pad_results(run_dir: Path) -> None:
+    """Each result rewritten by Inspect with a large incompressible metadata value, so the
+    merge's write (sample bytes copied, then fsync) lasts long enough to be caught."""
+    for path in run_layout.job_logs(run_dir):
+        as_eval = path.with_suffix(".eval")  # Inspect reads and writes logs by their suffix
+        path.replace(as_eval)
+        log = read_eval_log(str(as_eval))
+        (sample,) = log.samples or []
+        noise = os.urandom(PAD_MB * 2**20 * 3 // 4)  # PAD_MB once in base64
+        sample.metadata = {**sample.metadata, "padding": base64.b64encode(noise).decode()}
+        write_eval_log(log, as_eval)
+        as_eval.replace(path)
+
+
+def _written_in(proc: psutil.Process, where: Path) -> Path | None:
+    """A file under `where` that proc holds open for writing: it is mid-write."""
+    try:
+        files = proc.open_files()
+    except psutil.NoSuchProcess:
+        raise AssertionError("the merge ended before it was seen writing (a larger PAD_MB writes longer)") from None
+    return next((Path(f.path) for f in files if Path(f.path).parent == where and f.mode != "r"), None)
+
+
+def _merge(runs: Path, run_dir: Path) -> subprocess.Popen[str]:
+    """`ct-fleet merge RUN_DIR`: the fleet's merge_fleet, as at the end of a run (a rerun of
+    `ct-fleet eval` with nothing left to run merges the same way, but resumes only on the
+    same code: other work in this checkout would make it a new fleet)."""
+    return subprocess.Popen(
+        [str(REPO / "bin" / "ct-fleet"), "merge", str(run_dir)],
+        cwd=REPO,
+        env=env_for(runs),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.faults
+def test_a_sigkill_mid_merge_then_a_rerun_leaves_a_whole_readable_log(local_run, tmp_path: Path) -> None:
+    """A merge SIGKILLed while it writes merged/: merged/ holds no log Inspect cannot read
+    (the last whole one stays); merging again leaves the whole log and no temp file."""
+    runs = copy_of(local_run, tmp_path)
+    run_dir = fleet_dir(runs)
+    merged_dir = run_dir / run_layout.MERGED
+    _pad_results(run_dir)
+    proc = _merge(runs, run_dir)
+    try:
+        merger = psutil.Process(proc.pid)  # bin/ct-fleet execs python: this is the merge
+        writing = wait_for(lambda: _written_in(merger, merged_dir), timeout=300, every=0.01)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    assert writing.exists()  # killed mid-write: what it was writing is still there
+    logs = sorted(merged_dir.glob("*.eval"))
+    assert writing not in logs, f"{writing.name} was being written in place"
+    assert [p.name for p in logs] == ["toyarena.eval"]
+    left = read_eval_log(str(logs[0]))  # reads in full: the last whole log, from before the kill
+    assert len(left.samples or []) == 8 and not any("padding" in (s.metadata or {}) for s in left.samples or [])
+    code, out, err = finish(_merge(runs, run_dir))
+    assert code == 0, out + err
+    assert [p.name for p in merged_dir.iterdir()] == ["toyarena.eval"]  # no temp file left
+    log = read_eval_log(str(merged_dir / "toyarena.eval"))
+    assert log.status == "success" and len(log.samples or []) == 8
+    assert all("padding" in (sample.metadata or {}) for sample in log.samples or [])  # the merge of now

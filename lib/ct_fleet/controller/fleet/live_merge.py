@@ -47,8 +47,12 @@ class LiveMerge:
         wait = float(self.interval)
         while not self._stop.wait(wait):
             count = len(run_layout.job_logs(self.run_dir))
-            if count == self._merged_count:
+            if count in (0, self._merged_count):  # no result yet, or none new: nothing to show
                 continue
+            # inspect_ai's import (seconds, once) is no part of a merge's cost: timed, it would
+            # hold the next merge back for ten times as long.
+            from ... import merge  # noqa: F401
+
             began = time.monotonic()
             try:
                 merged = merging.merge_fleet(self.manifest, self.run_dir, live=True)

@@ -11,6 +11,7 @@ The same results always merge to the same ids, order and header ids.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -75,6 +76,7 @@ def merge_fleet(
     from ... import merge  # imports inspect_ai (seconds): only when there is something to merge
 
     out_dir = out_dir or run_dir / run_layout.MERGED
+    clear_dead_writers(out_dir)
     names = stems(manifest)
     span = recorded_span(run_dir)
     merged: list[merge.MergedTask] = []
@@ -96,6 +98,30 @@ def merge_fleet(
         )
         merged.extend(replace(m, source=task.key) for m in results)
     return merged
+
+
+def clear_dead_writers(out_dir: Path) -> None:
+    """Delete the temp files of merges whose process died mid-write (SIGKILL, OOM, power).
+
+    merge/write.py writes each log to `.<name>.<pid>.<thread>.tmp`, renamed into place once
+    whole; a killed writer leaves its temp file behind, and nothing else would ever remove
+    it. A live writer's is kept: `ct-fleet view` may merge while the run's own merge writes.
+    """
+    for path in out_dir.glob(".*.tmp") if out_dir.is_dir() else ():
+        _, _, ids = path.name[: -len(".tmp")].rpartition(".eval.")
+        pid = ids.partition(".")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def unmerged(manifest: Manifest, merged: Sequence[merge.MergedTask]) -> list[str]:
