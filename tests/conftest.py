@@ -34,6 +34,8 @@ HEAVY_FIRST = [
     "test_ec2_capacity.py",
     "test_warm_runner.py",
     "test_local_run.py",
+    "test_live_view.py",
+    "test_throughput_stream.py",
     "test_job_failures.py",
     "test_setting_plugins.py",
     "test_e2e.py",
