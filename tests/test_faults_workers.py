@@ -229,6 +229,9 @@ def test_a_run_killed_with_its_workers_leaves_no_sandbox_after_the_rerun(tmp_pat
         "--policy",
         "tests.fault_policies:gated",  # the first job holds on (its container up) until killed
         *("--ec2-arg", "max_workers=1", "--ec2-arg", "concurrency_per_worker=1"),
+        # The killed job's message comes back when its visibility lapses: the rerun waits
+        # that long for it (the default, 120 s, was most of this test's time).
+        *("--ec2-arg", "visibility_timeout=10", "--ec2-arg", "heartbeat_interval=5"),
         *FAST,
     ]
     proc = start(runs, *args, CT_FAULT_GATE=str(gate))
