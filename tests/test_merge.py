@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -590,6 +591,28 @@ def rewrite_entries(path: Path, edit) -> None:
     tmp.replace(path)
 
 
+def staged_with_scores(
+    logs: Logs, tmp_path: Path, reducer: list[str] | None, scores_of: Callable[[int, int, dict], dict]
+) -> list[Path]:
+    """Each job's log staged as its epoch, with `reducer` as the epochs reducer and each
+    sample's scores replaced by scores_of(sample id, epoch, scores)."""
+    inputs = []
+    for (sid, epoch), path in logs.jobs.items():
+        staged = stage(path, tmp_path / "in", epoch)
+
+        def edit(name: str, value, sid=sid, epoch=epoch):
+            if name in ("header.json", "_journal/start.json"):
+                value["eval"]["config"]["epochs_reducer"] = reducer
+            elif name == "summaries.json" or name.startswith("_journal/summaries/"):
+                for row in value:
+                    row["scores"] = scores_of(sid, epoch, row["scores"])
+            return value
+
+        rewrite_entries(staged, edit)
+        inputs.append(staged)
+    return inputs
+
+
 @pytest.mark.parametrize(
     "reducer",
     [None, ["mean", "max"], ["mode"], ["median"], ["at_least_2"], ["pass_at_2"], ["max", "mean", "mode"], []],
@@ -614,20 +637,7 @@ def test_scores_reduced_per_sample_equal_eval_results_over_every_score(
         scores["verdict"]["value"] = "C" if (sid + epoch) % 3 else "I"
         return scores
 
-    inputs = []
-    for (sid, epoch), path in logs.jobs.items():
-        staged = stage(path, tmp_path / "in", epoch)
-
-        def edit(name: str, value, sid=sid, epoch=epoch):
-            if name in ("header.json", "_journal/start.json"):
-                value["eval"]["config"]["epochs_reducer"] = reducer
-            elif name in ("summaries.json",) or name.startswith("_journal/summaries/"):
-                for row in value:
-                    row["scores"] = vary(sid, epoch, row["scores"])
-            return value
-
-        rewrite_entries(staged, edit)
-        inputs.append(staged)
+    inputs = staged_with_scores(logs, tmp_path, reducer, vary)
     [task] = merge_eval_logs(reversed(inputs), tmp_path / "out", sample_ids=IDS, epochs=EPOCHS)
     merged = read_eval_log(str(task.path))
 
@@ -693,20 +703,11 @@ def test_value_only_metrics_give_the_results_of_full_scores(
     the merged log is the one every metric given the full scores makes."""
     from ct_fleet.merge import reduced
 
-    inputs = []
-    for (sid, epoch), path in logs.jobs.items():
-        staged = stage(path, tmp_path / "in", epoch)
+    def mixed_values(sid: int, epoch: int, scores: dict) -> dict:
+        scores["size"]["value"] = [1, 2.5, True, float("nan")][(sid + epoch) % 4]
+        return scores
 
-        def edit(name: str, value, sid=sid, epoch=epoch):
-            if name in ("header.json", "_journal/start.json"):
-                value["eval"]["config"]["epochs_reducer"] = reducer
-            elif name == "summaries.json" or name.startswith("_journal/summaries/"):
-                for row in value:
-                    row["scores"]["size"]["value"] = [1, 2.5, True, float("nan")][(sid + epoch) % 4]
-            return value
-
-        rewrite_entries(staged, edit)
-        inputs.append(staged)
+    inputs = staged_with_scores(logs, tmp_path, reducer, mixed_values)
     lists: list[list[object]] = []
     for_metrics = reduced.ReducedScores.for_metrics
 

@@ -11,12 +11,13 @@ The same results always merge to the same ids, order and header ids.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import psutil
 
 from ...protocol import Manifest, ManifestTask, run_layout
 
@@ -110,18 +111,8 @@ def clear_dead_writers(out_dir: Path) -> None:
     for path in out_dir.glob(".*.tmp") if out_dir.is_dir() else ():
         _, _, ids = path.name[: -len(".tmp")].rpartition(".eval.")
         pid = ids.partition(".")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
             path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 def unmerged(manifest: Manifest, merged: Sequence[merge.MergedTask]) -> list[str]:
