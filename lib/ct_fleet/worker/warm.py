@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..protocol import WorkMessage
@@ -35,9 +36,10 @@ CONNECT_TIMEOUT = 120.0  # the server binds at once; only a machine under heavy 
 class WarmJob:
     """One job running in a child of the fork server."""
 
-    def __init__(self, conn: socket.socket, log_path: Path) -> None:
+    def __init__(self, conn: socket.socket, log_path: Path, on_server_died: Callable[[], None]) -> None:
         self.conn = conn
         self.log_path = log_path
+        self._on_server_died = on_server_died
         self._pid: int | None = None
         self._code: int | None = None
         self._buf = b""
@@ -73,6 +75,7 @@ class WarmJob:
         return self._code
 
     def _server_died(self) -> None:
+        self._on_server_died()
         # Its child may still run, orphaned: it is no use to anyone now.
         if self._pid is not None:
             kill_tree(self._pid)
@@ -91,12 +94,16 @@ class WarmRunner:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: Path | None = None
+        self._dead = False
 
-    def _server(self) -> Path:
+    def _server(self) -> tuple[Path, subprocess.Popen[bytes]]:
         with self._lock:
-            if self._proc is not None and self._proc.poll() is None and self._dir is not None:
-                return self._dir / SOCKET_NAME
+            # The socket closes before the killed server can be reaped, so poll() alone
+            # would hand the next job to a server its last job already saw die.
+            if self._proc is not None and not self._dead and self._proc.poll() is None and self._dir is not None:
+                return self._dir / SOCKET_NAME, self._proc
             self._stop()
+            self._dead = False
             # A short private path: Unix socket names are limited to ~107 bytes.
             self._dir = Path(tempfile.mkdtemp(prefix="ct-warm-"))
             self._proc = subprocess.Popen(
@@ -105,20 +112,25 @@ class WarmRunner:
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 stdin=subprocess.PIPE,
             )
-            return self._dir / SOCKET_NAME
+            return self._dir / SOCKET_NAME, self._proc
 
     def prestart(self) -> None:
         """Start the server now rather than at the first job."""
         self._server()
 
     def start(self, job: WorkMessage, out: Path, log_path: Path, env: dict[str, str]) -> WarmJob:
-        path = self._server()
+        path, proc = self._server()
         request = {"job": job.to_json(), "out": str(out), "log": str(log_path), "cwd": str(self.code_root), "env": env}
-        conn = self._connect(path)
+        conn = self._connect(path, proc)
         conn.sendall(json.dumps(request).encode() + b"\n")
-        return WarmJob(conn, log_path)
+        return WarmJob(conn, log_path, lambda: self._server_died(proc))
 
-    def _connect(self, path: Path) -> socket.socket:
+    def _server_died(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            if proc is self._proc:
+                self._dead = True
+
+    def _connect(self, path: Path, proc: subprocess.Popen[bytes]) -> socket.socket:
         deadline = time.monotonic() + CONNECT_TIMEOUT
         while True:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -127,8 +139,7 @@ class WarmRunner:
                 return conn
             except (FileNotFoundError, ConnectionRefusedError):
                 conn.close()
-                proc = self._proc
-                if time.monotonic() > deadline or proc is None or proc.poll() is not None:
+                if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError("the warm runner's server did not start") from None
                 time.sleep(0.05)
 
