@@ -103,6 +103,14 @@ def running_jobs(runs: Path) -> list[psutil.Process]:
     return processes_in(runs, "ct_fleet.worker.runner") + forked
 
 
+def text_of(path: Path) -> str:
+    """A file's text, "" while it does not exist yet (a log its process has still to open)."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def wait_for(predicate, timeout: float = 120, every: float = 0.3):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -25,6 +25,7 @@ from fleet_helpers import (
     running_jobs,
     start,
     stat,
+    text_of,
     wait_for,
 )
 
@@ -113,7 +114,7 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
     (first,) = [p for p in (fleet_dir(runs) / "instances").iterdir() if p.is_dir()]
     (first / "spot-interruption-notice").touch()
     log = first / "var" / "log" / "linuxbench-bootstrap.log"
-    wait_for(lambda: "spot interruption notice" in log.read_text(), timeout=120)
+    wait_for(lambda: "spot interruption notice" in text_of(log), timeout=120)
     gate.touch()
     code, out, err = finish(proc, timeout=300)
     assert code == 0, out + err
@@ -149,13 +150,13 @@ def test_a_rebalance_recommendation_drains_the_worker_after_its_replacement_runs
     (first,) = [p for p in instances.iterdir() if p.is_dir()]
     (first / "rebalance-recommendation").touch()  # what the loopback metadata endpoint serves
     log = first / "var" / "log" / "linuxbench-bootstrap.log"
-    wait_for(lambda: "rebalance recommendation: taking no new jobs" in log.read_text(), timeout=120)
+    wait_for(lambda: "rebalance recommendation: taking no new jobs" in text_of(log), timeout=120)
     # The replacement boots while the recommended worker still holds its (gated) jobs.
     second = wait_for(
         lambda: next((p for p in instances.iterdir() if p.is_dir() and p != first and (p / "pid").exists()), None),
         timeout=120,
     )
-    wait_for(lambda: "step run-worker: start" in (second / "var/log/linuxbench-bootstrap.log").read_text(), 180)
+    wait_for(lambda: "step run-worker: start" in text_of(second / "var/log/linuxbench-bootstrap.log"), 180)
     assert _alive(first), "the recommended worker left before its replacement ran"
     gate.touch()
     code, out, err = finish(proc, timeout=300)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -85,7 +86,7 @@ class LiveProgress:
         self.live: Live | None = None
         self._last: tuple[int, ...] | None = None
         self._drawn: tuple[str, ...] = ()
-        self._drawn_at = 0.0
+        self._drawn_at = -math.inf  # the first update draws, however recently the machine booted
         self._undrawn: Progress | None = None
         self.stopped = False
 

@@ -7,6 +7,7 @@ the run (fleet/run.py) tells it how many jobs remain and how many wait.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -59,7 +60,7 @@ class WorkerPool:
         self.launch_times: dict[str, float] = {}
         self.prices: dict[str, float] = {}  # USD per hour, per instance
         self.end_times: dict[str, float] = {}
-        self.last_scale_up = 0.0
+        self.last_scale_up = -math.inf  # monotonic time starts near 0 at boot: never a cool-down at first
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
         self.leaving: set[str] = set()  # workers that said they go (spot notice, rebalance)
 

@@ -5,6 +5,7 @@ and the reasons to stop early (no progress, no word from workers, a lost lease, 
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,7 @@ DONE_POLL_PAUSE = 1.0
 def track(run: FleetRun, start: float) -> str | None:
     """Take done reports until every job is finished or dead (None), or a reason to stop."""
     last_progress = last_activity = time.monotonic()
-    last_check = 0.0  # the first pass looks at the fleet at once
+    last_check = -math.inf  # the first pass looks at the fleet at once (monotonic time starts near 0 at boot)
     live = list(run.pool.launched)
     warned_stale = False
     phases.reached(phases.TRACKING, run.run_dir)
