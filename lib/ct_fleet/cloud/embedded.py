@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import PositiveInt, TypeAdapter, ValidationError
 
@@ -65,6 +65,19 @@ class EmbeddedCloud(Cloud):
             secret_access_key=EMBEDDED_SECRET_KEY,
         )
         return self.context
+
+    def client(self, service: str) -> Any:
+        made = service not in self._clients
+        client = super().client(service)
+        if made:
+            client.meta.events.register("needs-retry", self._no_retry_once_stopped)
+        return client
+
+    def _no_retry_once_stopped(self, caught_exception: Exception | None = None, **_: Any) -> None:
+        """Retries wait out a passing fault, for up to minutes in adaptive mode. A dead server
+        on loopback does not pass: its call fails at once, and the run says why it stopped."""
+        if caught_exception is not None and self.server is not None and not self.server.running():
+            raise caught_exception
 
     def prepare_account(self, cfg: Ec2Config) -> None:
         """What an admin sets up once on AWS (bucket, worker role, AMI), done here."""

@@ -138,7 +138,7 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
             leave_running = bool(getattr(exc, "leave_running", False))
             raise
         phases.done(run_dir)
-        result.report = _report(s3, spec, run_dir, hooks.warn)
+        result.report = _report(s3 if cloud.failure() is None else None, spec, run_dir, hooks.warn)
         return result
     finally:
         cloud.close(leave_running=leave_running)
@@ -148,10 +148,12 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
 
 def _report(s3: Any, spec: FleetSpec, run_dir: Path, warn: Callable[[str], None]) -> Path | None:
     """The run report, from what runs/<fleet>/ holds once the bootstrap logs are fetched
-    (while the embedded cloud's S3 is still there). A report that cannot be written is said,
-    never the run's failure: `ct-fleet report` can write it later."""
+    (while the embedded cloud's S3 is still there; s3 None: a cloud that died has none to
+    fetch). A report that cannot be written is said, never the run's failure: `ct-fleet
+    report` can write it later."""
     try:
-        keep_boot_logs(s3, spec.config.bucket, spec.fleet_id, run_dir)
+        if s3 is not None:
+            keep_boot_logs(s3, spec.config.bucket, spec.fleet_id, run_dir)
         return write_report(run_dir)
     except Exception as exc:
         warn(f"could not write the run report ({type(exc).__name__}: {exc}); try `ct-fleet report {spec.fleet_id}`")
