@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -101,6 +102,14 @@ def running_jobs(runs: Path) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return processes_in(runs, "ct_fleet.worker.runner") + forked
+
+
+def kill(proc: psutil.Process) -> None:
+    """SIGKILL, quietly when the process has already gone (it was listed, then exited)."""
+    try:
+        proc.send_signal(signal.SIGKILL)
+    except psutil.NoSuchProcess:
+        pass
 
 
 def text_of(path: Path) -> str:

@@ -20,6 +20,7 @@ from fleet_helpers import (
     docker_lines,
     finish,
     fleet_dir,
+    kill,
     merged_pairs,
     processes_in,
     running_jobs,
@@ -77,7 +78,7 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
         victim = wait_for(lambda: proc.poll() is not None or worker_with_a_job(runs), timeout=300)
         if victim is True:
             break  # the run is over
-        victim.send_signal(signal.SIGKILL)
+        kill(victim)
         kills += 1
         wait_for(lambda v=victim: gone(v), timeout=60)
     code, out, err = finish(proc)
@@ -198,7 +199,7 @@ def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images
         job_id = wait_for(running_job, timeout=200, every=0.2)
         # One job at a time: the job process running now is the one whose container runs.
         (victim,) = running_jobs(runs)
-        victim.send_signal(signal.SIGKILL)
+        kill(victim)
         (tmp_path / "gate").touch()  # the retry and the other jobs go on
         code, out, err = finish(proc)
     assert code == 0, out + err
@@ -246,7 +247,7 @@ def test_a_run_killed_with_its_workers_leaves_no_sandbox_after_the_rerun(tmp_pat
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     for victim in processes_in(runs):
-        victim.send_signal(signal.SIGKILL)
+        kill(victim)
     psutil.wait_procs(processes_in(runs), timeout=30)
     assert instance in instances_with_sandboxes(), "the killed job's container outlives its killers"
     gate.touch()
