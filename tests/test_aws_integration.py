@@ -6,12 +6,14 @@ import base64
 import json
 import re
 import uuid
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ct_fleet.errors import BadInput
+from ct_fleet.evallog import digest
 from ct_fleet.protocol import Ec2Config, FleetEnv, Manifest, ManifestJob, ManifestTask, secret_bundle, secrets_prefix
 from ct_fleet.protocol.user_data import USER_DATA_LIMIT, render_user_data
 from ct_fleet.services import instances as fleet
@@ -81,8 +83,22 @@ def test_result_listing_pages_and_ignores_logs(aws_client, tmp_path: Path):
     found = store.list_result_job_ids(s3, bucket, fid)
     assert len(found) == 1005 and "job1004" in found
     # A result that is not a finished .eval is refused and not left behind.
-    assert store.download_result(s3, bucket, f"{fid}/job0001.eval", tmp_path / "job0001.eval") is False
+    assert store.download_result(s3, bucket, f"{fid}/job0001.eval", tmp_path / "job0001.eval") is None
     assert not (tmp_path / "job0001.eval").exists()
+
+
+def test_a_result_that_reads_comes_with_the_digest_of_its_bytes(aws_client, tmp_path: Path):
+    s3 = aws_client("s3")
+    bucket, fid = f"b-{_fid()}", _fid()
+    store.ensure_bucket(s3, bucket, create=True)
+    log = tmp_path / "up.eval"
+    with zipfile.ZipFile(log, "w") as zf:
+        zf.writestr("header.json", json.dumps({"status": "success", "eval": {"task": "t"}}))
+        zf.writestr("samples/1_epoch_1.json", json.dumps({"id": 1, "epoch": 1}))
+    s3.put_object(Bucket=bucket, Key=f"{fid}/job0001.eval", Body=log.read_bytes())
+    dest = tmp_path / "down" / "job0001.evaljob"
+    got = store.download_result(s3, bucket, f"{fid}/job0001.eval", dest)
+    assert got is not None and got == digest(dest) and dest.read_bytes() == log.read_bytes()
 
 
 def test_missing_bucket_is_bad_input_on_aws(aws_client):

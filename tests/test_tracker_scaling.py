@@ -33,7 +33,7 @@ def test_success_is_fetched_then_final() -> None:
     assert t.on_report(report("a", "success")) == "a"
     assert "a" not in t.final and t.remaining == 1  # being fetched: not left for workers
     t.fetched("a", ok=True)
-    assert t.final == {"a": "success"} and t.job_seconds == [2.5] and not t.complete
+    assert t.final == {"a": "success"} and list(t.job_seconds) == [2.5] and not t.complete
 
 
 def test_duplicate_reports_never_count_twice() -> None:

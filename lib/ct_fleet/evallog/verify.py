@@ -57,10 +57,11 @@ def is_readable(path: Path) -> bool:
     return problem(path) is None
 
 
-def digest(path: Path) -> str:
-    """A cheap fingerprint of a verified file: unchanged bytes need no second full check."""
+def digest(path: Path) -> bytes:
+    """A cheap fingerprint of a verified file: unchanged bytes need no second full check
+    (raw bytes, half a hex string's size: a controller keeps one per result)."""
     sha = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             sha.update(chunk)
-    return sha.hexdigest()
+    return sha.digest()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,26 +98,29 @@ def list_result_job_ids(s3: S3Client, bucket: str, fleet_id: str) -> set[str]:
     return out
 
 
-def download_result(s3: S3Client, bucket: str, key: str, dest: Path) -> bool:
-    """Fetch a result to dest; True only if it is a log that reads in full (else dest is left as it was)."""
+def download_result(s3: S3Client, bucket: str, key: str, dest: Path) -> bytes | None:
+    """Fetch a result to dest. Its digest (evallog.digest's, taken as it streams in: no second
+    read) when it is a log that reads in full; else None, and dest is left as it was."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".part")
-    os.close(fd)
+    sha = hashlib.sha256()
     try:
-        try:
-            # One GetObject (download_file adds a HeadObject): results are small and the
-            # controller's calls per job are what bound the size of a fleet.
-            body = s3.get_object(Bucket=bucket, Key=key)["Body"]
-            with open(tmp, "wb") as fh:
-                shutil.copyfileobj(body, fh, 1 << 20)
-        except ClientError as exc:
-            if _missing(exc):
-                return False
-            raise
+        with os.fdopen(fd, "wb") as fh:
+            try:
+                # One GetObject (download_file adds a HeadObject): results are small and the
+                # controller's calls per job are what bound the size of a fleet.
+                body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+                for chunk in iter(lambda: body.read(1 << 20), b""):
+                    sha.update(chunk)
+                    fh.write(chunk)
+            except ClientError as exc:
+                if _missing(exc):
+                    return None
+                raise
         if not is_readable(Path(tmp)):
-            return False
+            return None
         os.replace(tmp, dest)
-        return True
+        return sha.digest()
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

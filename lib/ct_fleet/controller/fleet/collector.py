@@ -120,10 +120,10 @@ class ResultCollector:
     def fetch(self, job_id: str) -> bool:
         """Download the job's result; True when it reads in full (and is now the local copy)."""
         key = result_key(self.spec.fleet_id, job_id)
-        ok = store.download_result(self.s3, self.bucket, key, run_layout.job_log(self.run_dir, job_id))
-        if ok:
-            self.local.remember(job_id)
-        return ok
+        digest = store.download_result(self.s3, self.bucket, key, run_layout.job_log(self.run_dir, job_id))
+        if digest is not None:
+            self.local.remember(job_id, digest)
+        return digest is not None
 
     def collect(self, wait: bool = False) -> None:
         """Account for the downloads that finished (all of them, with wait)."""

@@ -19,7 +19,7 @@ from ...protocol import run_layout
 class LocalResults:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self._digests: dict[str, str] = {}
+        self._digests: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
     def path(self, job_id: str) -> Path:
@@ -36,9 +36,9 @@ class LocalResults:
             self.remember(job_id)
         return found
 
-    def remember(self, job_id: str) -> None:
-        """The local copy was just verified (by the download): keep its digest."""
-        value = digest(self.path(job_id))
+    def remember(self, job_id: str, known: bytes | None = None) -> None:
+        """The local copy was just verified (by the download, which says its digest): keep it."""
+        value = digest(self.path(job_id)) if known is None else known
         with self._lock:
             self._digests[job_id] = value
 

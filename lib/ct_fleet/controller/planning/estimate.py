@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,12 +27,12 @@ def first_launch_count(pending: int, *, max_workers: int | None, concurrency_per
     return max(1, min(FIRST_LAUNCH_CAP, max_workers or 1, math.ceil(pending / per_worker)))
 
 
-def record_durations(run_dir: Path, group: tuple[str, str], seconds: list[float]) -> None:
+def record_durations(run_dir: Path, group: tuple[str, str], seconds: Sequence[float]) -> None:
     """Seconds per job of this run, for the estimates of later fleets of the same tasks and
     policy (or model): `group` is FleetSpec.duration_group."""
     if seconds:
         setting, policy = group
-        data = {"setting": setting, "policy": policy, "seconds": seconds}
+        data = {"setting": setting, "policy": policy, "seconds": list(seconds)}
         (run_dir / run_layout.DURATIONS).write_text(json.dumps(data))
 
 

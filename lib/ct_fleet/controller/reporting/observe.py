@@ -75,7 +75,7 @@ def fetch_results(s3: Any, bucket: str, fleet_id: str, run_dir: Path) -> tuple[M
 
     def fetch(job_id: str) -> bool:
         key = result_key(fleet_id, job_id)
-        return bool(store.download_result(s3, bucket, key, run_layout.job_log(run_dir, job_id)))
+        return store.download_result(s3, bucket, key, run_layout.job_log(run_dir, job_id)) is not None
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         fetched = sum(pool.map(fetch, missing))
