@@ -11,13 +11,15 @@ sample summaries (read_eval_log_sample_summaries, the viewer's sample list).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 from inspect_ai.log import list_eval_logs, read_eval_log, read_eval_log_sample_summaries
 
 from ct_fleet.protocol import Manifest, run_layout
-from fleet_helpers import FAST, LOCAL, ONE_WORKER, assert_nothing_running, finish, start, wait_for
+from fleet_helpers import FAST, LOCAL, ONE_WORKER, REPO, assert_nothing_running, env_for, finish, start, wait_for
 
 FREE = 3  # jobs that finish before the gate opens: the results so far
 ARGS = [
@@ -73,12 +75,27 @@ def test_inspect_view_lists_the_partial_merged_log_with_the_samples_so_far(tmp_p
         wait_for(lambda: _live_samples(run_dir) >= FREE, timeout=300)
         so_far = _pairs_of_results(run_dir)
         status, completed, listed = _as_the_viewer_sees(run_dir / run_layout.MERGED)
+        # `ct-fleet view` mid-run, with a result newer than merged/ (one that arrived after
+        # the last live merge): its own merge shows the run as running too.
+        newest = max(run_layout.job_logs(run_dir), key=lambda p: p.stat().st_mtime)
+        os.utime(newest)
+        viewed = subprocess.run(
+            [str(REPO / "bin" / "ct-fleet"), "view", run_dir.name, "--no-serve"],
+            cwd=REPO,
+            env=env_for(runs),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        status_in_view = _as_the_viewer_sees(run_dir / run_layout.MERGED)[0]
         running = proc.poll() is None
     finally:
         gate.touch()
         code, out, err = finish(proc)
     assert running and len(so_far) == FREE
     assert status == "started"  # the viewer shows the run as running
+    assert viewed.returncode == 0, viewed.stdout + viewed.stderr
+    assert status_in_view == "started", viewed.stdout + viewed.stderr
     assert listed == so_far and completed == FREE
     # Each live merge had results to show: none spent its time (and the wait after it,
     # ten times as long) merging nothing before the first result came.

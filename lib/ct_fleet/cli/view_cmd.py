@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..controller.reporting import checked_fleet_id, fetch_results, is_local_fleet
+from ..controller.reporting import checked_fleet_id, controller_here, fetch_results, is_local_fleet
 from ..errors import BadInput
 from ..paths import runs_dir
 from ..protocol import Manifest, run_layout
@@ -44,7 +44,15 @@ def view_command(fleet_id: str, host: str, port: int, no_serve: bool, region: st
     if _stale(merged_dir, run_dir):
         from ..controller.fleet import merge_fleet
 
-        merge_fleet(manifest, run_dir, on_skip=lambda path, why: err.print(f"left out {path.name}: {why}"))
+        # While its controller runs here, merged/ is the run's live view: a merge of the
+        # results so far is "started", as the run's own live merges write it, never a
+        # finished run that failed (which the viewer would show until the next live merge).
+        merge_fleet(
+            manifest,
+            run_dir,
+            on_skip=lambda path, why: err.print(f"left out {path.name}: {why}"),
+            live=controller_here(run_dir),
+        )
     logs = sorted(merged_dir.glob("*.eval"))
     if no_serve:
         for path in logs:

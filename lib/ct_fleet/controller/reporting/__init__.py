@@ -8,7 +8,7 @@ from .report_html import write_report
 from .result import RunResult, exit_status
 from .run_report import RunReport, build_report
 from .states import JobStates
-from .status import FleetStatus, checked_fleet_id, is_local_fleet, local_status, s3_status
+from .status import FleetStatus, checked_fleet_id, controller_here, is_local_fleet, local_status, s3_status
 from .summary import SCHEMA_VERSION, RunSummary, interrupted_summary, run_summary
 from .timeline import keep_boot_logs, record_attempt, record_phase, record_worker
 from .usage import UsageTotals, total_tokens
@@ -26,6 +26,7 @@ __all__ = [
     "checked_fleet_id",
     "build_report",
     "cloud_status",
+    "controller_here",
     "cost_so_far",
     "dead_jobs",
     "exit_status",

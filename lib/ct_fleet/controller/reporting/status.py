@@ -89,7 +89,7 @@ def local_status(run_dir: Path) -> FleetStatus:
     manifest = Manifest.from_json((run_dir / run_layout.MANIFEST).read_text())
     done = {p.name.removesuffix(run_layout.JOB_LOG_SUFFIX) for p in run_layout.job_logs(run_dir)}
     merged = sorted(str(p) for p in (run_dir / run_layout.MERGED).glob("*.eval"))
-    return _progress(manifest, done, source="local", running=_controller_here(run_dir), merged=merged)
+    return _progress(manifest, done, source="local", running=controller_here(run_dir), merged=merged)
 
 
 def s3_status(s3: Any, sqs: Any, ec2: Any, bucket: str, fleet_id: str) -> FleetStatus:
@@ -103,7 +103,7 @@ def s3_status(s3: Any, sqs: Any, ec2: Any, bucket: str, fleet_id: str) -> FleetS
     return _progress(manifest, done, source="s3", running=found is not None, queues=depths, workers=workers)
 
 
-def _controller_here(run_dir: Path) -> bool:
+def controller_here(run_dir: Path) -> bool:
     """True while a controller holds the fleet's lock (flock: gone with its process)."""
     try:
         fd = os.open(run_dir / run_layout.LOCK, os.O_RDONLY | os.O_CLOEXEC)
