@@ -145,6 +145,10 @@ class LocalInstanceRunner:
     def stop_all(self) -> None:
         for instance_id in list(self.procs):
             self._kill(instance_id)
+        # Every instance of the fleet is gone now: whatever still carries its label is left
+        # over, also what a per-instance removal missed (dockerd finishing a container for a
+        # compose client that was killed, or a `docker rm` that timed out on a busy machine).
+        remove_sandboxes(fleet=self.dir.parent.name)  # runs/<fleet>/instances (run_layout)
         self.metadata.close()
 
 
