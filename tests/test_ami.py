@@ -389,19 +389,21 @@ def test_cleanup_builders_terminates_only_this_build(ec2) -> None:
 # --------------------------------------------------------------------------- build
 
 
-def plan(ec2, ssm, param: str, **kw) -> ami.BuildPlan:
-    return ami.plan_build(ec2, ssm, region=REGION, param=param, instance_profile="", launched_by_value="tester", **kw)
+def plan(ec2, ssm, param: str, work_dir: Path, **kw) -> ami.BuildPlan:
+    return ami.plan_build(
+        ec2, ssm, region=REGION, param=param, work_dir=work_dir, instance_profile="", launched_by_value="tester", **kw
+    )
 
 
 def build_calls(log: Path) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def test_build_incremental_rotates(ec2, ssm, param, fake_packer) -> None:
+def test_build_incremental_rotates(tmp_path, ec2, ssm, param, fake_packer) -> None:
     old, old_snaps = bake(ec2, param)
     ami.rotate(ec2, ssm, old, param)
 
-    p = plan(ec2, ssm, param)
+    p = plan(ec2, ssm, param, tmp_path)
     assert (p.kind, p.source_ami) == ("incremental", old)
     lines: list[str] = []
     result = ami.build_ami(ec2, ssm, p, on_line=lines.append)
@@ -427,23 +429,23 @@ def test_build_incremental_rotates(ec2, ssm, param, fake_packer) -> None:
     assert any("Creating AMI" in line for line in lines)
 
 
-def test_build_fresh_when_ssm_is_empty_or_asked(ec2, ssm, param, fake_packer) -> None:
-    p = plan(ec2, ssm, param)
+def test_build_fresh_when_ssm_is_empty_or_asked(tmp_path, ec2, ssm, param, fake_packer) -> None:
+    p = plan(ec2, ssm, param, tmp_path)
     assert (p.kind, p.source_ami, p.previous_ami_id) == ("fresh", "", None)
     result = ami.build_ami(ec2, ssm, p, on_line=lambda _: None)
     assert ssm_value(ssm, param) == result.ami_id
-    again = plan(ec2, ssm, param, fresh=True)
+    again = plan(ec2, ssm, param, tmp_path, fresh=True)
     assert (again.kind, again.source_ami, again.previous_ami_id) == ("fresh", "", result.ami_id)
 
 
 @pytest.mark.parametrize("mode", ["fail", "fail-after-ami"])
 def test_failed_build_changes_nothing_and_terminates_the_builder(
-    ec2, ssm, param, fake_packer, monkeypatch, mode
+    tmp_path, ec2, ssm, param, fake_packer, monkeypatch, mode
 ) -> None:
     old, old_snaps = bake(ec2, param)
     ami.rotate(ec2, ssm, old, param)
     monkeypatch.setenv("FAKE_PACKER_MODE", mode)
-    p = plan(ec2, ssm, param)
+    p = plan(ec2, ssm, param, tmp_path)
     timings = ami.Timings()
 
     with pytest.raises(ami.BuildFailed, match="unchanged"):
@@ -460,10 +462,10 @@ def test_failed_build_changes_nothing_and_terminates_the_builder(
     assert timings.seconds("terminate leftover builders") is not None
 
 
-def test_dry_run_validates_and_changes_nothing(ec2, ssm, param, fake_packer) -> None:
+def test_dry_run_validates_and_changes_nothing(tmp_path, ec2, ssm, param, fake_packer) -> None:
     old, _ = bake(ec2, param)
     ami.rotate(ec2, ssm, old, param)
-    result = ami.build_ami(ec2, ssm, plan(ec2, ssm, param), dry_run=True, on_line=lambda _: None)
+    result = ami.build_ami(ec2, ssm, plan(ec2, ssm, param, tmp_path), dry_run=True, on_line=lambda _: None)
     assert result.dry_run and result.ami_id is None
     assert [c[0] for c in build_calls(fake_packer)] == ["version", "validate"]
     assert ssm_value(ssm, param) == old and images_for(ec2, param) == [old]
@@ -471,16 +473,16 @@ def test_dry_run_validates_and_changes_nothing(ec2, ssm, param, fake_packer) -> 
 
 def test_plan_rejects_bad_input(ec2, ssm, param, tmp_path) -> None:
     with pytest.raises(ami.BadInput, match="region"):
-        ami.plan_build(ec2, ssm, region="mars", param=param)
+        ami.plan_build(ec2, ssm, region="mars", param=param, work_dir=tmp_path)
     with pytest.raises(ami.BadInput, match="no image list"):
-        ami.plan_build(ec2, ssm, region=REGION, param=param, images_file=tmp_path / "none.txt")
+        ami.plan_build(ec2, ssm, region=REGION, param=param, work_dir=tmp_path, images_file=tmp_path / "none.txt")
     with pytest.raises(ami.BadInput, match="starting with /"):
-        ami.plan_build(ec2, ssm, region=REGION, param="relative")
+        ami.plan_build(ec2, ssm, region=REGION, param="relative", work_dir=tmp_path)
 
 
-def test_plan_falls_back_to_fresh_when_the_ssm_ami_is_gone(ec2, ssm, param) -> None:
+def test_plan_falls_back_to_fresh_when_the_ssm_ami_is_gone(tmp_path, ec2, ssm, param) -> None:
     ssm.put_parameter(Name=param, Value="ami-0123456789abcdef0", Type="String")
-    p = plan(ec2, ssm, param)
+    p = plan(ec2, ssm, param, tmp_path)
     assert p.kind == "fresh" and p.previous_ami_id == "ami-0123456789abcdef0"
     assert any("not available" in n for n in p.notes)
 
@@ -498,12 +500,17 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_cli_build_then_failure(ec2, ssm, param, fake_packer, monkeypatch) -> None:
+def test_cli_build_then_failure(tmp_path, ec2, ssm, param, fake_packer, monkeypatch) -> None:
+    # The build's own temp files (the image list Packer reads) go with it, whatever its end.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
     ok = run_cli("--ssm-param", param, "--instance-profile", "", "--region", REGION)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     first = ssm_value(ssm, param)
     assert first and f"new worker AMI {first}" in ok.stdout
     assert "phase timings" in ok.stdout and "packer: provision" in ok.stdout
+    assert list(tmp.iterdir()) == []
 
     monkeypatch.setenv("FAKE_PACKER_MODE", "fail")
     bad = run_cli("--ssm-param", param, "--instance-profile", "")
@@ -512,6 +519,7 @@ def test_cli_build_then_failure(ec2, ssm, param, fake_packer, monkeypatch) -> No
         f"build-ami: error: packer build failed (exit 1): SSM {param} and the current AMI are unchanged"
     ]
     assert ssm_value(ssm, param) == first and images_for(ec2, param) == [first]
+    assert list(tmp.iterdir()) == []
 
 
 def test_cli_help_and_usage_errors() -> None:
@@ -522,10 +530,10 @@ def test_cli_help_and_usage_errors() -> None:
     assert run_cli("--var", "oops", "--dry-run").returncode == 2
 
 
-def test_interrupted_build_changes_nothing(ec2, ssm, param, fake_packer) -> None:
+def test_interrupted_build_changes_nothing(tmp_path, ec2, ssm, param, fake_packer) -> None:
     old, _ = bake(ec2, param)
     ami.rotate(ec2, ssm, old, param)
-    p = plan(ec2, ssm, param)
+    p = plan(ec2, ssm, param, tmp_path)
 
     def ctrl_c(line: str) -> None:
         if "Launching" in line:

@@ -74,6 +74,7 @@ def plan_build(
     ssm: SSMClient,
     *,
     region: str,
+    work_dir: Path,
     param: str = DEFAULT_PARAM,
     fresh: bool = False,
     packer_dir: Path = PACKER_DIR,
@@ -85,13 +86,13 @@ def plan_build(
     tolerate_aws_errors: bool = False,
     settings: Sequence[str] | None = None,
     sources: SettingSources | None = None,
-    work_dir: Path | None = None,
 ) -> BuildPlan:
     """Decide what to build: fresh or incremental, from which AMI, with which variables.
 
     The images are those of `settings` (default: every setting in the repo) plus the
     extras of `images_file` (default packer/images.txt); the list of images to pull is
-    written to `work_dir` (default: a temp dir) and handed to Packer as images_file.
+    written to `work_dir`, which the caller removes after the build, and handed to Packer
+    as images_file.
     """
     check_region(region)
     if not param.startswith("/"):
@@ -141,7 +142,6 @@ def plan_build(
     build_id = new_build_id()
     pulled = [i.ref for i in image_plan if i.how == "pull"]
     built = [i for i in image_plan if i.how == "build"]
-    work_dir = work_dir or Path(tempfile.mkdtemp(prefix=f"ct-fleet-ami-{build_id}-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     pull_file = work_dir / "images.txt"
     pull_file.write_text(

@@ -7,6 +7,7 @@ Registered as `ct-fleet cloud build-ami`; also `bin/build-ami` and
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import boto3
@@ -148,72 +149,77 @@ def build_ami(
     region = region or region_name()
     timings = ami.Timings()
     code = 0
-    try:
-        ami.check_region(region)
-        ami.find_packer(packer_bin)
-        variables = ami.parse_vars(extra_vars)
-        session = boto3.Session(region_name=region)
-        ec2 = session.client("ec2", config=client_config())
-        ssm = session.client("ssm", config=client_config())
-        sts = session.client("sts", config=client_config())
-        with timings.phase("plan (read SSM)"):
-            try:
-                who = ami.launched_by(sts)
-            except NoCredentialsError as exc:
-                if not dry_run:
-                    raise BadInput("no AWS credentials: set AWS_PROFILE (then `aws sso login`) or AWS keys") from exc
-                who = "unknown"
-            except (ClientError, BotoCoreError):
-                if not dry_run:
-                    raise
-                who = "unknown"
-            plan = ami.plan_build(
+    # Holds the generated image list Packer reads; removed with the build, whatever its end.
+    with tempfile.TemporaryDirectory(prefix="ct-fleet-ami-") as work_dir:
+        try:
+            ami.check_region(region)
+            ami.find_packer(packer_bin)
+            variables = ami.parse_vars(extra_vars)
+            session = boto3.Session(region_name=region)
+            ec2 = session.client("ec2", config=client_config())
+            ssm = session.client("ssm", config=client_config())
+            sts = session.client("sts", config=client_config())
+            with timings.phase("plan (read SSM)"):
+                try:
+                    who = ami.launched_by(sts)
+                except NoCredentialsError as exc:
+                    if not dry_run:
+                        raise BadInput(
+                            "no AWS credentials: set AWS_PROFILE (then `aws sso login`) or AWS keys"
+                        ) from exc
+                    who = "unknown"
+                except (ClientError, BotoCoreError):
+                    if not dry_run:
+                        raise
+                    who = "unknown"
+                plan = ami.plan_build(
+                    ec2,
+                    ssm,
+                    region=region,
+                    param=ssm_param,
+                    fresh=fresh,
+                    images_file=images_file,
+                    settings=settings or None,
+                    instance_profile=instance_profile,
+                    launched_by_value=who,
+                    extra_vars=variables,
+                    tolerate_aws_errors=dry_run,
+                    work_dir=Path(work_dir),
+                )
+            out.print(_plan_table(plan, dry_run))
+            out.print(_images_table(plan))
+            for note in plan.notes:
+                out.print(f"note: {note}", markup=False, soft_wrap=True)
+            if not dry_run:
+                out.print(f"building: ~15-20 min, mostly EBS snapshotting (build {plan.build_id})")
+            result = ami.build_ami(
                 ec2,
                 ssm,
-                region=region,
-                param=ssm_param,
-                fresh=fresh,
-                images_file=images_file,
-                settings=settings or None,
-                instance_profile=instance_profile,
-                launched_by_value=who,
-                extra_vars=variables,
-                tolerate_aws_errors=dry_run,
+                plan,
+                packer=packer_bin,
+                env=ami.packer_env(session, region),
+                dry_run=dry_run,
+                on_line=lambda line: out.print(line, markup=False, highlight=False, soft_wrap=True),
+                timings=timings,
             )
-        out.print(_plan_table(plan, dry_run))
-        out.print(_images_table(plan))
-        for note in plan.notes:
-            out.print(f"note: {note}", markup=False, soft_wrap=True)
-        if not dry_run:
-            out.print(f"building: ~15-20 min, mostly EBS snapshotting (build {plan.build_id})")
-        result = ami.build_ami(
-            ec2,
-            ssm,
-            plan,
-            packer=packer_bin,
-            env=ami.packer_env(session, region),
-            dry_run=dry_run,
-            on_line=lambda line: out.print(line, markup=False, highlight=False, soft_wrap=True),
-            timings=timings,
-        )
-        if dry_run:
-            out.print("dry run: template valid; nothing launched, SSM unchanged")
-        else:
-            _report(out, result)
-            if result.rotation and result.rotation.errors:
-                code = 1
-    except BadInput as exc:
-        _fail(err, str(exc), BadInput.exit_code)
-    except ami.BuildFailed as exc:
+            if dry_run:
+                out.print("dry run: template valid; nothing launched, SSM unchanged")
+            else:
+                _report(out, result)
+                if result.rotation and result.rotation.errors:
+                    code = 1
+        except BadInput as exc:
+            _fail(err, str(exc), BadInput.exit_code)
+        except ami.BuildFailed as exc:
+            out.print(_timings_table(timings))
+            _fail(err, str(exc), 1)
+        except KeyboardInterrupt:
+            out.print(_timings_table(timings))
+            _fail(err, "interrupted: builder instances of this build were terminated; SSM unchanged", 130)
+        except (ami.AmiError, ClientError, BotoCoreError) as exc:
+            out.print(_timings_table(timings))
+            _fail(err, f"{type(exc).__name__}: {exc}", 1)
         out.print(_timings_table(timings))
-        _fail(err, str(exc), 1)
-    except KeyboardInterrupt:
-        out.print(_timings_table(timings))
-        _fail(err, "interrupted: builder instances of this build were terminated; SSM unchanged", 130)
-    except (ami.AmiError, ClientError, BotoCoreError) as exc:
-        out.print(_timings_table(timings))
-        _fail(err, f"{type(exc).__name__}: {exc}", 1)
-    out.print(_timings_table(timings))
     sys.exit(code)
 
 
