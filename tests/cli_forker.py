@@ -11,6 +11,7 @@ modules read the environment when they are imported (CT_FLEET_RUNS, CT_FLEET_DOT
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -30,6 +31,7 @@ import yaml  # noqa: F401
 def run(request: dict) -> int:
     pid = os.fork()
     if pid == 0:
+        atexit._clear()  # the child's exit handlers are its own, as in a process of its own
         try:
             os.environ.clear()
             os.environ.update(request["env"])
@@ -51,6 +53,9 @@ def run(request: dict) -> int:
 
             traceback.print_exc()
             code = 1
+        # os._exit skips what an interpreter's exit runs (atexit: e.g. the planner's scratch
+        # tree removal); run it here so that a leak in a real run shows up in tests too.
+        atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
