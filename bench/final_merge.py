@@ -11,7 +11,8 @@ Two ways to the finished merged log, alternated, each --trials times:
 - kept up: the real LiveMerge thread (interval 1 s) runs while N - 1 results are in jobs/,
   until it has merged them all (its line in live-merges.jsonl); then the last result lands
   and the end of run does what FleetRun does: leave LiveMerge (which waits for a merge in
-  progress) and merge_fleet. Timed from the last result's landing to merge_fleet's return.
+  progress) and merge with the same FleetMerge, whose spool holds the N - 1 already. Timed
+  from the last result's landing to that merge's return.
 - baseline: merge_fleet from scratch (merged/ empty), the end of run without a live merge.
 
 Target: kept up <= 2 s at N = 10,000 (the issue's "the end of run only completes it").
@@ -108,13 +109,14 @@ def kept_up(manifest: Manifest, run_dir: Path, last: Path, held: Path) -> tuple[
     the last result waits at `held` until the live merge has merged all the others."""
     _reset(run_dir)
     n = len(manifest.jobs)
-    with LiveMerge(manifest, run_dir, interval=1):  # as FleetRun._drive around the tracking
-        _wait(lambda: _live_merged(run_dir) >= n - 1)
-        held.rename(last)  # the last result lands
-        began = time.monotonic()
-    # Left: the live merge stopped (after a merge in progress); then FleetRun._run's merge.
-    merged = merging.merge_fleet(manifest, run_dir)
-    took = time.monotonic() - began
+    with merging.FleetMerge(manifest, run_dir) as fleet_merge:  # as FleetRun holds it across the run
+        with LiveMerge(fleet_merge, interval=1):  # as FleetRun._drive around the tracking
+            _wait(lambda: _live_merged(run_dir) >= n - 1)
+            held.rename(last)  # the last result lands
+            began = time.monotonic()
+        # Left: the live merge stopped (after a merge in progress); then FleetRun._run's merge.
+        merged = fleet_merge.merge()
+        took = time.monotonic() - began
     assert merged[0].samples_present == n and merged[0].status == "success", merged[0]
     line = json.loads((run_dir / run_layout.LIVE_MERGES).read_text().splitlines()[-1])
     return took, float(line["seconds"])

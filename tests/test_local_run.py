@@ -20,6 +20,7 @@ import pytest
 from inspect_ai.log import EvalLog, read_eval_log, write_eval_log
 
 from ct_fleet.controller.fleet.live_merge import LiveMerge
+from ct_fleet.controller.fleet.merging import FleetMerge, merge_fleet
 from ct_fleet.evallog.header import read_header
 from ct_fleet.merge.util import timestamp
 from ct_fleet.protocol import Manifest, run_layout
@@ -260,15 +261,17 @@ def test_live_merges_during_the_run_failed_never_and_the_end_replaced_them(local
 
 @pytest.mark.e2e
 def test_merged_holds_the_results_so_far_while_the_run_goes_on(local_run, tmp_path: Path) -> None:
-    """LiveMerge on a copy of the run: half the results, then all; each merge a log Inspect
-    reads, marked started, with exactly the samples that had arrived."""
+    """LiveMerge on a copy of the run: every other result, then all; each merge a log Inspect
+    reads, marked started, with exactly the samples that had arrived. The end's merge then
+    tops up the same spool, and writes what a merge from scratch writes, byte for byte,
+    though the results came out of path order."""
     run_dir = fleet_dir(copy_of(local_run, tmp_path))
     shutil.rmtree(run_dir / "merged")
     (run_dir / run_layout.LIVE_MERGES).unlink(missing_ok=True)
     held = tmp_path / "held"
     held.mkdir()
     logs = run_layout.job_logs(run_dir)
-    for log in logs[len(logs) // 2 :]:
+    for log in logs[::2]:
         log.rename(held / log.name)
     manifest = Manifest.from_json((run_dir / run_layout.MANIFEST).read_text())
 
@@ -277,15 +280,20 @@ def test_merged_holds_the_results_so_far_while_the_run_goes_on(local_run, tmp_pa
         (path,) = (run_dir / "merged").glob("*.eval")
         return read_eval_log(str(path))
 
-    with LiveMerge(manifest, run_dir, interval=1):
-        first = merged_after(1)
-        assert first.status == "started" and first.error is None
-        assert len(first.samples or []) == len(logs) // 2 == _live_merges(run_dir)[0]["samples"]
-        for log in held.iterdir():
-            log.rename(run_dir / "jobs" / log.name)
-        second = merged_after(2)
-    assert second.status == "started" and len(second.samples or []) == len(logs)
-    assert sorted((str(s.id), s.epoch) for s in second.samples or []) == sorted(merged_pairs(local_run[0]))
+    with FleetMerge(manifest, run_dir) as fleet_merge:
+        with LiveMerge(fleet_merge, interval=1):
+            first = merged_after(1)
+            assert first.status == "started" and first.error is None
+            assert len(first.samples or []) == len(logs[1::2]) == _live_merges(run_dir)[0]["samples"]
+            for log in held.iterdir():
+                log.rename(run_dir / "jobs" / log.name)
+            second = merged_after(2)
+        assert second.status == "started" and len(second.samples or []) == len(logs)
+        assert sorted((str(s.id), s.epoch) for s in second.samples or []) == sorted(merged_pairs(local_run[0]))
+        (final,) = fleet_merge.merge()
+    (scratch,) = merge_fleet(manifest, run_dir, tmp_path / "scratch")
+    assert final.status == scratch.status == "success"
+    assert final.path.read_bytes() == scratch.path.read_bytes()
 
 
 PAD_MB = 8  # per sample: the merge then writes ~50 MB, long enough (~0.3 s) to be caught mid-write

@@ -29,7 +29,7 @@ from inspect_ai.log import (
 
 from ct_fleet.evallog import zipio as evalzip  # also teaches zipfile to read zstd entries
 from ct_fleet.evallog.relabel import relabel_epoch
-from ct_fleet.merge import MergedTask, merge_dir, merge_eval_logs
+from ct_fleet.merge import MergedTask, Merger, merge_dir, merge_eval_logs
 
 IDS = [1, 2, 3, 4, 5]
 EPOCHS = 3
@@ -561,6 +561,64 @@ def test_stats_and_invalidated_are_merged(logs: Logs, tmp_path: Path) -> None:
     assert (total.input_tokens, total.output_tokens, total.total_tokens) == (20, 10, 30)
     assert total.total_cost == pytest.approx(1.0)
     assert merged.invalidated is True
+
+
+# ----------------------------------------------------------------------------- kept spool
+
+
+def _cost(k: int) -> float:
+    return 1e16 if k == 0 else 1.5  # the first's ulp is 2: where the 1.5s are added changes the sum
+
+
+def _tell_apart(inputs: list[Path]) -> None:
+    """Headers that differ where a merge must pick one (the template's metadata) or add
+    in an order (costs whose float sum depends on it), as workers' logs do."""
+    for k, path in enumerate(inputs):
+
+        def edit(header, k=k, name=path.name):
+            header["eval"]["metadata"] = {"copy": name}
+            usage = {"input_tokens": k, "output_tokens": 1, "total_tokens": k + 1, "total_cost": _cost(k)}
+            header["stats"]["model_usage"] = {"mockllm/model": usage}
+
+        rewrite_header(path, edit)
+
+
+def test_a_merger_fed_out_of_path_order_writes_what_one_merge_writes(logs: Logs, tmp_path: Path) -> None:
+    inputs = sorted(stage_all(logs, tmp_path / "in"))
+    _tell_apart(inputs)
+    costs = [_cost(k) for k in range(len(inputs))]
+    assert sum(costs) != sum(costs[1::3] + costs[2::3] + costs[0::3]), "the sum must depend on the order"
+    [whole] = merge_eval_logs(inputs, tmp_path / "whole", sample_ids=IDS, epochs=EPOCHS)
+
+    arrived: list[Path] = []
+    with Merger() as merger:
+        for batch in (inputs[1::3], inputs[2::3], inputs[0::3]):  # each batch before the last by path
+            arrived += batch
+            merger.add(arrived)
+            [live] = merger.write(tmp_path / "live", sample_ids=IDS, epochs=EPOCHS, live=True)
+            assert live.samples_present == len(arrived) and live.status == "started"
+        [done] = merger.write(tmp_path / "live", sample_ids=IDS, epochs=EPOCHS)
+    assert done.status == whole.status == "success"
+    assert done.path.read_bytes() == whole.path.read_bytes()
+
+
+def test_a_merger_starts_again_when_an_input_changed_and_names_every_skip_each_time(logs: Logs, tmp_path: Path) -> None:
+    staged = {sid: stage(logs.jobs[(sid, 1)], tmp_path / "in", 1) for sid in IDS}
+    inputs = sorted(staged.values())
+    junk = _write(tmp_path / "in" / "junk.eval", b"not a log")
+    skips: list[str] = []
+    with Merger() as merger:
+        merger.add([*inputs, junk])
+        [before] = merger.write(tmp_path / "out", epochs=1, on_skip=lambda path, why: skips.append(path.name))
+        assert before.errors == []
+        # A result replaced in place: this sample now errored.
+        stage(logs.boom_job, tmp_path / "boom", 1).replace(staged[BOOM_ID])
+        merger.add([*inputs, junk])
+        [task] = merger.write(tmp_path / "out", epochs=1, on_skip=lambda path, why: skips.append(path.name))
+    [scratch] = merge_eval_logs([*inputs, junk], tmp_path / "scratch", epochs=1)
+    assert skips == ["junk.eval", "junk.eval"]
+    assert task.errors == scratch.errors != []
+    assert task.path.read_bytes() == scratch.path.read_bytes()
 
 
 @pytest.mark.parametrize(

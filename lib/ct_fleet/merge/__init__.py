@@ -12,6 +12,8 @@ per group that reads like a direct run of the whole task:
   error, then the newest `completed_at` wins; each record's summary and entry location
   are parked in a temporary sqlite spool, and each input's stats are folded into its
   task's running totals, so memory holds per-task state only;
+- a `Merger` keeps its spool between writes: a run's live merge adds only the logs that
+  are new since its last write, and the end of run completes the merge from there;
 - pass 2 copies each kept sample entry's *compressed* bytes into the output zip
   (`evalzip.copy_raw_member`), never inflating or parsing a sample;
 - results are computed from the summaries' scores with Inspect's own reducers and
@@ -33,6 +35,6 @@ ct_fleet/inspect_private.py (keep the parity tests in tests/test_merge.py when u
 
 from ..protocol.run_layout import JOB_LOG_SUFFIX
 from .identity import identity, identity_key
-from .pipeline import MergedTask, merge_dir, merge_eval_logs
+from .pipeline import MergedTask, Merger, merge_dir, merge_eval_logs
 
-__all__ = ["JOB_LOG_SUFFIX", "MergedTask", "identity", "identity_key", "merge_dir", "merge_eval_logs"]
+__all__ = ["JOB_LOG_SUFFIX", "MergedTask", "Merger", "identity", "identity_key", "merge_dir", "merge_eval_logs"]

@@ -42,9 +42,10 @@ def build_header(
     set header `eval` fields (`config` entries are merged in)."""
     ev = group.header["eval"]
     contributing = group.spool.count_contributing(group.index, n_epochs)
-    if contributing in (0, group.files):  # every file counts: the totals of pass 1 are the answer
+    if contributing in (0, group.files) and group.in_order:  # every file counts: the totals of pass 1 are the answer
         stats, invalidated = group.totals.result(), group.totals.invalidated
-    else:  # some inputs were superseded or are outside the selection: total the rest again
+    else:  # some inputs were superseded or are outside the selection, or came out of path order
+        # (a live merge's): total them again in path order, so the sums are one pass's to the bit
         stats, invalidated = merge_stats(group.spool.contributing_files(group.index, n_epochs))
     if span:
         stats["started_at"] = min(stats["started_at"] or span[0], span[0], key=timestamp)

@@ -42,6 +42,86 @@ class MergedTask:
     source: str = ""  # the caller's name for what it merged (a fleet's task key), not a file name
 
 
+class Merger:
+    """A merge whose spool outlives one write: `add` the inputs as they come (only the new
+    ones are read), `write` the merged logs whenever they are wanted, `close` at the end.
+
+    What it writes is what a merge of every input so far from scratch writes, byte for byte:
+    an input that changed or went since it was read makes it start again from scratch.
+    One thread at a time may use it.
+    """
+
+    def __init__(self) -> None:
+        self._spool: Spool | None = None
+        self._groups: dict[str, Group] = {}
+
+    def add(self, inputs: Iterable[Path]) -> None:
+        """Read the inputs it has not read yet (pass 1); `inputs` is every input so far."""
+        fresh = None
+        if self._spool is not None:
+            inputs = list(inputs)  # read twice when the spool starts again
+            fresh = self._spool.new_inputs(inputs)
+        if self._spool is None or fresh is None:
+            self.close()
+            self._spool = Spool()
+            fresh = self._spool.new_inputs(inputs)
+            assert fresh is not None  # an empty spool has read nothing that could change
+        try:
+            group_inputs(fresh, self._spool, self._groups)
+        except BaseException:
+            self.close()  # the spool holds part of what it was given: the next add starts again
+            raise
+
+    def write(
+        self,
+        out_dir: Path,
+        *,
+        sample_ids: Sequence[str | int] | None = None,
+        epochs: int | None = None,
+        name: str | None = None,
+        eval_overrides: dict[str, Any] | None = None,
+        span: tuple[str, str] | None = None,
+        on_skip: Callable[[Path, str], None] | None = None,
+        live: bool = False,
+    ) -> list[MergedTask]:
+        """One `.eval` per task identity in `out_dir`, of every input added so far (see
+        `merge_eval_logs` for the arguments); on_skip hears of every input left out so far."""
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if self._spool is None:
+            return []
+        if on_skip:
+            for path, why in self._spool.skipped():
+                on_skip(path, why)
+        groups = sorted(self._groups.values(), key=lambda g: g.template_path)
+        stems = output_stems(groups, name)
+        run_id = short_id("run", *sorted(g.key for g in groups))
+        return [
+            merge_group(
+                group,
+                out_dir / f"{stems[group.key]}.eval",
+                run_id=run_id,
+                sample_ids=sample_ids,
+                epochs=epochs,
+                eval_overrides=eval_overrides,
+                span=span,
+                live=live,
+            )
+            for group in groups
+        ]
+
+    def close(self) -> None:
+        if self._spool is not None:
+            self._spool.close()
+        self._spool, self._groups = None, {}
+
+    def __enter__(self) -> Merger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def merge_eval_logs(
     inputs: Iterable[Path],
     out_dir: Path,
@@ -66,28 +146,18 @@ def merge_eval_logs(
     never a reason to fail the merge); `live` marks the logs "started": the results so
     far of a run that goes on, which Inspect shows as running.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spool = Spool()
-    try:
-        groups = group_inputs(inputs, spool, on_skip)
-        stems = output_stems(groups, name)
-        run_id = short_id("run", *sorted(g.key for g in groups))
-        return [
-            merge_group(
-                group,
-                out_dir / f"{stems[group.key]}.eval",
-                run_id=run_id,
-                sample_ids=sample_ids,
-                epochs=epochs,
-                eval_overrides=eval_overrides,
-                span=span,
-                live=live,
-            )
-            for group in groups
-        ]
-    finally:
-        spool.close()
+    with Merger() as merger:
+        merger.add(inputs)
+        return merger.write(
+            out_dir,
+            sample_ids=sample_ids,
+            epochs=epochs,
+            name=name,
+            eval_overrides=eval_overrides,
+            span=span,
+            on_skip=on_skip,
+            live=live,
+        )
 
 
 def merge_dir(src: Path, out_dir: Path, **kw: Any) -> list[MergedTask]:

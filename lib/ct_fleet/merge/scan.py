@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -30,12 +31,15 @@ class Group:
 
     key: str
     index: int  # the group's id in the spool
-    header: dict[str, Any]  # template: the first input's header (inputs sorted by path)
+    header: dict[str, Any]  # template: the header of the input first by path
     spool: Spool
+    template_path: bytes = b""  # that input's path (file-system bytes): the group's place in the output
+    last_path: bytes = b""  # the largest path read
+    in_order: bool = True  # every input came after the ones before it by path: `totals` is exact
     files: int = 0
     samples_seen: int = 0  # sample rows read, duplicates included
     created: str = ""  # earliest eval.created over all inputs
-    totals: StatsTotals = field(default_factory=StatsTotals)  # stats of every input of the group
+    totals: StatsTotals = field(default_factory=StatsTotals)  # stats of every input of the group, as read
 
     @property
     def duplicates_dropped(self) -> int:
@@ -144,25 +148,28 @@ def _checked(
     return stats, usages, created, rows
 
 
-def group_inputs(
-    inputs: Iterable[Path], spool: Spool, on_skip: Callable[[Path, str], None] | None = None
-) -> list[Group]:
-    """Pass 1: every input's header and summaries into the spool, grouped by task identity.
+def group_inputs(inputs: Iterable[Path], spool: Spool, groups: dict[str, Group] | None = None) -> dict[str, Group]:
+    """Pass 1: each input's header and summaries into the spool, grouped by task identity,
+    into `groups` (new ones added; an earlier pass's are carried on), which it returns.
 
-    An input that is not a readable log is left out (and named through on_skip)."""
-    groups: dict[str, Group] = {}
-    for path in spool.sorted_inputs(inputs):
+    An input that is not a readable log is left out, in the spool's list of skipped inputs."""
+    groups = {} if groups is None else groups
+    for path in inputs:
         try:
             header, key, samples = read_input(path)
             stats, usages, created, rows = _checked(header, samples)
         except Unreadable as exc:
             logger.warning("skipping %s: %s", path, exc)
-            if on_skip:
-                on_skip(path, str(exc))
+            spool.add_skipped(path, str(exc))
             continue
+        place = os.fsencode(path)
         group = groups.get(key)
         if group is None:
-            group = groups[key] = Group(key=key, index=len(groups), header=header, spool=spool)
+            group = groups[key] = Group(key=key, index=len(groups), header=header, spool=spool, template_path=place)
+        elif place < group.template_path:  # inputs may come in any order: the first by path is the template
+            group.header, group.template_path = header, place
+        group.in_order = group.in_order and place > group.last_path
+        group.last_path = max(group.last_path, place)
         if created and (not group.created or timestamp(created) < timestamp(group.created)):
             group.created = created
         invalidated = bool(header.get("invalidated"))
@@ -182,4 +189,4 @@ def group_inputs(
                 dumps(row),
                 member,
             )
-    return list(groups.values())
+    return groups

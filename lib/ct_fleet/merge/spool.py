@@ -1,16 +1,23 @@
 """The merge's spool: one sqlite database in a temporary directory, so that the merge's
 memory stays flat however many inputs it reads.
 
-Tables (all per merge, deleted with it):
-- inputs(path): every input path once, sorted by the database (bytes order of the
-  file-system encoding, which is code-point order: the order Python's sorted() gives).
+A spool outlives one write: a run's live merge feeds it only the results that are new
+since its last look and writes from it again (merge/pipeline.py's `Merger`). Whatever
+order the inputs arrive in, what is written is what one pass over them sorted by path
+gives: ties go to the smaller path, files are read back in path order.
+
+Tables (all per spool, deleted with it):
+- inputs(path, size, mtime, ino): every input once, as it was when read, keyed by its
+  path's bytes (the file-system encoding: code-point order, as Python's sorted() gives).
+  An input that changed or went since is the caller's cue to start again.
+- skipped(path, why): the inputs that are not readable logs, heard of on every merge.
 - files(idx, grp, path, invalidated, stats): one row per usable input, with its stats,
   read only when some input contributes no kept sample (merge/header.py; otherwise the
   header takes the running totals of pass 1).
 - records(grp, sid, epoch, ...): one row per kept (task group, str(sample id), epoch).
 - reduced(name, view, ...): each sample's reduced scores (merge/reduced.py).
   A duplicate replaces the row only when it is better (no error beats an error, then the
-  newer completed_at; ties keep the first seen), in one upsert.
+  newer completed_at, then the smaller path), in one upsert.
 
 Queries that follow the intended ids use CROSS JOIN, which makes sqlite walk `intended`
 in dataset order and look each record up by its key (a plain JOIN lets the planner scan
@@ -38,7 +45,8 @@ from ..evallog.zipio import RawMember
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _SCHEMA = """
-CREATE TABLE inputs (path BLOB PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE inputs (path BLOB PRIMARY KEY, size INTEGER, mtime INTEGER, ino INTEGER) WITHOUT ROWID;
+CREATE TABLE skipped (path TEXT PRIMARY KEY, why TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE files (
     idx INTEGER PRIMARY KEY,
     grp INTEGER NOT NULL,
@@ -60,6 +68,9 @@ CREATE TABLE records (
 );
 CREATE UNIQUE INDEX records_key ON records (grp, sid, epoch);
 CREATE TEMP TABLE intended (pos INTEGER PRIMARY KEY, sid TEXT NOT NULL UNIQUE, sample_id BLOB NOT NULL);
+CREATE TEMP TABLE current (
+    path BLOB PRIMARY KEY, size INTEGER, mtime INTEGER, ino INTEGER, new INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
 """
 
 _UPSERT = """
@@ -70,6 +81,16 @@ ON CONFLICT (grp, sid, epoch) DO UPDATE SET
     completed = excluded.completed, error = excluded.error, summary = excluded.summary,
     member = excluded.member
 WHERE (excluded.ok, excluded.completed) > (records.ok, records.completed)
+   OR ((excluded.ok, excluded.completed) = (records.ok, records.completed)
+       AND (SELECT path FROM files WHERE idx = excluded.file) < (SELECT path FROM files WHERE idx = records.file))
+"""
+
+# An input known to the spool that is no longer as it was read (or is gone)
+_CHANGED = """
+SELECT EXISTS (
+    SELECT 1 FROM inputs i LEFT JOIN temp.current c ON c.path = i.path
+    WHERE c.path IS NULL OR c.size IS NOT i.size OR c.mtime IS NOT i.mtime OR c.ino IS NOT i.ino
+)
 """
 
 # the page cache's size: the records' index stays in it, the rows go to disk
@@ -109,6 +130,17 @@ class Kept:
         return RawMember(*pickle.loads(self.member_blob))
 
 
+def _stat(path: Path | str) -> tuple[bytes, int | None, int | None, int | None]:
+    """(path's bytes, size, mtime, inode) of an input; Nones for one that cannot be read
+    (it is read anyway, and skipped as unreadable)."""
+    path = path if isinstance(path, Path) else Path(path)  # Path() normalises a str ("a//b" is "a/b")
+    try:
+        st = path.stat()
+    except OSError:
+        return os.fsencode(path), None, None, None
+    return os.fsencode(path), st.st_size, st.st_mtime_ns, st.st_ino
+
+
 def _member_blob(m: RawMember) -> bytes:
     """A RawMember's fields as a pickled tuple (a slotted dataclass pickles several times slower)."""
     fields = (m.name, m.header_offset, m.compress_type, m.compress_size, m.file_size, m.crc, m.date_time)
@@ -118,7 +150,11 @@ def _member_blob(m: RawMember) -> bytes:
 class Spool:
     def __init__(self) -> None:
         self._dir = tempfile.mkdtemp(prefix="ct-fleet-merge-")
-        self.db = sqlite3.connect(os.path.join(self._dir, "spool.sqlite"), isolation_level=None)
+        # One thread at a time, but not always the same one: a run's live-merge thread
+        # feeds it, then the end of run, on the main thread, completes the merge.
+        self.db = sqlite3.connect(
+            os.path.join(self._dir, "spool.sqlite"), isolation_level=None, check_same_thread=False
+        )
         for pragma in ("journal_mode = OFF", "synchronous = OFF", "temp_store = FILE", f"cache_size = -{_CACHE_KIB}"):
             self.db.execute(f"PRAGMA {pragma}")
         self.db.executescript(_SCHEMA)
@@ -144,13 +180,35 @@ class Spool:
             shutil.rmtree(self._dir, ignore_errors=True)
 
     # -- pass 1 ------------------------------------------------------------------------
-    def sorted_inputs(self, inputs: Iterable[Path | str]) -> Iterator[Path]:
-        """Each input once, sorted by path, without a list of them in memory."""
-        # Path() normalises a str ("a//b" is "a/b"); a Path already is
-        rows = ((os.fsencode(p if isinstance(p, Path) else Path(p)),) for p in inputs)
-        self.db.executemany("INSERT OR IGNORE INTO inputs (path) VALUES (?)", rows)
-        for (raw,) in self.db.execute("SELECT path FROM inputs ORDER BY path"):
-            yield Path(os.fsdecode(raw))
+    def new_inputs(self, inputs: Iterable[Path | str]) -> Iterator[Path] | None:
+        """The inputs the spool has not read yet, each once, sorted by path, without a list
+        of them in memory; None when one it has read changed or went since (start again).
+
+        Each yielded input counts as read: a caller that stops early must start again."""
+        self._flush()
+        self.db.execute("DELETE FROM temp.current")
+        self.db.executemany(
+            "INSERT OR IGNORE INTO temp.current (path, size, mtime, ino) VALUES (?, ?, ?, ?)",
+            (_stat(p) for p in inputs),
+        )
+        if self.db.execute(_CHANGED).fetchone()[0]:
+            return None
+        self.db.execute("UPDATE temp.current SET new = 1 WHERE path NOT IN (SELECT path FROM inputs)")
+        return self._read_new()
+
+    def _read_new(self) -> Iterator[Path]:
+        query = "SELECT path, size, mtime, ino FROM temp.current WHERE new = 1 ORDER BY path"
+        for row in self.db.execute(query):
+            self.db.execute("INSERT INTO inputs VALUES (?, ?, ?, ?)", row)
+            yield Path(os.fsdecode(row[0]))
+
+    def add_skipped(self, path: Path, why: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO skipped VALUES (?, ?)", (str(path), why))
+
+    def skipped(self) -> Iterator[tuple[Path, str]]:
+        """The inputs that are not readable logs, with why, in path order."""
+        for path, why in self.db.execute("SELECT path, why FROM skipped ORDER BY path"):
+            yield Path(path), why
 
     def add_file(self, grp: int, path: str, invalidated: bool, stats: dict[str, Any]) -> int:
         idx = self._next_file
@@ -321,10 +379,10 @@ class Spool:
         (some,) = self.db.execute("SELECT COUNT(*) FROM temp.contributing").fetchone()
         if some:
             query = (
-                "SELECT f.invalidated, f.stats FROM files f JOIN temp.contributing c ON c.idx = f.idx ORDER BY f.idx"
+                "SELECT f.invalidated, f.stats FROM files f JOIN temp.contributing c ON c.idx = f.idx ORDER BY f.path"
             )
             rows = self.db.execute(query)
         else:
-            rows = self.db.execute("SELECT invalidated, stats FROM files WHERE grp = ? ORDER BY idx", (grp,))
+            rows = self.db.execute("SELECT invalidated, stats FROM files WHERE grp = ? ORDER BY path", (grp,))
         for invalidated, stats in rows:
             yield bool(invalidated), pickle.loads(stats)

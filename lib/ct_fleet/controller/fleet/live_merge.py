@@ -4,7 +4,9 @@ A thread of its own merges the verified results (jobs/*.evaljob) into merged/ wh
 ones arrived, waiting at least `interval` seconds and ten times its own last merge between
 two, so it takes at most about a tenth of the controller's time however large the run. Its
 logs say status "started", which Inspect shows as running, with every sample so far; the
-end of run's merge replaces them with the finished ones. Each file is written whole and
+end of run's merge replaces them with the finished ones. Both go through one FleetMerge,
+whose spool each merge only tops up with the results that are new since the one before:
+the end reads the last few results and writes the logs, not the whole merge again. Each file is written whole and
 renamed into place (merge/write.py), so a crash mid-merge leaves the last whole log.
 """
 
@@ -13,10 +15,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 from types import TracebackType
 
-from ...protocol import Manifest, run_layout
+from ...protocol import run_layout
 from . import merging
 
 # A merge takes at most this share of the time between two (so at most ~10% of the run).
@@ -24,8 +25,8 @@ BUSY_SHARE = 10
 
 
 class LiveMerge:
-    def __init__(self, manifest: Manifest, run_dir: Path, interval: int) -> None:
-        self.manifest, self.run_dir, self.interval = manifest, run_dir, interval
+    def __init__(self, fleet_merge: merging.FleetMerge, interval: int) -> None:
+        self.fleet_merge, self.run_dir, self.interval = fleet_merge, fleet_merge.run_dir, interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._merged_count = -1
@@ -55,7 +56,7 @@ class LiveMerge:
 
             began = time.monotonic()
             try:
-                merged = merging.merge_fleet(self.manifest, self.run_dir, live=True)
+                merged = self.fleet_merge.merge(live=True)
             except Exception as exc:  # a result moved away mid-read, a full disk: the next look retries
                 self._record({"at": time.time(), "error": f"{type(exc).__name__}: {exc}"})
                 continue

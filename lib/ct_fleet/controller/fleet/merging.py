@@ -63,6 +63,65 @@ def _iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds")  # as Inspect writes them
 
 
+class FleetMerge:
+    """A fleet's merge kept across its run: one `merge.Merger` per task, so each merge reads
+    only the results that arrived since the one before (the live merges', then the end's)."""
+
+    def __init__(self, manifest: Manifest, run_dir: Path, out_dir: Path | None = None) -> None:
+        self.manifest, self.run_dir = manifest, run_dir
+        self.out_dir = out_dir or run_dir / run_layout.MERGED
+        self._mergers: dict[str, merge.Merger] = {}
+
+    def merge(
+        self, on_skip: Callable[[Path, str], None] | None = None, *, live: bool = False
+    ) -> list[merge.MergedTask]:
+        """One merged log per task that has any result (a task with none is all missing);
+        on_skip(path, why) hears of each result the merge could not read and left out;
+        `live`: the results so far, in logs marked "started"."""
+        from ... import merge  # imports inspect_ai (seconds): only when there is something to merge
+
+        clear_dead_writers(self.out_dir)
+        names = stems(self.manifest)
+        span = recorded_span(self.run_dir)
+        inputs_of: dict[str, list[Path]] = {}
+        for job in self.manifest.jobs:
+            path = run_layout.job_log(self.run_dir, job.job_id)
+            if path.exists():
+                inputs_of.setdefault(job.task, []).append(path)
+        merged: list[merge.MergedTask] = []
+        for task in self.manifest.tasks:
+            inputs = inputs_of.get(task.key)
+            if not inputs:
+                continue
+            merger = self._mergers.get(task.key)
+            if merger is None:
+                merger = self._mergers[task.key] = merge.Merger()
+            merger.add(inputs)
+            results = merger.write(
+                self.out_dir,
+                sample_ids=task.sample_ids,
+                epochs=self.manifest.epochs,
+                name=names[task.key],
+                eval_overrides=eval_overrides(self.manifest, task),
+                span=span,
+                on_skip=on_skip,
+                live=live,
+            )
+            merged.extend(replace(m, source=task.key) for m in results)
+        return merged
+
+    def close(self) -> None:
+        for merger in self._mergers.values():
+            merger.close()
+        self._mergers.clear()
+
+    def __enter__(self) -> FleetMerge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def merge_fleet(
     manifest: Manifest,
     run_dir: Path,
@@ -71,34 +130,9 @@ def merge_fleet(
     *,
     live: bool = False,
 ) -> list[merge.MergedTask]:
-    """One merged log per task that has any result (a task with none is all missing);
-    on_skip(path, why) hears of each result the merge could not read and left out; `live`:
-    the results so far, in logs marked "started"."""
-    from ... import merge  # imports inspect_ai (seconds): only when there is something to merge
-
-    out_dir = out_dir or run_dir / run_layout.MERGED
-    clear_dead_writers(out_dir)
-    names = stems(manifest)
-    span = recorded_span(run_dir)
-    merged: list[merge.MergedTask] = []
-    for task in manifest.tasks:
-        inputs = [run_layout.job_log(run_dir, j.job_id) for j in manifest.jobs if j.task == task.key]
-        inputs = [p for p in inputs if p.exists()]
-        if not inputs:
-            continue
-        results = merge.merge_eval_logs(
-            inputs,
-            out_dir,
-            sample_ids=task.sample_ids,
-            epochs=manifest.epochs,
-            name=names[task.key],
-            eval_overrides=eval_overrides(manifest, task),
-            span=span,
-            on_skip=on_skip,
-            live=live,
-        )
-        merged.extend(replace(m, source=task.key) for m in results)
-    return merged
+    """The fleet's results merged once, from scratch (see FleetMerge.merge)."""
+    with FleetMerge(manifest, run_dir, out_dir) as fleet_merge:
+        return fleet_merge.merge(on_skip, live=live)
 
 
 def clear_dead_writers(out_dir: Path) -> None:

@@ -86,6 +86,7 @@ class FleetRun:
             send_again=self._send_again,
             on_heartbeat=self.pool.on_heartbeat,
         )
+        self.merge = merging.FleetMerge(self.manifest, run_dir)  # the live merges' and the end's
 
     @property
     def queues(self) -> queues.FleetQueues:
@@ -103,6 +104,7 @@ class FleetRun:
         try:
             return self._run(start, code_tarball)
         finally:
+            self.merge.close()
             self.lease.release(ask=self.cloud.failure() is None)
 
     def _run(self, start: float, code_tarball: Path) -> RunResult:
@@ -121,9 +123,7 @@ class FleetRun:
             if restored:
                 self.warn(f"{restored} errored sample(s) retried without a new result: their errored results stay")
             phases.reached(phases.MERGE, self.run_dir)
-            merged = merging.merge_fleet(
-                self.manifest, self.run_dir, on_skip=lambda path, why: self.warn(f"merge: left out {path.name}: {why}")
-            )
+            merged = self.merge.merge(on_skip=lambda path, why: self.warn(f"merge: left out {path.name}: {why}"))
         except KeyboardInterrupt:
             raise FleetInterrupted(False) from None
         return self._result(start, merged, resumed=len(done), adopted=adopted, enqueued=enqueued, why=stopped_reason)
@@ -143,7 +143,7 @@ class FleetRun:
             if not adopted:
                 self.pool.launch_first(len(pending))
             try:
-                with LiveMerge(self.manifest, self.run_dir, self.cfg.live_merge_interval):
+                with LiveMerge(self.merge, self.cfg.live_merge_interval):
                     stopped_reason = tracking.track(self, start)
             except (BotoCoreError, ClientError):
                 stopped_reason = liveness.cloud_gone(self.cloud)
