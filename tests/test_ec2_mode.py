@@ -194,6 +194,22 @@ def test_status_and_logs_from_another_machine(ec2_run, account, tmp_path: Path):
     missing = ct(account, "status", "nosuchfleet0", "--bucket", account["bucket"])
     assert missing.returncode == 2 and "no fleet nosuchfleet0" in missing.stderr
 
+    # A controller on a third machine drives the fleet again (its lease is fresh): status
+    # says running, and a view merges the results so far as a run that goes on.
+    from ct_fleet.controller.fleet.lease import S3Lease
+
+    lease = S3Lease(client(account, "s3"), account["bucket"], fleet_id)
+    lease.acquire()
+    try:
+        state = json.loads(ct(account, "status", fleet_id, "--bucket", account["bucket"], "--json").stdout)["state"]
+        live = ct(account, "view", fleet_id, "--bucket", account["bucket"], "--no-serve", runs=tmp_path / "third")
+    finally:
+        lease.release()
+    assert state == "running"
+    assert live.returncode == 0, live.stderr
+    assert read_eval_log(live.stdout.split()[0], header_only=True).status == "started"
+    assert read_eval_log(merged, header_only=True).status == "success"  # the view with no controller
+
 
 @pytest.mark.e2e
 def test_cloud_status_groups_own_and_all_fleets_and_ssh(account):

@@ -9,8 +9,10 @@ import uuid
 
 import pytest
 
-from ct_fleet.controller.fleet.lease import S3Lease, lease_key
+from ct_fleet.controller.fleet.lease import S3Lease
+from ct_fleet.controller.reporting import remote_controller
 from ct_fleet.errors import BadInput
+from ct_fleet.protocol import lease_key
 
 
 @pytest.fixture
@@ -21,9 +23,9 @@ def s3(aws_client):
     return client, bucket
 
 
-def _rewrite(client, bucket: str, fleet: str, token: str) -> str:
+def _rewrite(client, bucket: str, fleet: str, token: str, ttl: float = 60) -> str:
     """Overwrite the lease object as S3 would have after some write: a new ETag."""
-    body = json.dumps({"host": "h", "pid": 1, "token": token, "renewed_at": time.time(), "ttl": 60})
+    body = json.dumps({"host": "h", "pid": 1, "token": token, "renewed_at": time.time(), "ttl": ttl})
     return str(client.put_object(Bucket=bucket, Key=lease_key(fleet), Body=body.encode())["ETag"])
 
 
@@ -67,3 +69,20 @@ def test_a_lease_another_controller_wrote_is_lost(s3) -> None:
         lease.release()
     with pytest.raises(BadInput, match="driven by another controller"):
         S3Lease(client, bucket, "fleet2").acquire()
+
+
+def test_a_controller_elsewhere_is_seen_while_its_lease_is_fresh(s3) -> None:
+    """What `status` and `view` of an EC2 fleet ask S3: is a controller driving it?"""
+    client, bucket = s3
+    assert not remote_controller(client, bucket, "fleet3")  # none ever
+    lease = S3Lease(client, bucket, "fleet3")
+    lease.acquire()
+    try:
+        assert remote_controller(client, bucket, "fleet3")
+    finally:
+        lease.release()
+    assert not remote_controller(client, bucket, "fleet3")  # its end deletes the lease
+    _rewrite(client, bucket, "fleet3", "someone", ttl=-1)  # older than its TTL: a controller that died
+    assert not remote_controller(client, bucket, "fleet3")
+    _rewrite(client, bucket, "fleet3", "someone", ttl=60)
+    assert remote_controller(client, bucket, "fleet3")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..controller.reporting import checked_fleet_id, controller_here, fetch_results, is_local_fleet
+from ..controller.reporting import checked_fleet_id, controller_here, fetch_results, is_local_fleet, remote_controller
 from ..errors import BadInput
 from ..paths import runs_dir
 from ..protocol import Manifest, run_layout
@@ -36,22 +36,25 @@ def view_command(fleet_id: str, host: str, port: int, no_serve: bool, region: st
         manifest_path = run_dir / run_layout.MANIFEST
         manifest = Manifest.from_json(manifest_path.read_text())
         count = len(run_layout.job_logs(run_dir))
+        live = controller_here(run_dir)
     else:
-        manifest, count = fetch_results(aws_cloud(region).client("s3"), bucket, fleet_id, run_dir)
+        s3 = aws_cloud(region).client("s3")
+        live = remote_controller(s3, bucket, fleet_id)  # asked first: a run that ends meanwhile is fetched whole
+        manifest, count = fetch_results(s3, bucket, fleet_id, run_dir)
     if not count:
         raise BadInput(f"fleet {fleet_id} has no results yet: try again once a job has finished")
     merged_dir = run_dir / run_layout.MERGED
     if _stale(merged_dir, run_dir):
         from ..controller.fleet import merge_fleet
 
-        # While its controller runs here, merged/ is the run's live view: a merge of the
+        # While its controller runs (here, or elsewhere for an EC2 fleet), a merge of the
         # results so far is "started", as the run's own live merges write it, never a
         # finished run that failed (which the viewer would show until the next live merge).
         merge_fleet(
             manifest,
             run_dir,
             on_skip=lambda path, why: err.print(f"left out {path.name}: {why}"),
-            live=controller_here(run_dir),
+            live=live,
         )
     logs = sorted(merged_dir.glob("*.eval"))
     if no_serve:

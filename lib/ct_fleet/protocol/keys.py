@@ -1,7 +1,7 @@
 """Names both sides derive from a fleet id: S3 keys, SQS queue names, SSM paths.
 
 S3:   {fleet_id}/manifest.json, {fleet_id}/{job_id}.eval, {fleet_id}/fleet-done.json,
-      {fleet_id}/logs/{instance_id}-bootstrap.log, artifacts/{sha}.tar.gz,
+      {fleet_id}/controller.lease, {fleet_id}/logs/{instance_id}-bootstrap.log, artifacts/{sha}.tar.gz,
       artifacts/extra-{basename}-{digest}.tar.gz, artifacts/wheels/{digest}/{name}.whl
 SQS:  lb-fleet-{fleet_id}-work / -done / -dlq (work redrives to dlq after max receives)
 SSM:  /linuxbench/fleet-secrets/{fleet_id}/{instance_id}/secrets[.N] (one SecureString per
@@ -59,6 +59,11 @@ def manifest_key(fleet_id: str) -> str:
 def done_marker_key(fleet_id: str) -> str:
     """The end-of-run marker (protocol/stop.py); not a .eval, so never taken for a result."""
     return f"{fleet_id}/fleet-done.json"
+
+
+def lease_key(fleet_id: str) -> str:
+    """The lease of the controller driving the fleet (controller/fleet/lease.py); not a .eval either."""
+    return f"{fleet_id}/controller.lease"
 
 
 def logs_prefix(fleet_id: str, instance_id: str = "") -> str:

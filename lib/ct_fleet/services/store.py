@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
+import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from ..errors import BadInput
 from ..evallog import is_readable
-from ..protocol import Manifest, artifact_key, manifest_key, result_job_id
+from ..protocol import Manifest, artifact_key, lease_key, manifest_key, result_job_id
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -49,6 +53,48 @@ def exists(s3: S3Client, bucket: str, key: str) -> bool:
         if _missing(exc):
             return False
         raise
+
+
+LEASE_TTL = 60.0  # seconds a controller's lease lives without renewal, unless it says otherwise
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The fleet's controller lease as S3 holds it: what its holder wrote (host, pid, token,
+    ttl), its age on S3's own clock, and its ETag (for a conditional take-over)."""
+
+    holder: dict[str, Any]
+    age: float
+    etag: str
+
+    @property
+    def ttl(self) -> float:
+        ttl = self.holder.get("ttl")
+        return float(ttl) if isinstance(ttl, int | float) else LEASE_TTL
+
+    @property
+    def held(self) -> bool:
+        """Renewed within its TTL: a controller is driving the fleet."""
+        return self.age <= self.ttl
+
+
+def read_lease(s3: S3Client, bucket: str, fleet_id: str) -> Lease | None:
+    """The fleet's controller lease, None when no controller holds or left one."""
+    try:
+        resp = s3.get_object(Bucket=bucket, Key=lease_key(fleet_id))
+    except ClientError as exc:
+        if _missing(exc):
+            return None
+        raise
+    try:
+        holder = json.loads(resp["Body"].read())
+    except ValueError:
+        holder = {}
+    # Ages on S3's clock (the response's Date against the object's LastModified): the
+    # holder may be another machine, whose clock is not ours.
+    date = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    now = email.utils.parsedate_to_datetime(date).timestamp() if date else time.time()
+    return Lease(holder if isinstance(holder, dict) else {}, now - resp["LastModified"].timestamp(), str(resp["ETag"]))
 
 
 def get_manifest(s3: S3Client, bucket: str, fleet_id: str) -> Manifest | None:

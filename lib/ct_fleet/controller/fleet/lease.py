@@ -14,7 +14,6 @@ forever. So a controller holds
 
 from __future__ import annotations
 
-import email.utils
 import fcntl
 import json
 import os
@@ -29,13 +28,11 @@ from typing import IO, Any
 from botocore.exceptions import ClientError
 
 from ...errors import BadInput
+from ...protocol import lease_key
+from ...services import store
 
-TTL = 60.0  # seconds a lease lives without renewal
+TTL = store.LEASE_TTL
 RENEW_EVERY = 15.0
-
-
-def lease_key(fleet_id: str) -> str:
-    return f"{fleet_id}/controller.lease"
 
 
 class LocalLock:
@@ -125,26 +122,21 @@ class S3Lease:
         self._thread.start()
 
     def _take_over(self) -> None:
-        resp = self.s3.get_object(Bucket=self.bucket, Key=self.key)
-        try:
-            holder = json.loads(resp["Body"].read())
-        except ValueError:
-            holder = {}
-        # Ages on S3's clock (the response's Date against the object's LastModified), not ours.
-        date = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-        now = email.utils.parsedate_to_datetime(date).timestamp() if date else time.time()
-        age = now - resp["LastModified"].timestamp()
-        ttl = float(holder.get("ttl") or self.ttl)
+        lease = store.read_lease(self.s3, self.bucket, self.fleet_id)
+        if lease is None:  # released between our put and this read: it is free
+            self.etag = self._put(IfNoneMatch="*")
+            return
+        holder, age, ttl = lease.holder, lease.age, lease.ttl
         same_host = holder.get("host") == self.owner["host"]
         dead_here = same_host and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"])
-        if age <= ttl and not dead_here:
+        if lease.held and not dead_here:
             who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another controller"
             raise BadInput(
                 f"fleet {self.fleet_id} is driven by another controller ({who}, lease renewed {age:.0f}s ago): "
                 f"wait for it to finish; if it died, rerun in {max(1, ttl - age):.0f}s to adopt the fleet"
             )
         try:
-            self.etag = self._put(IfMatch=resp["ETag"])
+            self.etag = self._put(IfMatch=lease.etag)
         except ClientError as exc:
             if _is_412(exc):
                 raise BadInput(

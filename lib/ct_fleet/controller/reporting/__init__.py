@@ -8,7 +8,15 @@ from .report_html import write_report
 from .result import RunResult, exit_status
 from .run_report import RunReport, build_report
 from .states import JobStates
-from .status import FleetStatus, checked_fleet_id, controller_here, is_local_fleet, local_status, s3_status
+from .status import (
+    FleetStatus,
+    checked_fleet_id,
+    controller_here,
+    is_local_fleet,
+    local_status,
+    remote_controller,
+    s3_status,
+)
 from .summary import SCHEMA_VERSION, RunSummary, interrupted_summary, run_summary
 from .timeline import keep_boot_logs, record_attempt, record_phase, record_worker
 from .usage import UsageTotals, total_tokens
@@ -42,6 +50,7 @@ __all__ = [
     "record_attempt",
     "record_phase",
     "record_worker",
+    "remote_controller",
     "rerun_command",
     "run_summary",
     "s3_status",

@@ -39,7 +39,10 @@ class FleetStatus(BaseModel):
     fleet_id: str
     source: Literal["s3", "local"] = Field(description="s3: an EC2 fleet, read from S3 and SQS; local: runs/<fleet>/")
     state: Literal["running", "complete", "incomplete"] = Field(
-        description="running: its controller (local) or its queues (EC2) are there; else complete or not"
+        description=(
+            "running: a controller drives it (local: holds its lock; EC2: renewed its lease in S3 within the"
+            " lease's TTL), or, EC2 and unfinished, its workers run without one; else complete or not"
+        )
     )
     jobs: int
     results: int = Field(description="jobs with a result")
@@ -100,7 +103,16 @@ def s3_status(s3: Any, sqs: Any, ec2: Any, bucket: str, fleet_id: str) -> FleetS
     found = queues.find_queues(sqs, fleet_id)
     depths = queues.depths(sqs, found, roles=("work", "done", "dlq")) if found else None
     workers = len(instances.live_instances(ec2, fleet_id))
-    return _progress(manifest, done, source="s3", running=found is not None, queues=depths, workers=workers)
+    finished = {j.job_id for j in manifest.jobs} <= done
+    running = remote_controller(s3, bucket, fleet_id) or (workers > 0 and not finished)
+    return _progress(manifest, done, source="s3", running=running, queues=depths, workers=workers)
+
+
+def remote_controller(s3: Any, bucket: str, fleet_id: str) -> bool:
+    """True while a controller, on any machine, drives the EC2 fleet: its lease in S3 is
+    fresh (a controller deletes it at its end; one that died stops renewing it)."""
+    lease = store.read_lease(s3, bucket, fleet_id)
+    return lease is not None and lease.held
 
 
 def controller_here(run_dir: Path) -> bool:
