@@ -105,7 +105,9 @@ def other_machine(account, tmp_path: Path, name: str):
 @pytest.mark.faults
 def test_a_second_controller_elsewhere_is_refused_then_adopts_once_the_first_is_gone(account, tmp_path: Path):
     one, two = other_machine(account, tmp_path, "laptop"), other_machine(account, tmp_path, "desktop")
-    args = ["-e", "ops", "-t", "enable_tls", *LOCAL, "--ec2-arg", "max_workers=1", "--ec2-arg", "idle_timeout=3"]
+    # The worker must outlive the first controller for the third to adopt it: its one job is
+    # done long before, so it waits idle (the end-of-run signal, not this, ends it).
+    args = ["-e", "ops", "-t", "enable_tls", *LOCAL, "--ec2-arg", "max_workers=1", "--ec2-arg", "idle_timeout=900"]
     first = start_ec2(one, *args, CT_FLEET_PAUSE_AT="tracking")
     marker = wait_for(lambda: next(iter(one["runs"].glob("*/paused-at-tracking")), None), timeout=300)
     fleet_id = marker.parent.name

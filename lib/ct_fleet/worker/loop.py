@@ -17,6 +17,7 @@ recommendation, once the jobs it runs have ended (it takes no new ones).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import subprocess
@@ -143,6 +144,7 @@ class Worker:
         self.fleet_done = threading.Event()
         self.left_because = ""  # how this worker learned that the fleet is done
         self.slot_freed = threading.Event()
+        self.last_job_end = -math.inf  # when a slot last freed (monotonic): idle time counts from it
         self.worker_id = f"{settings.instance_id}/{os.getpid()}"
         self._last_extend = 0.0
         self.reporter = Reporter(self.sqs, self.done_url, self.work_url, settings.report_interval)
@@ -320,6 +322,7 @@ class Worker:
             # The slot frees now; the report and the delete go out with the next flush.
             with self.lock:
                 self.in_flight.pop(handle, None)
+                self.last_job_end = time.monotonic()
             self.slot_freed.set()
 
     # -- background duties -------------------------------------------------------------
@@ -423,9 +426,11 @@ class Worker:
             while not self.stopping.is_set():
                 with self.lock:
                     busy = len(self.in_flight)
-                if busy:
                     # Idle time counts from the last moment a job ran, not the last receive:
-                    # a worker whose slots were all busy has not seen an empty queue.
+                    # a worker whose slots were all busy has not seen an empty queue. Not from
+                    # the last look at a busy slot either: the job may have run a second past it.
+                    idle_since = max(idle_since, self.last_job_end)
+                if busy:
                     idle_since = time.monotonic()
                 if self.draining.is_set():
                     if not busy:
