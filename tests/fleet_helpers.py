@@ -76,6 +76,14 @@ def merged_pairs(runs: Path) -> list[tuple[str, int]]:
     return [(str(s.id), s.epoch) for s in read_eval_log(str(merged)).samples or []]
 
 
+def cmdline_of(proc: psutil.Process) -> str:
+    """A process's command line, "" once it is gone or a zombie (it may end while we look)."""
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def processes_in(runs: Path, module: str = "") -> list[psutil.Process]:
     """Processes working under runs/, those running `python -m MODULE` when module is given."""
     found = []
@@ -135,7 +143,7 @@ def assert_nothing_running(runs: Path, within: float = 60) -> None:
     `within` seconds (a loaded machine is slow to reap), then what is left fails the test."""
 
     def left() -> list[str]:
-        procs = [f"{p.pid} {' '.join(p.cmdline())}" for p in _alive(processes_in(runs))]
+        procs = [f"{p.pid} {cmd}" for p in _alive(processes_in(runs)) if (cmd := cmdline_of(p))]
         motos = [str(pid) for f in runs.glob("*/moto.pid") if psutil.pid_exists(pid := int(f.read_text()))]
         return procs + [f"moto server {pid}" for pid in motos]
 

@@ -23,6 +23,7 @@ from fleet_helpers import (
     ONE_WORKER,
     REPO,
     assert_nothing_running,
+    cmdline_of,
     env_for,
     finish,
     fleet_dir,
@@ -285,7 +286,7 @@ def test_sigterm_while_the_task_is_probed_leaves_no_probe_and_no_temp_dir(tmp_pa
 
     def probe() -> psutil.Process | None:
         children = psutil.Process(proc.pid).children(recursive=True)
-        return next((p for p in children if "ct_fleet.controller.planning.probe" in p.cmdline()), None)
+        return next((p for p in children if "ct_fleet.controller.planning.probe" in cmdline_of(p)), None)
 
     prober = wait_for(probe, timeout=120)
     assert any(short_tmpdir.glob("ct-fleet-shipped-*")), "the shipped tree is where the test looks for it"

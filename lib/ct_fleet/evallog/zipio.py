@@ -149,17 +149,22 @@ def open_flat_writer(file: BinaryIO) -> zipfile.ZipFile:
     return zf
 
 
-def _new_info(name: str) -> zipfile.ZipInfo:
-    now = time.localtime(time.time())
-    info = zipfile.ZipInfo(name, date_time=(now.tm_year, now.tm_mon, now.tm_mday, now.tm_hour, now.tm_min, now.tm_sec))
+DateTime = tuple[int, int, int, int, int, int]
+
+
+def _new_info(name: str, date_time: DateTime | None = None) -> zipfile.ZipInfo:
+    if date_time is None:
+        now = time.localtime(time.time())
+        date_time = (now.tm_year, now.tm_mon, now.tm_mday, now.tm_hour, now.tm_min, now.tm_sec)
+    info = zipfile.ZipInfo(name, date_time=date_time)
     info.compress_type = zipfile_compress_kwargs["compression"]
     info.external_attr = 0o600 << 16
     return info
 
 
-def write_member(dst: zipfile.ZipFile, name: str, data: bytes) -> None:
-    """Write one compressed entry from bytes."""
-    dst.writestr(_new_info(name), data)
+def write_member(dst: zipfile.ZipFile, name: str, data: bytes, date_time: DateTime | None = None) -> None:
+    """Write one compressed entry from bytes, stamped `date_time` (default: now)."""
+    dst.writestr(_new_info(name, date_time), data)
 
 
 def _single_threaded_zstd() -> Any:
@@ -171,9 +176,12 @@ def _single_threaded_zstd() -> Any:
     return MultiFrameZstdCompressObj(zstandard.ZstdCompressor(level=3, threads=0).compressobj)
 
 
-def write_member_chunks(dst: zipfile.ZipFile, name: str, chunks: Iterable[bytes]) -> None:
-    """Write one compressed entry from a stream of chunks (never all in memory)."""
-    with dst.open(_new_info(name), "w", force_zip64=True) as out:
+def write_member_chunks(
+    dst: zipfile.ZipFile, name: str, chunks: Iterable[bytes], date_time: DateTime | None = None
+) -> None:
+    """Write one compressed entry from a stream of chunks (never all in memory), stamped
+    `date_time` (default: now)."""
+    with dst.open(_new_info(name, date_time), "w", force_zip64=True) as out:
         # Swapped before the first write (`_ZipWriteFile._compressor`, zipfile internals
         # like those above): the entry is zstd frames either way.
         out._compressor = _single_threaded_zstd()  # type: ignore[attr-defined]

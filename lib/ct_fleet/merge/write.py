@@ -15,29 +15,39 @@ from ..inspect_private import to_json_safe
 from .reduced import Reduction
 from .scan import Group
 from .spool import Kept
-from .util import json_array
+from .util import json_array, timestamp
 
 
 def write_log(out_path: Path, header: Any, reductions: list[Reduction] | None, group: Group, epochs: int) -> None:
     """start.json, the samples' compressed bytes, summaries, reductions, header.json last;
     into a temporary file renamed into place. Samples and summaries stream from the spool."""
     tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    stamp = member_time(header)
     try:
         with open(tmp, "wb") as out_file, zipio.open_flat_writer(out_file) as out:
             start = {"version": header.version, "eval": header.eval, "plan": header.plan}
-            zipio.write_member(out, START_JSON, to_json_safe(start, indent=None))
+            zipio.write_member(out, START_JSON, to_json_safe(start, indent=None), stamp)
             copy_samples(out, group.spool.kept(group.index, epochs, with_summary=False))
             summaries = (k.summary for k in group.spool.kept(group.index, epochs))
-            zipio.write_member_chunks(out, SUMMARIES_JSON, json_array(summaries))
+            zipio.write_member_chunks(out, SUMMARIES_JSON, json_array(summaries), stamp)
             if reductions is not None:
-                zipio.write_member_chunks(out, REDUCTIONS_JSON, reductions_json(reductions))
-            zipio.write_member(out, HEADER_JSON, to_json_safe(header, indent=None))
+                zipio.write_member_chunks(out, REDUCTIONS_JSON, reductions_json(reductions), stamp)
+            zipio.write_member(out, HEADER_JSON, to_json_safe(header, indent=None), stamp)
             out.close()
             out_file.flush()
             os.fsync(out_file.fileno())
         os.replace(tmp, out_path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def member_time(header: Any) -> zipio.DateTime:
+    """The time the merge's own entries carry: the merged run's completion (its wall clock as
+    written), not the time of writing, so that the same results merge to the same bytes."""
+    done = timestamp(header.stats.completed_at)
+    if done.year < 1980:  # none recorded (or unreadable): the zip format's first day
+        return (1980, 1, 1, 0, 0, 0)
+    return (done.year, done.month, done.day, done.hour, done.minute, done.second)
 
 
 def reductions_json(reductions: list[Reduction]) -> Iterator[bytes]:
