@@ -101,6 +101,20 @@ def test_a_result_that_reads_comes_with_the_digest_of_its_bytes(aws_client, tmp_
     assert got is not None and got == digest(dest) and dest.read_bytes() == log.read_bytes()
 
 
+def test_a_result_is_stored_once_and_a_second_attempt_leaves_the_first(aws_client, tmp_path: Path):
+    s3 = aws_client("s3")
+    bucket, key = f"b-{_fid()}", f"{_fid()}/job0001.eval"
+    store.ensure_bucket(s3, bucket, create=True)
+    first, second = tmp_path / "first.eval", tmp_path / "second.eval"
+    first.write_bytes(b"the first attempt's result")
+    second.write_bytes(b"a second attempt's result")
+    assert store.upload_result(s3, bucket, key, first) is True
+    assert store.upload_result(s3, bucket, key, second) is False
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == first.read_bytes()
+    s3.delete_object(Bucket=bucket, Key=key)  # as the controller does before a job runs again
+    assert store.upload_result(s3, bucket, key, second) is True
+
+
 def test_missing_bucket_is_bad_input_on_aws(aws_client):
     with pytest.raises(BadInput, match="does not exist"):
         store.ensure_bucket(aws_client("s3"), f"missing-{_fid()}", create=False)

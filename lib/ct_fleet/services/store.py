@@ -177,9 +177,31 @@ def download_result(s3: S3Client, bucket: str, key: str, dest: Path) -> bytes | 
 SINGLE_PUT_LIMIT = 64 * 2**20
 
 
-def upload_result(s3: S3Client, bucket: str, key: str, path: Path) -> None:
+def upload_result(s3: S3Client, bucket: str, key: str, path: Path) -> bool:
+    """Store a job's result unless one is there already: False then, and the one there stays.
+
+    A conditional write (If-None-Match), so of two attempts of one job that raced (a work
+    message delivered twice), the first result is the result, never overwritten by the
+    second after the controller fetched the first. (A result is deleted before its job is
+    ever sent again: controller/fleet/collector.py.) A 409 (a write of the key in progress) raises:
+    the message stays, and the next attempt finds whichever result won."""
     if path.stat().st_size <= SINGLE_PUT_LIMIT:
         with open(path, "rb") as body:
-            s3.put_object(Bucket=bucket, Key=key, Body=body)
-    else:
-        s3.upload_file(str(path), bucket, key)
+            try:
+                s3.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+            except ClientError as exc:
+                if _precondition_failed(exc):
+                    return False
+                raise
+        return True
+    # s3transfer's multipart upload takes no condition: checked first (a race is left open
+    # only for results over SINGLE_PUT_LIMIT, where a sample's log is very rarely).
+    if exists(s3, bucket, key):
+        return False
+    s3.upload_file(str(path), bucket, key)
+    return True
+
+
+def _precondition_failed(exc: ClientError) -> bool:
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status == 412 or exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412")

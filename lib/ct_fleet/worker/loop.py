@@ -4,7 +4,7 @@
 
 Delivery is at least once, so every step is safe to repeat: a job whose result already
 exists is reported as a duplicate instead of being run again, the result key is fixed by
-the job id, and the work message is deleted only after the result and the done message
+the job id and written only if absent (the first of two racing attempts stays), and the work message is deleted only after the result and the done message
 are stored. A job that fails on something worth retrying (infrastructure, model API
 pressure) is left on the queue; after max receives SQS moves it to the dead-letter queue.
 The worker exits on the end-of-run signal (protocol/stop.py: a stop message on the work
@@ -303,7 +303,9 @@ class Worker:
                     log.info("job %s epoch %s: dropped at the end of the run", job.sample_id, job.epoch)
                     return
                 if attempt.outcome in ("success", "sample_error"):
-                    store.upload_result(self.s3, self.s.bucket, job.result_key, out)
+                    if not store.upload_result(self.s3, self.s.bucket, job.result_key, out):
+                        # Another attempt of this job stored its result while this one ran.
+                        attempt = Attempt("skipped_duplicate")
                     out.unlink(missing_ok=True)
             report = self._report(job, attempt, received_at, receive_count)
             if attempt.outcome == "retry":
