@@ -8,7 +8,8 @@ runner before issue 14) and once with the warm runner (the default).
 
     per-job overhead = worker time (done report: received_at -> finished_at)
                        - the sample's own total_time (from its result log)
-    target: warm runner median <= 0.3 s
+    targets (warm runner): median <= 0.15 s; p95 <= 0.5 s after each slot's first job;
+    a slot's first job <= 3 s
 
 The first job of each slot also pays the worker's start (the warm runner's server
 importing inspect_ai): the table shows all jobs and the jobs after each slot's first.
@@ -29,7 +30,9 @@ import _fleet as f
 from rich.console import Console
 from rich.table import Table
 
-TARGET = 0.3
+# Issue 22's targets for the warm runner: the median job, the p95 of the jobs after each
+# slot's first, and the first job of a slot (which waits for the runner's server).
+TARGET_MEDIAN, TARGET_P95, TARGET_FIRST = 0.15, 0.5, 3.0
 
 
 def later_jobs(jobs: list[f.Job], slots: int) -> list[f.Job]:
@@ -94,7 +97,7 @@ def main() -> int:
         later = overheads(later_jobs(run.jobs, args.slots))
         later_ids = {j.job_id for j in later_jobs(run.jobs, args.slots)}
         first = overheads([j for j in run.jobs if j.job_id not in later_ids])
-        stats[name] = (f.median(all_ov), f.pct(all_ov, 0.95))
+        stats[name] = (f.median(all_ov), f.pct(all_ov, 0.95), f.pct(later, 0.95), f.median(first))
         table.add_row(
             name,
             str(len(run.jobs)),
@@ -126,13 +129,18 @@ def main() -> int:
         parts.add_row(label, *cells)
     console.print(parts)
     console.print(f"[dim]{c.machine()}; temp dir {tmp}{' (kept)' if args.keep else ' (removed)'}[/]")
-    warm_median, warm_p95 = stats["warm"]
-    cold_median, cold_p95 = stats["per-process"]
-    met = warm_median <= TARGET
+    warm_median, warm_p95, warm_later_p95, warm_first = stats["warm"]
+    cold_median, cold_p95, _, _ = stats["per-process"]
+    verdicts = [
+        f"median {warm_median:.3f} <= {TARGET_MEDIAN}: {'MET' if warm_median <= TARGET_MEDIAN else 'MISSED'}",
+        f"p95 after the first {warm_later_p95:.3f} <= {TARGET_P95}: {'MET' if warm_later_p95 <= TARGET_P95 else 'MISSED'}",
+        f"first job {warm_first:.3f} <= {TARGET_FIRST}: {'MET' if warm_first <= TARGET_FIRST else 'MISSED'}",
+    ]
+    met = warm_median <= TARGET_MEDIAN and warm_later_p95 <= TARGET_P95 and warm_first <= TARGET_FIRST
     print(
         f"job_overhead: {args.workers}x{args.slots} slots, {4 * epochs} jobs each; per-job overhead median / p95: "
         f"per-process {cold_median:.3f} / {cold_p95:.3f} s, warm {warm_median:.3f} / {warm_p95:.3f} s "
-        f"({cold_median / warm_median:.1f}x less) (target warm median <= {TARGET}: {'MET' if met else 'MISSED'})"
+        f"({cold_median / warm_median:.1f}x less); warm targets: {'; '.join(verdicts)}"
     )
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
