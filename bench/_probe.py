@@ -17,6 +17,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +69,13 @@ def _client(service: str, *args: Any, **kwargs: Any) -> Any:
 aws.client = _client
 
 
-def _timed(owner: Any, attr: str, name: str) -> None:
+def _timed(owner: Any, attr: str, name: str, only: Callable[..., bool] = lambda *a, **kw: True) -> None:
+    """Time each call of owner.attr (those `only` accepts) as phase `name`."""
     original = getattr(owner, attr)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not only(*args, **kwargs):
+            return original(*args, **kwargs)
         t0 = time.time()
         try:
             return original(*args, **kwargs)
@@ -85,6 +89,7 @@ def _time_phases() -> None:
     from ct_fleet.cloud.embedded import EmbeddedCloud
     from ct_fleet.controller.fleet import FleetRun, WorkerPool, tracking
     from ct_fleet.controller.fleet.collector import ResultCollector
+    from ct_fleet.controller.fleet.merging import FleetMerge
     from ct_fleet.controller.planning import code
 
     _timed(code, "archive", "code archive")
@@ -96,7 +101,7 @@ def _time_phases() -> None:
     _timed(WorkerPool, "launch", "launch")
     _timed(tracking, "track", "track")
     _timed(FleetRun, "teardown", "teardown")
-    _timed(FleetRun, "_merge", "merge")
+    _timed(FleetMerge, "merge", "merge", only=lambda *a, **kw: not kw.get("live"))  # the end's, not the live ones
 
 
 _write({"ev": "start", "t": time.time()})

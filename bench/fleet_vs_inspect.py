@@ -6,10 +6,10 @@ Two pairs, each run back to back in this one run (the ratio is the target):
 - the bench task: the toyarena `medium` task set (27 samples) x 8 epochs = 216 samples,
   policy bench.sleep_policy:sleep_then_honest (2 s of `sleep` in the sample's sandbox,
   then the honest policy's scripts), on the embedded cloud at 2 workers x 4 slots,
-  against `inspect eval --max-samples 8`. Target: fleet / inspect <= 1.25.
+  against `inspect eval --max-samples 8`. Target (issue 22): fleet / inspect <= 1.10.
 - the smoke run: `ct-fleet eval --task-file smoke --policy honest --epochs 3` (12 jobs,
   the embedded cloud's defaults: 2 workers x 2 slots) against `inspect eval
-  --max-samples 4` of the same 12 samples. Target: fleet / inspect <= 2.5.
+  --max-samples 4` of the same 12 samples. Target (issue 22): fleet / inspect <= 2.0.
 
 The sandbox is Inspect's `local` one (`-T sandbox=local` on both sides; bench/sandbox.py
 measures what toyarena's default Docker sandbox adds per sample). Both sides import the same task file with the same
@@ -36,8 +36,8 @@ import _fleet as f
 from rich.console import Console
 from rich.table import Table
 
-BENCH_TARGET = 1.25
-SMOKE_TARGET = 2.5
+BENCH_TARGET = 1.10
+SMOKE_TARGET = 2.0
 POLICY = "bench.sleep_policy:sleep_then_honest"
 LOCAL = ["-T", "sandbox=local"]
 

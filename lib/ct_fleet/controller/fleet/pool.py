@@ -201,8 +201,10 @@ class WorkerPool:
         except Exception as ex:  # without the signal workers still leave after idle_timeout
             self.warn(f"could not signal the end of the run to workers ({ex}); they leave when idle")
         deadline = time.monotonic() + STRAGGLER_GRACE
+        pause = 0.2  # a worker leaves within a second of the signal: look early, then every second
         while live and time.monotonic() < deadline:
-            time.sleep(1)
+            time.sleep(pause)
+            pause = min(1.0, 2 * pause)
             found = instances.live_instances(self.ec2, self.spec.fleet_id)
             self.cloud.poll([inst["InstanceId"] for inst in found])
             # An instance shutting down has uploaded its log and is leaving by itself.

@@ -123,14 +123,11 @@ class FleetRun:
             if restored:
                 self.warn(f"{restored} errored sample(s) retried without a new result: their errored results stay")
             phases.reached(phases.MERGE, self.run_dir)
-            merged = self._merge()
+            # The live merges' spool, topped up with the last results.
+            merged = self.merge.merge(on_skip=lambda path, why: self.warn(f"merge: left out {path.name}: {why}"))
         except KeyboardInterrupt:
             raise FleetInterrupted(False) from None
         return self._result(start, merged, resumed=len(done), adopted=adopted, enqueued=enqueued, why=stopped_reason)
-
-    def _merge(self) -> list[merge.MergedTask]:
-        """The end of run's merge: the live merges' spool topped up with the last results."""
-        return self.merge.merge(on_skip=lambda path, why: self.warn(f"merge: left out {path.name}: {why}"))
 
     def _drive(self, start: float, code_tarball: Path) -> tuple[set[str], bool, int, str | None]:
         """Resume, enqueue, launch, track: (resumed jobs, adopted?, messages sent, stop reason)."""
