@@ -6,8 +6,9 @@ two, so it takes at most about a tenth of the controller's time however large th
 logs say status "started", which Inspect shows as running, with every sample so far; the
 end of run's merge replaces them with the finished ones. Both go through one FleetMerge,
 whose spool each merge only tops up with the results that are new since the one before:
-the end reads the last few results and writes the logs, not the whole merge again. Each file is written whole and
-renamed into place (merge/write.py), so a crash mid-merge leaves the last whole log.
+the end reads the last few results and writes the logs, not the whole merge again. Each
+file is written whole and renamed into place (merge/write.py), so a crash mid-merge
+leaves the last whole log.
 """
 
 from __future__ import annotations
