@@ -190,7 +190,7 @@ def upload_result(s3: S3Client, bucket: str, key: str, path: Path) -> bool:
             try:
                 s3.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
             except ClientError as exc:
-                if _precondition_failed(exc):
+                if precondition_failed(exc):
                     return False
                 raise
         return True
@@ -202,6 +202,7 @@ def upload_result(s3: S3Client, bucket: str, key: str, path: Path) -> bool:
     return True
 
 
-def _precondition_failed(exc: ClientError) -> bool:
+def precondition_failed(exc: ClientError) -> bool:
+    """A conditional write or delete refused: the object is not as the condition said (412)."""
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     return status == 412 or exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412")

@@ -4,7 +4,8 @@
 
 Delivery is at least once, so every step is safe to repeat: a job whose result already
 exists is reported as a duplicate instead of being run again, the result key is fixed by
-the job id and written only if absent (the first of two racing attempts stays), and the work message is deleted only after the result and the done message
+the job id and written only if absent (the first of two racing attempts stays), and the
+work message is deleted only after the result and the done message
 are stored. A job that fails on something worth retrying (infrastructure, model API
 pressure) is left on the queue; after max receives SQS moves it to the dead-letter queue.
 The worker exits on the end-of-run signal (protocol/stop.py: a stop message on the work

@@ -68,12 +68,6 @@ class LocalLock:
             self._fh = None
 
 
-def _is_412(exc: ClientError) -> bool:
-    error = exc.response.get("Error", {})
-    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return status == 412 or error.get("Code") in ("PreconditionFailed", "412")
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -115,7 +109,7 @@ class S3Lease:
         try:
             self.etag = self._put(IfNoneMatch="*")
         except ClientError as exc:
-            if not _is_412(exc):
+            if not store.precondition_failed(exc):
                 raise
             self._take_over()
         self._thread = threading.Thread(target=self._renew_loop, name="fleet-lease", daemon=True)
@@ -138,7 +132,7 @@ class S3Lease:
         try:
             self.etag = self._put(IfMatch=lease.etag)
         except ClientError as exc:
-            if _is_412(exc):
+            if store.precondition_failed(exc):
                 raise BadInput(
                     f"fleet {self.fleet_id} was just adopted by another controller: let that one run"
                 ) from None
@@ -149,9 +143,9 @@ class S3Lease:
             try:
                 self.etag = self._put(IfMatch=self.etag or "")
             except ClientError as exc:
-                if _is_412(exc) and self._still_mine():
+                if store.precondition_failed(exc) and self._still_mine():
                     continue
-                if _is_412(exc) or exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                if store.precondition_failed(exc) or exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                     self.lost = True
                     return
             except Exception:  # the network is back next time; the lease lasts TTL
