@@ -83,10 +83,12 @@ class FleetMerge:
         clear_dead_writers(self.out_dir)
         names = stems(self.manifest)
         span = recorded_span(self.run_dir)
+        # One listing of jobs/, not a stat per job: the spool stats each result it is given.
+        present = set(run_layout.job_logs(self.run_dir))
         inputs_of: dict[str, list[Path]] = {}
         for job in self.manifest.jobs:
             path = run_layout.job_log(self.run_dir, job.job_id)
-            if path.exists():
+            if path in present:
                 inputs_of.setdefault(job.task, []).append(path)
         merged: list[merge.MergedTask] = []
         for task in self.manifest.tasks:
