@@ -322,7 +322,7 @@ class Worker:
         except Exception:
             log.exception("job %s failed in the worker; it will be redelivered", job.job_id)
         finally:
-            # The slot frees now; the report and the delete go out with the next flush.
+            # The slot frees now; the report and the delete go out with the reporter's next flush.
             with self.lock:
                 self.in_flight.pop(handle, None)
                 self.last_job_end = time.monotonic()
@@ -422,8 +422,7 @@ class Worker:
             self.warm.prestart()
         keeper = threading.Thread(target=self._keep_hidden, daemon=True)
         keeper.start()
-        reporter = threading.Thread(target=self.reporter.run, args=(self.stopping,), daemon=True)
-        reporter.start()
+        self.reporter.start()
         idle_since = time.monotonic()
         with ThreadPoolExecutor(max_workers=self.s.max_concurrency) as pool:
             while not self.stopping.is_set():
@@ -472,8 +471,7 @@ class Worker:
                 if messages:
                     idle_since = time.monotonic()
         self.stopping.set()
-        reporter.join()
-        self.reporter.flush()  # the reports of the last jobs
+        self.reporter.close()  # the reports of the last jobs
         if self.warm is not None:
             self.warm.close()
         return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from ..protocol import DoneMessage, encode_reports
@@ -17,7 +18,10 @@ log = logging.getLogger("ct_fleet.worker")
 
 class Reporter:
     """Done reports and the deletes (or retry back-offs) of their work messages, sent in
-    batches once per interval: a worker's SQS calls then grow with time, not with jobs.
+    batches at most once per interval: a worker's SQS calls then grow with time, not with
+    jobs. A report that comes after a quiet interval goes at once, so the last job of a
+    run is not reported an interval late; those that follow within the interval wait and
+    go together.
 
     Order matters for exactly-once results: a job's result is uploaded before its report
     is queued here, and its work message is deleted only after the report was sent. A
@@ -31,7 +35,10 @@ class Reporter:
         self.reports: list[DoneMessage] = []
         self.deletes: list[str] = []
         self.backoffs: dict[int, list[str]] = {}
+        self.flushed_at = -interval  # monotonic time of the last flush: none yet
         self.wake = threading.Event()
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="reporter", daemon=True)
 
     def add(self, report: DoneMessage, *, delete: str | None = None, backoff: tuple[str, int] | None = None) -> None:
         with self.lock:
@@ -40,11 +47,13 @@ class Reporter:
                 self.deletes.append(delete)
             if backoff:
                 self.backoffs.setdefault(backoff[1], []).append(backoff[0])
+        self.wake.set()
 
     def flush(self) -> None:
         with self.lock:
             reports, deletes, backoffs = self.reports, self.deletes, self.backoffs
             self.reports, self.deletes, self.backoffs = [], [], {}
+            self.flushed_at = time.monotonic()
         if reports:
             queues.send_batch(self.sqs, self.done_url, encode_reports(reports))
         if deletes:
@@ -52,9 +61,26 @@ class Reporter:
         for seconds, handles in backoffs.items():
             queues.change_visibility_batch(self.sqs, self.work_url, handles, seconds)
 
-    def run(self, stop: threading.Event) -> None:
-        while not stop.wait(self.interval):
+    def start(self) -> None:
+        self.thread.start()
+
+    def close(self) -> None:
+        """Stop the sender and send what is left: the reports of the last jobs."""
+        self.closed.set()
+        self.wake.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        self.flush()
+
+    def _run(self) -> None:
+        while not self.closed.is_set():
+            self.wake.wait()
+            # An interval after the last flush at the earliest; close() cuts the wait short.
+            if self.closed.wait(max(0.0, self.flushed_at + self.interval - time.monotonic())):
+                return
+            self.wake.clear()  # before the flush: a report added during it wakes the next one
             try:
                 self.flush()
             except Exception:
                 log.exception("report flush failed; retrying")
+                self.wake.set()

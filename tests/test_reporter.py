@@ -1,0 +1,44 @@
+"""The worker's reporter against real SQS (moto): the first report after a quiet interval
+goes at once, the next ones within the interval wait and go together, and closing sends
+what is left. The interval here is far longer than the test: a report seen early was sent
+early, never by a timer."""
+
+from __future__ import annotations
+
+from ct_fleet.protocol import DoneMessage, decode_reports
+from ct_fleet.services import queues, session
+from ct_fleet.worker.reporter import Reporter
+
+INTERVAL = 600.0
+
+
+def report(job_id: str) -> DoneMessage:
+    return DoneMessage(
+        type="done", fleet_id="reporter1", instance_id="i-1", worker_id="w", job_id=job_id, outcome="success"
+    )
+
+
+def reported(sqs, url: str, wait: int) -> list[str]:
+    return [
+        r.job_id or "" for m in queues.receive(sqs, url, max_messages=10, wait=wait) for r in decode_reports(m["Body"])
+    ]
+
+
+def test_the_first_report_goes_at_once_the_rest_together_on_close(aws_env: dict[str, str]) -> None:
+    session.reset()
+    sqs = session.client("sqs")
+    q = queues.ensure_queues(sqs, "reporter1", visibility_timeout=60, max_receive_count=2)
+    queues.send_batch(sqs, q.work, ["a", "b", "c"])
+    handles = [m["ReceiptHandle"] for m in queues.receive(sqs, q.work, max_messages=3, wait=5)]
+    assert len(handles) == 3
+    reporter = Reporter(sqs, q.done, q.work, INTERVAL)
+    reporter.start()
+    reporter.add(report("j1"), delete=handles[0])
+    assert reported(sqs, q.done, wait=20) == ["j1"]  # not an interval later
+    reporter.add(report("j2"), delete=handles[1])
+    reporter.add(report("j3"), backoff=(handles[2], 0))
+    assert reported(sqs, q.done, wait=2) == []  # within the interval: held back
+    reporter.close()
+    assert sorted(reported(sqs, q.done, wait=5)) == ["j2", "j3"]
+    # j1 and j2's work messages are deleted; j3's is visible again at once (a 0 s back-off).
+    assert [m["Body"] for m in queues.receive(sqs, q.work, max_messages=10, wait=5)] == ["c"]
