@@ -5,8 +5,9 @@ directory and output files), without paying boto3's and pydantic's imports every
     python tests/cli_forker.py      # then one JSON request per line on stdin:
     {"args": [...], "env": {...}, "cwd": DIR, "stdout": FILE, "stderr": FILE}  ->  {"code": N}
 
-ct_fleet itself is imported in each child, after its environment is set: some of its
-modules read the environment when they are imported (CT_FLEET_RUNS, CT_FLEET_DOTENV).
+ct_fleet's CLI is imported here too: none of its modules reads the environment or the
+terminal when it is imported (its consoles are made on first use), so each child still
+runs with its own.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import rich.console
 import rich.table  # noqa: F401
 import yaml  # noqa: F401
 
+from ct_fleet.cli.main import main as cli_main
+
 
 def run(request: dict) -> int:
     pid = os.fork()
@@ -42,9 +45,7 @@ def run(request: dict) -> int:
                 out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.dup2(out, fd)
             sys.argv = ["ct-fleet", *request["args"]]
-            from ct_fleet.cli.main import main
-
-            main()
+            cli_main()
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -7,6 +7,7 @@ import os
 import pty
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,17 @@ def test_a_terminal_gets_colour_unless_no_color_is_set(tmp_path: Path, no_color:
     code, out = on_a_terminal(["merge", str(results)], env)
     assert code == 2 and b"left out" in out and b"no readable .eval files" in out, out
     assert bool(COLOUR.search(out)) is not no_color, out
+
+
+def test_the_consoles_read_the_environment_when_used_not_when_imported():
+    """A process that imports the CLI and only then gets its environment (the test suite's
+    CLI forker) must print by that environment."""
+    probe = (
+        "import os\n"
+        "from ct_fleet.cli.console import console, err\n"
+        "os.environ['NO_COLOR'] = '1'\n"
+        "print(console.no_color, err.no_color, err.stderr)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == ["True", "True", "True"]

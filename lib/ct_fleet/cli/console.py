@@ -62,6 +62,24 @@ class OutlivesItsReader:
         sys.stderr.write("ct-fleet: stdout was closed by its reader; the run goes on, its stdout output is dropped\n")
 
 
-# No file given: rich writes to sys.stdout/sys.stderr as they are at each print.
-console = Console(stderr=False, **fitted(sys.stdout))
-err = Console(stderr=True, **fitted(sys.stderr))
+class EdgeConsole(Console):
+    """A Console configured on first use, not on import: rich reads the environment
+    (NO_COLOR, COLUMNS, TERM) and asks whether its stream is a terminal when a Console is
+    made, and the CLI reads its environment at its edge, when a command runs. Until then
+    the object has none of a Console's attributes; the first one asked for makes it."""
+
+    def __init__(self, *, stderr: bool) -> None:  # Console.__init__ runs on first use
+        self.__dict__["_edge_stderr"] = stderr
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or "_edge_made" in self.__dict__:
+            raise AttributeError(name)
+        self.__dict__["_edge_made"] = True
+        stderr = self.__dict__["_edge_stderr"]
+        # No file given: rich writes to sys.stdout/sys.stderr as they are at each print.
+        Console.__init__(self, stderr=stderr, **fitted(sys.stderr if stderr else sys.stdout))
+        return getattr(self, name)
+
+
+console = EdgeConsole(stderr=False)
+err = EdgeConsole(stderr=True)
