@@ -155,3 +155,14 @@ def test_scale_up_stops_at_max_workers_and_without_waiting_work() -> None:
     full = {**BASE, "remaining": 50, "live": 5, "max_workers": 5, "fresh_loads": [1.0]}
     assert decide(**full) == Decision("none")
     assert decide(**{**full, "max_workers": 20, "waiting": 0}) == Decision("none")
+
+
+def test_done_reports_are_let_pile_up_except_at_the_end_of_the_run():
+    from ct_fleet.controller.fleet.tracking import DONE_POLL_PAUSE, pause_after
+    from ct_fleet.services.queues import BATCH
+
+    assert pause_after(received=3, remaining=500) == DONE_POLL_PAUSE  # drained: let reports pile up
+    assert pause_after(received=BATCH, remaining=500) == 0  # a full batch: more are waiting
+    # One batch would hold what is left: each report may be the last, and waits for nothing.
+    assert pause_after(received=3, remaining=BATCH) == 0
+    assert pause_after(received=0, remaining=1) == 0

@@ -22,6 +22,14 @@ if TYPE_CHECKING:
 DONE_POLL_PAUSE = 1.0
 
 
+def pause_after(received: int, remaining: int) -> float:
+    """Seconds to wait before the next receive. A part-full batch means the queue is
+    drained: reports pile up a little meanwhile, so that receives and deletes stay batched
+    (calls per second, not per job). Not once one batch would hold every report still to
+    come: each could be the run's last, and it would wait out the pause for nothing."""
+    return DONE_POLL_PAUSE if received < queues.BATCH and remaining > queues.BATCH else 0.0
+
+
 def track(run: FleetRun, start: float) -> str | None:
     """Take done reports until every job is finished or dead (None), or a reason to stop."""
     last_progress = last_activity = time.monotonic()
@@ -47,10 +55,7 @@ def track(run: FleetRun, start: float) -> str | None:
         if messages:
             queues.delete_batch(run.sqs, run.queues.done, [m["ReceiptHandle"] for m in messages])
             last_activity = time.monotonic()
-        if len(messages) < queues.BATCH and run.state.remaining:
-            # A part-full batch means the queue is drained: let reports pile up a little
-            # so that receives and deletes stay batched (calls per second, not per job).
-            time.sleep(DONE_POLL_PAUSE)
+        time.sleep(pause_after(len(messages), run.state.remaining))
         run.results.collect()
         if run.state.finished > before:
             last_progress = time.monotonic()
