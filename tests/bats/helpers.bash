@@ -72,15 +72,11 @@ start_moto() {
   return 1
 }
 
+# SIGKILL: moto holds everything in memory, and its orderly exit costs 0.6 s of CPU.
 stop_moto() {
   [[ -n ${MOTO_PID:-} ]] || return 0
-  kill "$MOTO_PID" 2>/dev/null || true
-  local _
-  for _ in $(seq 50); do
-    kill -0 "$MOTO_PID" 2>/dev/null || return 0
-    sleep 0.1
-  done
   kill -9 "$MOTO_PID" 2>/dev/null || true
+  wait "$MOTO_PID" 2>/dev/null || true
 }
 
 # The real AWS CLI against the test's moto server, for setting up and checking state.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -152,24 +153,19 @@ class MotoServer:
                 pass
             self.pid = None
             return
+        # SIGKILL, not SIGTERM: moto keeps everything in memory, so there is nothing to save,
+        # and Python's orderly exit of a process holding moto's models costs 0.6 s of CPU
+        # and of wall time. Its log is written line by line: nothing is lost either.
         try:
-            os.kill(self.pid, 15)
-            for _ in range(100):
-                if not _alive(self.pid):
-                    break
-                try:
-                    os.waitpid(self.pid, os.WNOHANG)  # reap it if it is our child
-                except ChildProcessError:
-                    pass
-                time.sleep(0.05)
-            else:
-                os.kill(self.pid, 9)
-                try:
-                    os.waitpid(self.pid, 0)  # reap it, or it lingers as a zombie while we run
-                except ChildProcessError:
-                    pass
+            os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        try:
+            os.waitpid(self.pid, 0)  # our child: reap it, or it lingers as a zombie while we run
+        except ChildProcessError:  # an adopted server, another process's child: see it go
+            deadline = time.monotonic() + 10
+            while _alive(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
         self.pid = None
 
     def __enter__(self) -> "MotoServer":
