@@ -67,3 +67,25 @@ def test_the_metadata_notices_come_from_the_loopback_endpoint_polled_every_5_s(t
         server.close()
     assert Metadata.for_instance(None, spot=False).endpoint is None  # on-demand on EC2: nothing to read
     assert Metadata.for_instance(None, spot=True).endpoint == "http://169.254.169.254"
+
+
+def test_leave_runs_the_exit_handlers_and_flushes_but_skips_the_run_down():
+    """ct_fleet.exits.leave: what a normal exit runs that matters, without the interpreter's
+    orderly run-down (an object's finaliser is the sign of it)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import atexit, sys\n"
+        "from ct_fleet.exits import leave\n"
+        "atexit.register(lambda: print('handler ran'))\n"
+        "class Finalised:\n"
+        "    def __del__(self):\n"
+        "        print('run down')\n"
+        "kept = Finalised()\n"
+        "sys.stdout.write('buffered ')\n"
+        "leave(3)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3
+    assert proc.stdout.split() == ["buffered", "handler", "ran"]  # no "run down"

@@ -32,7 +32,6 @@ alone when the job's task could not be built (failures.TASK_FAILED; the reason i
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import gc
@@ -52,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ..exits import leave
 from ..protocol import WorkMessage
 from . import failures, runner
 from .supervise import kill_tree
@@ -303,13 +303,7 @@ class ForkServer:
         except BaseException:
             traceback.print_exc()
         finally:
-            # What a normal interpreter exit does (inspect registers cleanups), then no
-            # more: the server's own state must not run down a second time.
-            with contextlib.suppress(BaseException):
-                atexit._run_exitfuncs()
-                sys.stdout.flush()
-                sys.stderr.flush()
-            os._exit(code)
+            leave(code)  # the server's own state must not run down a second time
 
     def _spawn_cold(self, request: dict[str, Any], conn: socket.socket) -> tuple[int, Child]:
         with open(request["log"], "wb") as out:
@@ -351,4 +345,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    leave(main(sys.argv))

@@ -25,6 +25,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from ..exits import leave
 from ..protocol import WorkMessage
 from . import failures
 from .inspect_job import build_task, command_env, finish_command_output, run_inspect_job, task_key
@@ -63,4 +64,4 @@ def report_failure(exc: BaseException) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    leave(main(sys.argv))
