@@ -27,8 +27,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...exits import leave
-
 
 def _sandbox(holder: Any) -> tuple[str | None, Any]:
     """(type, config) of the sandbox a task or sample names: a spec, a bare type, or a
@@ -130,4 +128,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    leave(main())
+    sys.exit(main())
