@@ -9,9 +9,7 @@ from tests/cli_forker.py; tests/test_e2e.py's bad inputs go through bin/ct-fleet
 
 from __future__ import annotations
 
-import json
 import os
-import queue
 import subprocess
 import sys
 import uuid
@@ -25,10 +23,11 @@ import boto3
 import psutil
 import pytest
 
+from cli_forker import FORKER
 from fleet_helpers import ec2_defaults
 
 REPO = Path(__file__).resolve().parents[1]
-FORKERS = 3  # cases run side by side (most of a case is moto round trips and file checks)
+SIDE_BY_SIDE = 3  # cases run side by side (most of a case is moto round trips and file checks)
 # The first test's setup runs every case (a few at a time): give it room on a busy machine.
 pytestmark = pytest.mark.timeout(1800)
 
@@ -395,33 +394,7 @@ def leftover_processes(case_dir: Path) -> list[str]:
     return found
 
 
-class Forker:
-    """One tests/cli_forker.py: every case a process of its own, forked with the CLI's
-    libraries imported (the 100+ cases would spend most of their time importing boto3)."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("cli_forker.py"))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "COLUMNS": "300"},
-        )
-
-    def run(self, args: list[str], *, env: dict[str, str], cwd: Path, stdout: Path, stderr: Path) -> int:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        request = {"args": args, "env": env, "cwd": str(cwd), "stdout": str(stdout), "stderr": str(stderr)}
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        return int(json.loads(self.proc.stdout.readline())["code"])
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
-
-
-def run_case(case: Case, base: Path, account: dict[str, Any], forkers: queue.Queue[Forker]) -> dict[str, Any]:
+def run_case(case: Case, base: Path, account: dict[str, Any]) -> dict[str, Any]:
     case_dir = base / uuid.uuid4().hex[:8]
     case_dir.mkdir()
     for rel, data in case.files.items():
@@ -452,11 +425,11 @@ def run_case(case: Case, base: Path, account: dict[str, Any], forkers: queue.Que
         base_args += ["--ec2", *ec2_defaults({"bucket": account["bucket"], "auto_confirm": "true"}, args)]
         args = []
     out, err = case_dir / "stdout.txt", case_dir / "stderr.txt"
-    forker = forkers.get()
-    try:
-        code = forker.run(["eval", *base_args, *args], env=env, cwd=REPO, stdout=out, stderr=err)
-    finally:
-        forkers.put(forker)
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        run = FORKER.fork(
+            ["eval", *base_args, *args], env=env, cwd=REPO, stdout=stdout.fileno(), stderr=stderr.fileno()
+        )
+        code = run.wait(timeout=300)
     runs = case_dir / "runs"
     created = sorted(str(p.relative_to(runs)) for p in runs.rglob("*")) if runs.exists() else []
     return {
@@ -472,16 +445,9 @@ def run_case(case: Case, base: Path, account: dict[str, Any], forkers: queue.Que
 def outcomes(account, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("bad")
     before = moto_state(account)
-    forkers: queue.Queue[Forker] = queue.Queue()
-    for _ in range(FORKERS):
-        forkers.put(Forker())
-    try:
-        with ThreadPoolExecutor(max_workers=FORKERS) as pool:
-            futures = {case.name: pool.submit(run_case, case, base, account, forkers) for case in CASES}
-            results = {name: fut.result() for name, fut in futures.items()}
-    finally:
-        while not forkers.empty():
-            forkers.get().close()
+    with ThreadPoolExecutor(max_workers=SIDE_BY_SIDE) as pool:
+        futures = {case.name: pool.submit(run_case, case, base, account) for case in CASES}
+        results = {name: fut.result() for name, fut in futures.items()}
     results["__moto__"] = (before, moto_state(account))
     return results
 

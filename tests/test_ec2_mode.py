@@ -18,7 +18,7 @@ import psutil
 import pytest
 from inspect_ai.log import read_eval_log
 
-from fleet_helpers import ec2_account, launch_workers, run_ec2
+from fleet_helpers import ec2_account, launch_workers, run_cli, run_ec2
 
 REPO = Path(__file__).resolve().parents[1]
 CANARY = "canary-" + uuid.uuid4().hex
@@ -165,9 +165,7 @@ def ct(account, *args: str, runs: Path | None = None) -> subprocess.CompletedPro
         CT_FLEET_DOTENV=str(account["runs"] / ".env"),
         COLUMNS="200",
     )
-    return subprocess.run(
-        [str(REPO / "bin" / "ct-fleet"), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
-    )
+    return run_cli(args, env=env, timeout=120)
 
 
 @pytest.mark.e2e

@@ -21,7 +21,7 @@ import pytest
 
 from ct_fleet.controller.planning.preflight import check_runs_dir
 from ct_fleet.errors import BadInput
-from fleet_helpers import REPO, env_for
+from fleet_helpers import REPO, env_for, run_cli
 
 CT_FLEET = str(REPO / "bin" / "ct-fleet")
 TIMEOUT = 120  # generous for a busy machine; a blocking read never returns at all
@@ -105,7 +105,7 @@ def _run(case: Case, base: Path) -> tuple[Case, subprocess.CompletedProcess[str]
         else:
             env[key] = value.format(fifo=fifo)
     args = [a.format(fifo=fifo) for a in case.args]
-    proc = subprocess.run([CT_FLEET, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    proc = run_cli(args, env=env, timeout=TIMEOUT)
     return case, proc, runs
 
 

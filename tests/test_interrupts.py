@@ -26,6 +26,7 @@ from fleet_helpers import (
     fleet_instances,
     fleet_secrets_left,
     processes_in,
+    run_cli,
     start_ec2,
     wait_for,
 )
@@ -128,14 +129,7 @@ def test_secrets_of_a_killed_controller_are_swept_once_its_workers_are_gone(acco
         AWS_SECRET_ACCESS_KEY="testing",
         AWS_REGION="us-east-1",
     )
-    status = subprocess.run(
-        [str(REPO / "bin" / "ct-fleet"), "cloud", "status", "--clean"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    status = run_cli(["cloud", "status", "--clean"], env=env, timeout=120)
     assert status.returncode == 0, status.stdout + status.stderr
     assert f"deleted {len(left)} secret(s) of fleet {fleet_id}" in status.stdout
     nothing_left(account, fleet_id)

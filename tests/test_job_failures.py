@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_helpers import FAST, REPO, env_for, stat
+from fleet_helpers import FAST, env_for, run_cli, stat
 
 TASK = """
 import os
@@ -31,14 +31,7 @@ def needs_laptop():
 
 
 def ct_fleet(runs: Path, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(REPO / "bin" / "ct-fleet"), *args],
-        cwd=REPO,
-        env={**env_for(runs, **extra_env), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_cli(args, env={**env_for(runs, **extra_env), "COLUMNS": "200"}, timeout=600)
 
 
 @pytest.mark.e2e
@@ -57,14 +50,7 @@ def test_fatal_job_failure_is_final_after_one_attempt(tmp_path: Path):
     assert "2 job(s) failed without a result (fatal)" in proc.stderr
     rerun = re.search(r"bin/ct-fleet run-job (\w+) (\w+)", proc.stdout)
     assert rerun
-    again = subprocess.run(
-        [str(REPO / "bin" / "ct-fleet"), "run-job", rerun.group(1), rerun.group(2)],
-        cwd=REPO,
-        env=env_for(runs),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    again = run_cli(["run-job", rerun.group(1), rerun.group(2)], env=env_for(runs), timeout=300)
     assert again.returncode == 1, again.stdout + again.stderr
     assert "No module named 'package_only_on_my_laptop'" in again.stderr
 

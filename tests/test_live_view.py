@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from inspect_ai.log import list_eval_logs, read_eval_log, read_eval_log_sample_summaries
 
 from ct_fleet.protocol import Manifest, run_layout
-from fleet_helpers import FAST, LOCAL, ONE_WORKER, REPO, assert_nothing_running, env_for, finish, start, wait_for
+from fleet_helpers import (
+    FAST,
+    LOCAL,
+    ONE_WORKER,
+    assert_nothing_running,
+    env_for,
+    finish,
+    run_cli,
+    start,
+    wait_for,
+)
 
 FREE = 3  # jobs that finish before the gate opens: the results so far
 ARGS = [
@@ -79,14 +88,7 @@ def test_inspect_view_lists_the_partial_merged_log_with_the_samples_so_far(tmp_p
         # the last live merge): its own merge shows the run as running too.
         newest = max(run_layout.job_logs(run_dir), key=lambda p: p.stat().st_mtime)
         os.utime(newest)
-        viewed = subprocess.run(
-            [str(REPO / "bin" / "ct-fleet"), "view", run_dir.name, "--no-serve"],
-            cwd=REPO,
-            env=env_for(runs),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        viewed = run_cli(["view", run_dir.name, "--no-serve"], env=env_for(runs), timeout=300)
         status_in_view = _as_the_viewer_sees(run_dir / run_layout.MERGED)[0]
         running = proc.poll() is None
     finally:

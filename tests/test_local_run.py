@@ -29,10 +29,12 @@ from fleet_helpers import (
     LOCAL,
     ONE_WORKER,
     REPO,
+    Run,
     assert_nothing_running,
     env_for,
     finish,
     fleet_dir,
+    launch,
     merged_pairs,
     start,
     stat,
@@ -133,9 +135,8 @@ def test_new_fleet_runs_everything_again_under_a_new_id(local_run, tmp_path: Pat
 def test_a_reader_that_leaves_early_does_not_stop_the_fleet(local_run, tmp_path: Path):
     """`ct-fleet eval ... | head -1`: the pipe closes after the first line; the run goes on."""
     import shlex
-    import subprocess
 
-    from fleet_helpers import REPO, env_for
+    from fleet_helpers import env_for
 
     runs = copy_of(local_run, tmp_path)
     for path in sorted((fleet_dir(runs) / "jobs").glob("*.evaljob"))[:4]:
@@ -213,7 +214,6 @@ def test_a_headless_browser_draws_the_report_from_disk_offline(local_run, tmp_pa
     """Debian's chromium (bin/test installs it) with every host unresolvable and a dead proxy:
     the page must draw its charts from what it holds."""
     import shutil
-    import subprocess
 
     chromium = shutil.which("chromium")
     if chromium is None:
@@ -322,18 +322,11 @@ def _written_in(proc: psutil.Process, where: Path) -> Path | None:
     return next((Path(f.path) for f in files if Path(f.path).parent == where and f.mode != "r"), None)
 
 
-def _merge(runs: Path, run_dir: Path) -> subprocess.Popen[str]:
+def _merge(runs: Path, run_dir: Path) -> Run:
     """`ct-fleet merge RUN_DIR`: the fleet's merge_fleet, as at the end of a run (a rerun of
     `ct-fleet eval` with nothing left to run merges the same way, but resumes only on the
     same code: other work in this checkout would make it a new fleet)."""
-    return subprocess.Popen(
-        [str(REPO / "bin" / "ct-fleet"), "merge", str(run_dir)],
-        cwd=REPO,
-        env=env_for(runs),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return launch(["merge", str(run_dir)], env=env_for(runs))
 
 
 @pytest.mark.faults
@@ -346,7 +339,7 @@ def test_a_sigkill_mid_merge_then_a_rerun_leaves_a_whole_readable_log(local_run,
     _pad_results(run_dir)
     proc = _merge(runs, run_dir)
     try:
-        merger = psutil.Process(proc.pid)  # bin/ct-fleet execs python: this is the merge
+        merger = psutil.Process(proc.pid)
         writing = wait_for(lambda: _written_in(merger, merged_dir), timeout=300, every=0.01)
         proc.send_signal(signal.SIGKILL)
     finally:

@@ -23,7 +23,7 @@ import psutil
 import pytest
 from inspect_ai.log import read_eval_log
 
-from fleet_helpers import REPO, fleet_dir, wait_for
+from fleet_helpers import REPO, fleet_dir, run_cli, wait_for
 
 KEY = "sk-stub-" + uuid.uuid4().hex
 MODEL = "openai-api/stubai/scripted"
@@ -123,7 +123,7 @@ def model_run(account, tmp_path_factory: pytest.TempPathFactory):
         CT_FLEET_MODEL_PRICES=str(account["prices"]),
         COLUMNS="200",
     )
-    cmd = [str(REPO / "bin" / "ct-fleet"), "eval", "--ec2", f"{project / 'times.py'}@times", "-T", "n=4"]
+    cmd = ["eval", "--ec2", f"{project / 'times.py'}@times", "-T", "n=4"]
     cmd += ["--model", MODEL]
     for arg in (
         f"bucket={account['bucket']}",
@@ -137,7 +137,7 @@ def model_run(account, tmp_path_factory: pytest.TempPathFactory):
     stop, seen = threading.Event(), []
     watcher = threading.Thread(target=_watch, args=(stop, seen), daemon=True)
     watcher.start()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    proc = run_cli(cmd, env=env, timeout=900)
     stop.set()
     watcher.join()
     return proc, seen

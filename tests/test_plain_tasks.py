@@ -17,7 +17,7 @@ from inspect_ai.log import list_eval_logs, read_eval_log
 
 from ct_fleet.controller.fleet import merging as fleet_merge
 from ct_fleet.protocol import Manifest, run_layout
-from fleet_helpers import FAST, ONE_WORKER, REPO, env_for, fleet_dir
+from fleet_helpers import FAST, ONE_WORKER, REPO, env_for, fleet_dir, run_cli
 
 TASK_SOURCE = """
 from inspect_ai import Task, task
@@ -52,16 +52,7 @@ def answer(n: int, offset: int) -> str:
 
 
 def ct_fleet(runs: Path, *args: str, timeout: int = 600):
-    import subprocess
-
-    return subprocess.run(
-        [str(REPO / "bin" / "ct-fleet"), *args],
-        cwd=REPO,
-        env=env_for(runs),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(args, env=env_for(runs), timeout=timeout)
 
 
 @pytest.fixture(scope="module")

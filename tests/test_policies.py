@@ -38,6 +38,7 @@ from ct_fleet.protocol import (
 )
 from ct_fleet.services import instances as fleet
 from ct_fleet.services import launching, quotas, secrets
+from fleet_helpers import run_cli
 from iam_eval import (
     CALL_ACTIONS,
     MANAGED_POLICY_LIMIT,
@@ -1045,11 +1046,10 @@ def smoke_calls(tmp_path_factory: pytest.TempPathFactory):
         "GH_TOKEN",
     ):
         env.pop(key, None)
-    proc = subprocess.run(
+    proc = run_cli(
         # max_workers=2 pins what the default (one worker per core) leaves to the machine:
         # the proof needs two instances, to show each reads its own secrets only.
         [
-            str(REPO / "bin" / "ct-fleet"),
             "eval",
             "--task-file",
             "smoke",
@@ -1062,10 +1062,7 @@ def smoke_calls(tmp_path_factory: pytest.TempPathFactory):
             "--ec2-arg",
             "max_workers=2",
         ],
-        cwd=REPO,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=500,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_helpers import FAST, ONE_WORKER, REPO, env_for, stat
+from fleet_helpers import FAST, ONE_WORKER, env_for, run_cli, stat
 from wheelmaker import write_wheel
 
 WORDS_TASK = """
@@ -43,14 +43,7 @@ WORDS_MODULE = 'def words(n):\n    return ["zero", "one"][n]\n'
 
 
 def ct_fleet(runs: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(REPO / "bin" / "ct-fleet"), *args],
-        cwd=REPO,
-        env={**env_for(runs), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_cli(args, env={**env_for(runs), "COLUMNS": "200"}, timeout=600)
 
 
 @pytest.fixture

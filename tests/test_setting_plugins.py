@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from inspect_ai.log import read_eval_log
 
-from fleet_helpers import FAST, ONE_WORKER, REPO, env_for, fleet_dir
+from fleet_helpers import FAST, ONE_WORKER, REPO, env_for, fleet_dir, run_cli
 
 sys.path.insert(0, str(Path(__file__).parent))
 from wheelmaker import build
@@ -60,9 +60,7 @@ def plugin(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def ct_fleet(runs: Path, site: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {**env_for(runs, **extra), "PYTHONPATH": str(site), "COLUMNS": "200"}
-    return subprocess.run(
-        [str(REPO / "bin" / "ct-fleet"), "eval", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
-    )
+    return run_cli(["eval", *args], env=env, timeout=900)  # PYTHONPATH differs: bin/ct-fleet itself
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,12 @@ before any run directory, upload or instance exists.
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
-from fleet_helpers import REPO, env_for
+from fleet_helpers import REPO, env_for, run_cli
 
 BROKEN_TASK = """
 from inspect_ai import Task, task
@@ -144,14 +143,7 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path: Path, projec
     runs.mkdir()
     env = env_for(runs)
     env.pop("OPENAI_API_KEY", None)
-    proc = subprocess.run(
-        [str(REPO / "bin" / "ct-fleet"), "eval", *[a.format(**project) for a in args]],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_cli(["eval", *[a.format(**project) for a in args]], env=env, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [
         line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(("ct-fleet:", "WARNING"))

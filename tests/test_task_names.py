@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from inspect_ai.log import read_eval_log
 
-from fleet_helpers import FAST, ONE_WORKER, REPO, env_for, fleet_dir
+from fleet_helpers import FAST, ONE_WORKER, REPO, env_for, fleet_dir, run_cli
 
 sys.path.insert(0, str(Path(__file__).parent))
 from wheelmaker import write_wheel
@@ -45,14 +45,7 @@ def count() -> Task:
 
 
 def ct_fleet(runs: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(REPO / "bin" / "ct-fleet"), "eval", *args, *FAST, *ONE_WORKER],
-        cwd=REPO,
-        env={**env_for(runs, **extra), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    return run_cli(["eval", *args, *FAST, *ONE_WORKER], env={**env_for(runs, **extra), "COLUMNS": "200"}, timeout=900)
 
 
 def _uv() -> str:
