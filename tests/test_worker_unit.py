@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ct_fleet.protocol import START_CONCURRENCY
 from ct_fleet.worker.concurrency import Concurrency
 from ct_fleet.worker.failures import RATE_LIMIT
@@ -67,6 +69,36 @@ def test_the_metadata_notices_come_from_the_loopback_endpoint_polled_every_5_s(t
         server.close()
     assert Metadata.for_instance(None, spot=False).endpoint is None  # on-demand on EC2: nothing to read
     assert Metadata.for_instance(None, spot=True).endpoint == "http://169.254.169.254"
+
+
+def test_the_local_shutdown_shim_powers_off_through_its_runners_endpoint(tmp_path):
+    """The embedded cloud's `shutdown`: a POST to the runner's endpoint, which terminates the
+    instance (no AWS CLI started); an instance that is not the runner's gets a 404, on which
+    the shim goes to the EC2 API itself (a controller that adopted the fleet has a new port)."""
+    import os
+    import subprocess
+    import urllib.error
+    import urllib.request
+
+    from ct_fleet.cloud.local_instances import SHIMS_DIR
+    from ct_fleet.cloud.metadata_server import MetadataServer
+
+    ours, powered = "i-0123456789abcdef0", []
+    server = MetadataServer(tmp_path, power_off=lambda instance: powered.append(instance) or instance == ours)
+    try:
+        env = {"PATH": os.environ["PATH"], "CT_IMDS_ENDPOINT": server.endpoint(ours), "INSTANCE_ID": ours}
+        shim = subprocess.run(
+            [str(SHIMS_DIR / "shutdown"), "-h", "now"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert shim.returncode == 0, shim.stderr
+        assert shim.stdout.strip() == f"shutdown: powered off {ours}"
+        assert powered == [ours]
+        request = urllib.request.Request(f"{server.endpoint('i-0fffffffffffffff0')}/local/power-off", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 404
+    finally:
+        server.close()
 
 
 def test_leave_runs_the_exit_handlers_and_flushes_but_skips_the_run_down():

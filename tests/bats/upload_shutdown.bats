@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # worker/upload-log.sh, worker/shutdown-instance.sh and the embedded cloud's `shutdown`
-# shim (lib/ct_fleet/cloud/shims/shutdown), which terminates the instance through the EC2 API.
+# shim (lib/ct_fleet/cloud/shims/shutdown), which, without a runner to ask, terminates the instance
+# through the EC2 API (the runner's endpoint is tested in tests/test_worker_unit.py).
 
 load helpers
 
@@ -107,12 +108,13 @@ instance_states() {
   assert_not_called shutdown
 }
 
-@test "shutdown shim: terminates INSTANCE_ID through the EC2 API" {
+@test "shutdown shim: with its runner gone, terminates INSTANCE_ID through the EC2 API" {
   local other
   read -r INSTANCE_ID other < <(awsm ec2 run-instances --image-id "$AMI_ID" --count 2 \
     --instance-initiated-shutdown-behavior terminate --query 'Instances[].InstanceId' --output text)
   [[ $INSTANCE_ID == i-* && $other == i-* ]]
-  run "$SHIM_DIR/shutdown" -h now
+  # The endpoint of a runner that is gone: nothing listens there.
+  CT_IMDS_ENDPOINT="http://127.0.0.1:1/$INSTANCE_ID" run "$SHIM_DIR/shutdown" -h now
   [ "$status" -eq 0 ]
   assert_equal "$output" "shutdown: terminated $INSTANCE_ID"
   # This instance only.

@@ -64,7 +64,7 @@ class LocalInstanceRunner:
         # controller adopting a running fleet can still reap and kill its instances.
         self.procs: dict[str, int] = {}
         self._children: dict[int, subprocess.Popen[bytes]] = {}
-        self.metadata = MetadataServer(instances_dir)
+        self.metadata = MetadataServer(instances_dir, power_off=self._power_off)
         for pid_file in instances_dir.glob("*/pid"):
             pid = _recorded(pid_file)
             if pid is not None and _alive(pid):
@@ -106,6 +106,14 @@ class LocalInstanceRunner:
             (home / "pid").write_text(f"{proc.pid} {_started(proc.pid)}")
             self.procs[instance_id] = proc.pid
             self._children[proc.pid] = proc
+
+    def _power_off(self, instance_id: str) -> bool:
+        """An instance of this runner powered itself off (its `shutdown` shim): it ends, as
+        EC2 ends an instance launched with shutdown behaviour "terminate". False: not ours."""
+        if instance_id not in self.procs:
+            return False
+        self.ec2.terminate_instances(InstanceIds=[instance_id])
+        return True
 
     def wait(self, instance_id: str, timeout: float) -> int:
         """Wait for an instance's user-data (started here) to end; its exit status."""
