@@ -25,6 +25,7 @@ import json
 import os
 import select
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -176,6 +177,7 @@ class ForkedRun:
     def __init__(self, conn: socket.socket, stdout: int | None, stderr: int | None) -> None:
         self._conn = conn
         self._buffer = b""
+        self._read: dict[int, list[bytes]] = {}  # output read by communicate, per descriptor
         self.args = [str(CLI_MAIN)]
         self.pid = int(self._reply(None)["pid"])
         self.returncode: int | None = None
@@ -211,13 +213,13 @@ class ForkedRun:
         return self.returncode
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Both streams to their end, then the exit status; on a timeout what was read so
+        far is kept for the next call, as subprocess.Popen does."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        chunks: dict[int, list[bytes]] = {}
+        streams = [s for s in (self.stdout, self.stderr) if s is not None and not s.closed]
         with selectors.DefaultSelector() as sel:
-            for stream in (self.stdout, self.stderr):
-                if stream is not None and not stream.closed:
-                    sel.register(stream.fileno(), selectors.EVENT_READ)
-                    chunks[stream.fileno()] = []
+            for stream in streams:
+                sel.register(stream, selectors.EVENT_READ)
             while sel.get_map():
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -225,19 +227,16 @@ class ForkedRun:
                 for key, _ in sel.select(left):
                     data = os.read(key.fd, 1 << 16)
                     if data:
-                        chunks[key.fd].append(data)
+                        self._read.setdefault(key.fd, []).append(data)
                     else:
-                        sel.unregister(key.fd)
-        texts = []
-        for stream in (self.stdout, self.stderr):
-            if stream is None or stream.closed:
-                texts.append("")
-                continue
-            texts.append(b"".join(chunks[stream.fileno()]).decode(errors="replace"))
+                        sel.unregister(key.fileobj)
+        texts = {}
+        for stream in streams:
+            texts[id(stream)] = b"".join(self._read.pop(stream.fileno(), [])).decode(errors="replace")
             stream.close()
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         self.wait(left)
-        return texts[0], texts[1]
+        return texts.get(id(self.stdout), ""), texts.get(id(self.stderr), "")
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
@@ -332,6 +331,7 @@ class Forker:
                 self._server.stdin.close()
                 self._server.wait(timeout=30)
                 self._server = None
+                shutil.rmtree(self._dir, ignore_errors=True)
 
 
 FORKER = Forker()
