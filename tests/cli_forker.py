@@ -21,6 +21,7 @@ environment differs there is started as `bin/ct-fleet` instead (see `Forker.pope
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import select
@@ -48,7 +49,9 @@ def _read_at_start_up(name: str) -> bool:
 # -- the server ----------------------------------------------------------------------------
 def _preload() -> str:
     """Import what a controller imports, before any fork; returns the uv that bin/ct-fleet
-    would hand its controller."""
+    would hand its controller. As gc.freeze's documentation has a forking server do: the
+    collector off while importing, what was imported frozen before the first fork."""
+    gc.disable()
     import boto3
     import boto3.s3.transfer  # noqa: F401
     import inspect_ai
@@ -56,6 +59,9 @@ def _preload() -> str:
 
     import ct_fleet.cli.main
     import ct_fleet.controller  # noqa: F401
+
+    gc.freeze()
+    gc.enable()
 
     uv = subprocess.run(
         ["bash", "-c", 'source "$1" && find_uv', "_", str(REPO / "bin" / "ensure-venv")],
