@@ -174,7 +174,10 @@ def test_leave_running_keeps_workers_and_secrets_for_the_resume(account):
         AWS_SECRET_ACCESS_KEY="testing",
         AWS_REGION="us-east-1",
     )
-    args = [*ONE_JOB, *NEW, "--ec2-arg", f"bucket={account['bucket']}", "--ec2-arg", f"ami_param={account['param']}"]
+    # Its worker must still be there when the resume starts, however slow the machine: it
+    # waits for the end-of-run signal, not for 3 idle seconds after its one job.
+    staying = [a.replace("idle_timeout=3", "idle_timeout=600") for a in ONE_JOB]
+    args = [*staying, *NEW, "--ec2-arg", f"bucket={account['bucket']}", "--ec2-arg", f"ami_param={account['param']}"]
     proc = subprocess.Popen(
         [str(REPO / "bin" / "ct-fleet"), "eval", "--ec2", "--ec2-arg", "auto_confirm=true", *args],
         cwd=REPO,
@@ -193,7 +196,7 @@ def test_leave_running_keeps_workers_and_secrets_for_the_resume(account):
     assert proc.returncode == 130, out + err
     assert f"fleet {fleet_id} left running" in err
     assert fleet_instances(account, fleet_id) and fleet_secrets_left(account, fleet_id)
-    again = start_ec2(account, *ONE_JOB, "--ec2-arg", f"resume={fleet_id}")
+    again = start_ec2(account, *staying, "--ec2-arg", f"resume={fleet_id}")
     try:
         out, err = again.communicate(timeout=200)
     except subprocess.TimeoutExpired:

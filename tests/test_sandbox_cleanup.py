@@ -79,6 +79,24 @@ def test_a_killed_jobs_sandboxes_go_and_nothing_else(tmp_path: Path, docker_imag
             cleanup.remove_projects([project])
 
 
+def test_a_runs_end_takes_its_own_instances_sandboxes_not_those_of_the_same_fleet_elsewhere(
+    docker_images: list[str],
+):
+    """Two run directories on one machine may run a fleet of the same id (same code and
+    command): the end of one removes the sandboxes of its own instances only."""
+    run = uuid.uuid4().hex[:8]
+    fleet, ours, theirs = f"fleet{run}", f"i-a{run}", f"i-b{run}"
+    compose = compose_file("web")
+    mine, elsewhere = f"inspect-mine-{run}", f"inspect-elsewhere-{run}"
+    try:
+        up(mine, compose, job="job-a", instance=ours, fleet=fleet)
+        up(elsewhere, compose, job="job-a", instance=theirs, fleet=fleet)
+        assert cleanup.remove_sandboxes({ours, "i-gone"}, fleet=fleet) == [mine]
+        assert project_leftovers(mine) == [] and project_leftovers(elsewhere)
+    finally:
+        cleanup.remove_projects([mine, elsewhere])
+
+
 def test_labels_are_required():
     with pytest.raises(ValueError, match="at least one"):
         cleanup.remove_sandboxes()

@@ -153,10 +153,14 @@ class LocalInstanceRunner:
     def stop_all(self) -> None:
         for instance_id in list(self.procs):
             self._kill(instance_id)
-        # Every instance of the fleet is gone now: whatever still carries its label is left
-        # over, also what a per-instance removal missed (dockerd finishing a container for a
-        # compose client that was killed, or a `docker rm` that timed out on a busy machine).
-        remove_sandboxes(fleet=self.dir.parent.name)  # runs/<fleet>/instances (run_layout)
+        # Every instance of the run is gone now: whatever still carries one of their ids is
+        # left over, also what a per-instance removal missed (dockerd finishing a container
+        # for a compose client that was killed, or a `docker rm` that timed out on a busy
+        # machine). By instance, not only by fleet: a fleet of the same id (same code and
+        # command) may be running from another run directory on this Docker daemon.
+        ours = {home.name for home in self.dir.glob("*/")}
+        if ours:
+            remove_sandboxes(ours, fleet=self.dir.parent.name)  # runs/<fleet>/instances (run_layout)
         self.metadata.close()
 
 

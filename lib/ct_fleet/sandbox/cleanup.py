@@ -11,6 +11,8 @@ never touched: the next job runs the same ones.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from .docker_cli import docker, lines
 
 LABEL_JOB = "ct-fleet.job"
@@ -26,8 +28,9 @@ def _filters(labels: dict[str, str]) -> list[str]:
     return args
 
 
-def labelled_containers(**labels: str) -> list[tuple[str, str]]:
-    """(container id, compose project) of every container, running or not, with all these labels."""
+def labelled_containers(instances: Collection[str] | None = None, **labels: str) -> list[tuple[str, str]]:
+    """(container id, compose project) of every container, running or not, with all these
+    labels, and with one of these instance ids when `instances` is given."""
     wanted = {
         {"job": LABEL_JOB, "instance": LABEL_INSTANCE, "fleet": LABEL_FLEET}[key]: value
         for key, value in labels.items()
@@ -36,9 +39,11 @@ def labelled_containers(**labels: str) -> list[tuple[str, str]]:
     if not wanted:
         raise ValueError("labelled_containers needs at least one of job, instance, fleet")
     found = []
-    for line in lines("ps", "-a", *_filters(wanted), "--format", f'{{{{.ID}}}}\t{{{{.Label "{PROJECT_LABEL}"}}}}'):
-        container, _, project = line.partition("\t")
-        found.append((container, project))
+    fmt = f'{{{{.ID}}}}\t{{{{.Label "{PROJECT_LABEL}"}}}}\t{{{{.Label "{LABEL_INSTANCE}"}}}}'
+    for line in lines("ps", "-a", *_filters(wanted), "--format", fmt):
+        container, project, instance = (line.split("\t") + ["", ""])[:3]
+        if instances is None or instance in instances:
+            found.append((container, project))
     return found
 
 
@@ -57,13 +62,17 @@ def remove_projects(projects: list[str]) -> None:
             docker("volume", "rm", "--force", *volumes)
 
 
-def remove_sandboxes(**labels: str) -> list[str]:
-    """Remove the compose projects whose containers carry these labels; returns the projects.
+def remove_sandboxes(instances: Collection[str] | None = None, **labels: str) -> list[str]:
+    """Remove the compose projects whose containers carry these labels (and one of these
+    instance ids, when given); returns the projects.
 
     remove_sandboxes(job=..., instance=..., fleet=...) after a killed job;
-    remove_sandboxes(instance=...) when a local instance is terminated.
+    remove_sandboxes(instance=...) when a local instance is terminated;
+    remove_sandboxes(instances=..., fleet=...) when a local fleet's run ends: another run
+    directory on this machine may run a fleet of the same id (same code and command) on
+    the same Docker daemon, and its sandboxes are not this run's.
     """
-    found = labelled_containers(**labels)
+    found = labelled_containers(instances, **labels)
     projects = sorted({project for _, project in found if project})
     loose = [container for container, project in found if not project]
     if loose:
