@@ -310,11 +310,25 @@ def project_leftovers(project: str) -> list[str]:
     ]
 
 
-class SandboxWatch:
-    """Sees the fleets' sandbox containers while a run goes on: fleet id -> compose projects.
+def run_instances(run_dir: Path) -> set[str]:
+    """The ids of the instances a run directory launched (local instances only)."""
+    return {p.name for p in (run_dir / "instances").glob("i-*") if p.is_dir()}
 
-    Containers carry their fleet's id as a label (the settings' compose files), so
-    concurrent runs of other tests are told apart."""
+
+def sandboxes_of(run_dir: Path, label: str) -> list[str]:
+    """`label` of each container (running or not) of the run's own instances. By instance,
+    not by fleet: another suite of the same commit runs fleets of the same ids on this
+    Docker daemon, and its containers are not this run's."""
+    fmt = f'{{{{.Label "ct-fleet.instance"}}}}\t{{{{.Label "{label}"}}}}'
+    ours = run_instances(run_dir)
+    rows = docker_lines("ps", "-a", "--filter", f"label=ct-fleet.fleet={run_dir.name}", "--format", fmt)
+    return [value for instance, _, value in (row.partition("\t") for row in rows) if instance in ours]
+
+
+class SandboxWatch:
+    """Sees the sandbox containers of every instance while runs go on: instance id ->
+    compose projects. Containers carry their instance's id as a label (the settings'
+    compose files), so concurrent runs, of this suite or another, are told apart."""
 
     def __init__(self, every: float = 0.5) -> None:
         self.seen: dict[str, set[str]] = {}
@@ -323,16 +337,16 @@ class SandboxWatch:
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
-        fmt = '{{.Label "ct-fleet.fleet"}}\t{{.Label "com.docker.compose.project"}}'
+        fmt = '{{.Label "ct-fleet.instance"}}\t{{.Label "com.docker.compose.project"}}'
         while not self._stop.wait(self._every):
             try:
-                lines = docker_lines("ps", "-a", "--filter", "label=ct-fleet.fleet", "--format", fmt)
+                lines = docker_lines("ps", "-a", "--filter", "label=ct-fleet.instance", "--format", fmt)
             except (subprocess.SubprocessError, OSError):
                 continue
             for line in lines:
-                fleet, _, project = line.partition("\t")
-                if fleet and project:
-                    self.seen.setdefault(fleet, set()).add(project)
+                instance, _, project = line.partition("\t")
+                if instance and project:
+                    self.seen.setdefault(instance, set()).add(project)
 
     def __enter__(self) -> "SandboxWatch":
         self._thread.start()
@@ -342,12 +356,16 @@ class SandboxWatch:
         self._stop.set()
         self._thread.join()
 
-    def leftovers(self, fleet_id: str) -> dict[str, list[str]]:
-        """What is left of each project the fleet ran, and of any container labelled with it."""
-        left = {p: found for p in sorted(self.seen.get(fleet_id, ())) if (found := project_leftovers(p))}
-        stray = docker_lines("ps", "-aq", "--filter", f"label=ct-fleet.fleet={fleet_id}")
+    def projects(self, run_dir: Path) -> set[str]:
+        """The compose projects seen for the run's instances."""
+        return {p for instance in run_instances(run_dir) for p in self.seen.get(instance, ())}
+
+    def leftovers(self, run_dir: Path) -> dict[str, list[str]]:
+        """What is left of each project the run's instances ran, and of any container of theirs."""
+        left = {p: found for p in sorted(self.projects(run_dir)) if (found := project_leftovers(p))}
+        stray = sandboxes_of(run_dir, "com.docker.compose.project")
         if stray:
-            left["(labelled with the fleet)"] = stray
+            left["(containers of the run's instances)"] = stray
         return left
 
 

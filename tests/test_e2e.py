@@ -128,8 +128,8 @@ def test_smoke_run_leaves_nothing_running(smoke_run, docker_images: list[str]):
     # Every job ran its own sandbox, and none of them is left: no container, network or
     # volume of any compose project the fleet ran.
     (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
-    assert len(watch.seen.get(run_dir.name, ())) >= 2, watch.seen
-    assert watch.leftovers(run_dir.name) == {}
+    assert len(watch.projects(run_dir)) >= 2, watch.seen
+    assert watch.leftovers(run_dir) == {}
     # Nor was any image pruned: the next fleet runs the same ones.
     assert len(docker_lines("image", "inspect", "--format", "{{.Id}}", *docker_images)) == len(docker_images)
 

@@ -83,4 +83,4 @@ def test_an_extra_src_sandbox_type_runs_every_job(moto_server, tmp_path: Path, d
         assert scores == SMOKE[str(sample.id)]
     # The wrapped sandboxes are Docker's: run, recorded, and gone.
     assert len((run_dir / "sandbox-images.jsonl").read_text().splitlines()) == 4
-    assert watch.seen.get(run_dir.name) and watch.leftovers(run_dir.name) == {}
+    assert watch.projects(run_dir) and watch.leftovers(run_dir) == {}

@@ -17,13 +17,13 @@ from fleet_helpers import (
     LOCAL,
     SandboxWatch,
     assert_nothing_running,
-    docker_lines,
     finish,
     fleet_dir,
     kill,
     merged_pairs,
     processes_in,
     running_jobs,
+    sandboxes_of,
     start,
     stat,
     text_of,
@@ -191,9 +191,7 @@ def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images
         fleet_id = wait_for(lambda: next((m.parent.name for m in runs.glob("*/manifest.json")), None))
 
         def running_job() -> str | None:
-            jobs = docker_lines(
-                "ps", "--filter", f"label=ct-fleet.fleet={fleet_id}", "--format", '{{.Label "ct-fleet.job"}}'
-            )
+            jobs = sandboxes_of(runs / fleet_id, "ct-fleet.job")
             return jobs[0] if jobs else None
 
         job_id = wait_for(running_job, timeout=200, every=0.2)
@@ -214,8 +212,8 @@ def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images
     assert stat(out, "redeliveries") >= 1
     logs = " ".join(p.read_text() for p in fleet_dir(runs).glob("instances/*/var/log/linuxbench-bootstrap.log"))
     assert f"job {job_id}: removed its leftover sandboxes" in logs
-    assert len(watch.seen[fleet_id]) >= 5  # four jobs, one of them twice
-    assert watch.leftovers(fleet_id) == {}
+    assert len(watch.projects(runs / fleet_id)) >= 5  # four jobs, one of them twice
+    assert watch.leftovers(runs / fleet_id) == {}
     assert_nothing_running(runs)
 
 
@@ -240,8 +238,7 @@ def test_a_run_killed_with_its_workers_leaves_no_sandbox_after_the_rerun(tmp_pat
     fleet_id = wait_for(lambda: next((m.parent.name for m in runs.glob("*/manifest.json")), None))
 
     def instances_with_sandboxes() -> list[str]:
-        fmt = '{{.Label "ct-fleet.instance"}}'
-        return docker_lines("ps", "-a", "--filter", f"label=ct-fleet.fleet={fleet_id}", "--format", fmt)
+        return sandboxes_of(runs / fleet_id, "ct-fleet.instance")
 
     (instance,) = set(wait_for(instances_with_sandboxes, timeout=200, every=0.2))
     proc.send_signal(signal.SIGKILL)

@@ -231,7 +231,7 @@ def _import_moto() -> None:
     """Import moto's server and the fleet's services with the collector off, then freeze
     what was built: the collections that ran during those imports, and later ones walking
     moto's and botocore's long-lived models, were a fifth of a small run's server CPU
-    (1.72 s -> 1.37 s for the smoke task file). Requests' garbage is still collected."""
+    (1.72 s -> 1.40 s for the smoke task file). Requests' garbage is still collected."""
     gc.disable()
     try:
         from moto.backends import get_backend
