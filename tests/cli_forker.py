@@ -21,6 +21,7 @@ environment differs there is started as `bin/ct-fleet` instead (see `Forker.pope
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import json
 import os
@@ -37,6 +38,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from ct_fleet.exits import leave
 
 REPO = Path(__file__).resolve().parents[1]
 CLI_MAIN = REPO / "lib" / "ct_fleet" / "cli" / "__main__.py"
@@ -107,18 +110,17 @@ def _run_in_child(request: dict[str, Any], fds: list[int], uv: str) -> None:
 
 def _leave_as_python_does(code: int, died_of_sigint: bool = False) -> None:
     """An interpreter's exit, in its order: join non-daemon threads (and concurrent.futures'
-    pools), exit handlers, flush; then a KeyboardInterrupt dies by SIGINT, as python does."""
+    pools), then ct_fleet.exits.leave (exit handlers, flush); a KeyboardInterrupt dies by
+    SIGINT after its exit handlers, as python does."""
     threading._shutdown()  # type: ignore[attr-defined]
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
     if died_of_sigint:
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
-    os._exit(code & 0xFF)
+    leave(code & 0xFF)
 
 
 def serve(path: str) -> None:
