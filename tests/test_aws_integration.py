@@ -17,7 +17,7 @@ from ct_fleet.evallog import digest
 from ct_fleet.protocol import Ec2Config, FleetEnv, Manifest, ManifestJob, ManifestTask, secret_bundle, secrets_prefix
 from ct_fleet.protocol.user_data import USER_DATA_LIMIT, render_user_data
 from ct_fleet.services import instances as fleet
-from ct_fleet.services import launching, queues, secrets, store
+from ct_fleet.services import launching, queues, secrets, session, store
 from fleet_helpers import launch_workers
 
 
@@ -277,7 +277,7 @@ def test_spot_launch_asks_for_spot_instances(aws_client):
     fleet.terminate(ec2, [instance_id])
 
 
-def test_the_estimate_prices_spot_from_the_spot_history_before_anything_exists(aws_env, monkeypatch):
+def test_the_estimate_prices_spot_from_the_spot_history_before_anything_exists(aws_env):
     from ct_fleet.cloud import AwsCloud
     from ct_fleet.cloud.prices import hourly_price
 
@@ -294,10 +294,14 @@ def test_the_estimate_prices_spot_from_the_spot_history_before_anything_exists(a
     assert price(spot=True, hourly_price=0.5).usd == 0.5
     # With spot history unreadable (no endpoint answers), the on-demand table is the upper bound.
     dead = {**aws_env, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
-    monkeypatch.setenv("CT_FLEET_MAX_ATTEMPTS", "1")
-    cloud = AwsCloud(region="us-east-1")
-    cloud.check_credentials({}, dead)
-    unread = cloud.hourly_price(Ec2Config(spot=True).for_cloud("aws", "us-east-1"))
+    clients = session.settings()
+    session.configure(replace(clients, max_attempts=1))
+    try:
+        cloud = AwsCloud(region="us-east-1")
+        cloud.check_credentials({}, dead)
+        unread = cloud.hourly_price(Ec2Config(spot=True).for_cloud("aws", "us-east-1"))
+    finally:
+        session.configure(clients)
     assert "spot price not readable" in unread.source and unread.usd == hourly_price(unread.source.split()[0])
 
 

@@ -5,6 +5,7 @@ from the shared run of test_local_run.py."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import replace
@@ -35,6 +36,7 @@ def settings(fleet_id: str, n: int, tmp: Path) -> WorkerSettings:
         heartbeat_interval=30,
         retry_backoff=1,
         work_dir=tmp / f"w{n}",
+        environ=dict(os.environ),
     )
 
 

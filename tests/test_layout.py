@@ -10,7 +10,10 @@
   faces, planning knows neither of the others, reporting does not know the fleet;
 - no module imports itself back through others (no import circle);
 - no controller module over 400 lines, no class there over 250.
-- only ct_fleet.inspect_private imports Inspect's private modules and names.
+- only ct_fleet.inspect_private imports Inspect's private modules and names;
+- the environment is read where a process starts (the CLI, the worker's and its jobs'
+  entries, the fork server's, `python -m ct_fleet.settings`), by the public API's request,
+  and by ct_fleet.environment for a child to inherit; nothing reads it at import time.
 
 Imports are read with ast (module level and inside functions), following each module's
 imports transitively; imports under `if TYPE_CHECKING:` are types only and not followed.
@@ -349,3 +352,85 @@ def test_the_layer_checks_can_fail() -> None:
     assert "ct_fleet.controller.fleet" not in MAY_IMPORT["ct_fleet.controller.planning"]
     tree = ast.parse('import subprocess\nsubprocess.run(["python", "-m", "ct_fleet.worker.runner"])\n')
     assert "ct_fleet.worker.runner" in _imports_of(tree, "ct_fleet.cli.main", False)
+
+
+# Where the environment may be read: a process's entry, in the functions named (None: any
+# function of the module; the CLI is the command-line edge as a whole).
+ENV_READERS: dict[str, set[str] | None] = {
+    "ct_fleet.worker.__main__": {"main"},
+    "ct_fleet.worker.runner": {"main"},  # a job's process
+    "ct_fleet.worker.forkserver": {"main", "_child"},  # the server's entry; a forked job's
+    "ct_fleet.settings": {"<main>"},  # `python -m ct_fleet.settings pull`
+    "ct_fleet.controller.planning.request": {"_environ"},  # the public API's FleetRequest
+    "ct_fleet.environment": {"inherited"},  # what a child process inherits
+}
+
+
+def _is_main_block(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+    )
+
+
+def environment_reads(tree: ast.AST) -> list[tuple[str, int]]:
+    """Where a module touches the process environment (os.environ, os.getenv, os.putenv,
+    os.unsetenv, os.environb, or those names imported from os): (the enclosing function,
+    "<module>" at import time or "<main>" under `if __name__ == "__main__"`, line)."""
+    names = {"environ", "environb", "getenv", "putenv", "unsetenv", "getenvb"}
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            where = node.name
+        elif _is_main_block(node):
+            where = "<main>"
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in names
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+        ):
+            found.append((where, node.lineno))
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and any(a.name in names for a in node.names):
+            found.append((where, node.lineno))
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(tree, "<module>")
+    return found
+
+
+def _env_allowed(module: str, where: str) -> bool:
+    if where == "<module>":
+        return False
+    if _under(module, ("ct_fleet.cli",)):
+        return True
+    allowed = ENV_READERS.get(module, set())
+    return allowed is None or where in allowed
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_the_environment_is_read_only_where_a_process_starts(module: str) -> None:
+    reads = environment_reads(ast.parse(MODULES[module].read_text()))
+    bad = [f"line {line} ({where})" for where, line in reads if not _env_allowed(module, where)]
+    assert not bad, (
+        f"{module} reads the environment at {', '.join(bad)}: take what it needs as an argument, "
+        "read once at the process's entry (import time never)"
+    )
+
+
+def test_the_environment_rule_can_fail() -> None:
+    tree = ast.parse(
+        "import os\nfrom os import getenv\nLEVEL = os.environ.get('X')\n"
+        "def f():\n    return os.getenv('Y')\n"
+        "if __name__ == '__main__':\n    print(os.environ)\n"
+    )
+    assert environment_reads(tree) == [("<module>", 2), ("<module>", 3), ("f", 5), ("<main>", 7)]
+    assert not _env_allowed("ct_fleet.cli.main", "<module>")
+    assert _env_allowed("ct_fleet.cli.main", "main")
+    assert not _env_allowed("ct_fleet.services.session", "client")
+    assert _env_allowed("ct_fleet.worker.__main__", "main")
+    assert not _env_allowed("ct_fleet.worker.__main__", "helper")

@@ -95,7 +95,7 @@ def test_warm_logs_equal_the_per_process_runners(env: None, tmp_path: Path) -> N
     the_job = job("attack")
     cold = tmp_path / "cold.eval"
     subprocess.run([sys.executable, "-m", "ct_fleet.worker.runner", the_job.to_json(), str(cold)], cwd=REPO, check=True)
-    warm = WarmRunner(REPO)
+    warm = WarmRunner(REPO, dict(os.environ))
     try:
         for name in ("first", "warm"):  # the second runs from a server warmed by the first
             ended = supervise(
@@ -142,6 +142,7 @@ def worker(env: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Work
             heartbeat_interval=30,
             retry_backoff=1,
             work_dir=tmp / "jobs",
+            environ=dict(os.environ),
             job_memory_mb=600,
             kill_grace=1,
         )

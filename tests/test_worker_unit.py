@@ -101,6 +101,29 @@ def test_the_local_shutdown_shim_powers_off_through_its_runners_endpoint(tmp_pat
         server.close()
 
 
+def test_the_runners_endpoint_is_quiet_about_a_client_gone_before_its_answer(tmp_path, capsys):
+    """The run's end kills what is left of its instances, a shim's curl among them: the
+    runner's endpoint answering a client that is gone must not print socketserver's
+    traceback into the controller's output; any other error of a request still does."""
+    from ct_fleet.cloud.metadata_server import MetadataServer
+
+    server = MetadataServer(tmp_path)
+    try:
+        for gone in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset"), TimeoutError()):
+            try:
+                raise gone
+            except OSError:
+                server._server.handle_error(None, ("127.0.0.1", 1))
+        assert capsys.readouterr().err == ""
+        try:
+            raise ValueError("a bug")
+        except ValueError:
+            server._server.handle_error(None, ("127.0.0.1", 1))
+        assert "ValueError: a bug" in capsys.readouterr().err
+    finally:
+        server.close()
+
+
 def test_leave_runs_the_exit_handlers_and_flushes_but_skips_the_run_down():
     """ct_fleet.exits.leave: what a normal exit runs that matters, without the interpreter's
     orderly run-down (an object's finaliser is the sign of it)."""

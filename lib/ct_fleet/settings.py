@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -45,12 +45,16 @@ class SettingSources:
     entry_points: bool = True
 
     @classmethod
-    def here(cls, environ: dict[str, str] | None = None) -> SettingSources:
-        """This process's sources: the checkout's examples and, on a worker, its --extra-src trees."""
-        env = os.environ if environ is None else environ
-        extra = env.get(EXTRA_ROOT_ENV)
-        roots = tuple(sorted(p for p in Path(extra).iterdir() if p.is_dir())) if extra and Path(extra).is_dir() else ()
+    def under(cls, extra: Path | None) -> SettingSources:
+        """The checkout's examples and the --extra-src trees unpacked under `extra` (a worker's)."""
+        roots = tuple(sorted(p for p in extra.iterdir() if p.is_dir())) if extra and extra.is_dir() else ()
         return cls(SETTINGS_DIR, roots)
+
+    @classmethod
+    def here(cls, environ: Mapping[str, str]) -> SettingSources:
+        """A worker process's sources, from its environment (job-env.sh's CT_EXTRA_ROOT)."""
+        extra = environ.get(EXTRA_ROOT_ENV)
+        return cls.under(Path(extra) if extra else None)
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,7 @@ def known_settings(sources: SettingSources) -> list[str]:
 
 def find_setting(name: str, sources: SettingSources | None = None) -> Setting:
     """The setting `name` from its source; BadInput naming the sources when none has it."""
-    sources = sources or SettingSources.here()
+    sources = sources or SettingSources()
     if not name.isidentifier():
         raise BadInput(f"setting {name!r}: a setting is named like a Python module")
     try:
@@ -166,7 +170,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def pull(names: Sequence[str]) -> int:
+def pull(names: Sequence[str], sources: SettingSources) -> int:
     """What a worker runs at boot: make each setting importable and run its own pull().
 
     Prints one line per setting; an unimportable setting prints "setting NAME: FAILED ..."
@@ -174,7 +178,7 @@ def pull(names: Sequence[str]) -> int:
     """
     for name in names:
         try:
-            setting = find_setting(name)
+            setting = find_setting(name, sources)
             hook = getattr(setting.module, "pull", None)
             if callable(hook):
                 hook()
@@ -189,4 +193,4 @@ def pull(names: Sequence[str]) -> int:
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[1] != "pull":
         sys.exit("usage: python -m ct_fleet.settings pull NAME...")
-    sys.exit(pull(sys.argv[2:]))
+    sys.exit(pull(sys.argv[2:], SettingSources.here(os.environ)))

@@ -9,7 +9,6 @@ from its registry (packer/scripts/pull-images.sh).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..environment import inherited
 from ..errors import BadInput
 from ..paths import SETTINGS_DIR
 from ..sandbox.compose import ComposeError, images_in
@@ -39,7 +39,7 @@ def built_refs(setting: str) -> list[str]:
     """The refs bin/build-images makes for a setting (`python3 -m SETTING.images plan`)."""
     if not (SETTINGS_DIR / setting / "images.py").is_file():
         return []
-    env = {**os.environ, "PYTHONPATH": str(SETTINGS_DIR)}
+    env = inherited({"PYTHONPATH": str(SETTINGS_DIR)})
     out = subprocess.run(
         [sys.executable, "-m", f"{setting}.images", "plan"], env=env, capture_output=True, text=True, timeout=120
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..environment import inherited
 from ..errors import BadInput
 from ..protocol import steplog
 from .common import AMI_ID_RE, AmiError
@@ -191,7 +191,7 @@ def packer_env(session: boto3.Session | None, region: str, base: dict[str, str] 
 
     Packer 1.6.6's AWS SDK predates SSO profiles, so boto3 resolves them (profile, SSO,
     role) and Packer gets the resulting temporary keys; the profile itself is dropped."""
-    env = dict(base if base is not None else os.environ)
+    env = dict(base) if base is not None else inherited()
     env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = region
     credentials = session.get_credentials() if session is not None else None
     frozen = credentials.get_frozen_credentials() if credentials is not None else None

@@ -6,6 +6,7 @@ Registered as `ct-fleet cloud build-ami`; also `bin/build-ami` and
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -18,7 +19,7 @@ from rich.table import Table
 
 from .. import ami
 from ..errors import BadInput
-from ..services.session import client_config, region_name
+from ..services.session import ClientSettings, client_config, configure, region_name
 
 EPILOG = """\b
 Examples:
@@ -144,6 +145,7 @@ def build_ami(
     AMI is deregistered and its snapshots deleted (one AMI is kept). A failed build
     changes nothing, and its builder instance is terminated.
     """
+    configure(ClientSettings.from_environ(os.environ))
     out = Console(highlight=False)
     err = Console(stderr=True, highlight=False)
     region = region or region_name()

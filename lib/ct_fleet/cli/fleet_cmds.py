@@ -21,6 +21,7 @@ from ..controller.reporting import (
     is_local_fleet,
     local_status,
     log_keys,
+    model_prices,
     s3_status,
     write_report,
 )
@@ -70,7 +71,7 @@ def cloud_status_command(all_users: bool, clean: bool, region: str | None) -> No
             console.print(f"deleted {count} secret(s) of fleet {fleet_id} (its instances are gone)", highlight=False)
         if not swept:
             console.print("no secrets left behind", highlight=False)
-    me = None if all_users else launched_by(cloud.client("sts"))
+    me = None if all_users else launched_by(cloud.client("sts"), cloud.context.profile if cloud.context else None)
     rows = cloud_status(cloud.client("ec2"), cloud.client("sqs"), launched_by=me)
     console.print(cloud_status_table(rows, datetime.now(UTC)))
     if not rows:
@@ -137,7 +138,7 @@ def report_command(fleet_id: str) -> None:
     times. A run writes it at its end; this writes it again from what runs/FLEET_ID/ holds
     (on the machine the fleet ran from).
     """
-    page = write_report(runs_dir(os.environ) / fleet_id)
+    page = write_report(runs_dir(os.environ) / fleet_id, model_prices(os.environ))
     console.print(f"report: {page} (data: {page.with_suffix('.json')})", highlight=False, soft_wrap=True)
 
 

@@ -28,6 +28,7 @@ from rich.markup import escape
 from ..cloud import login_hint
 from ..controller.fleet import stop_signals
 from ..errors import BadInput
+from ..services import session
 from .console import OutlivesItsReader, err
 from .crash import write_crash_report
 from .disk_full import disk_full_line
@@ -112,6 +113,7 @@ def cli() -> None:
     Without --ec2 the fleet runs on this machine against an embedded AWS (a moto server
     on loopback) with local worker processes: no account needed. With --ec2 it runs on EC2.
     """
+    session.configure(session.ClientSettings.from_environ(os.environ))
 
 
 @cli.group(name="cloud")

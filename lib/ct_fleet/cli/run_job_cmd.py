@@ -64,12 +64,12 @@ def run_job_command(fleet_id: str, job_id: str) -> None:
     _unpack_extra(run_dir, manifest.extra_src, extra)
     # The secrets a worker would get through SSM, from the shell or .env here.
     dotenv = read_dotenv(dotenv_path(os.environ))
-    values = secret_values(dotenv)
+    values = secret_values(dotenv, os.environ)
     names = model_needs(manifest.model, manifest.model_args).names(values)
     forward = [n.strip() for n in str(manifest.config.get("forward_env") or "").split(",") if n.strip()]
     env = {
         **os.environ,
-        **worker_secrets(dotenv, names=[*names, *forward]),
+        **worker_secrets(dotenv, os.environ, names=[*names, *forward]),
         # The worker's own job environment (worker/job-env.sh), over this checkout and the
         # trees unpacked here; LB_HOME keeps it away from a real worker's /etc/linuxbench.
         "LB_HOME": str(rerun / "home"),
@@ -77,7 +77,7 @@ def run_job_command(fleet_id: str, job_id: str) -> None:
         "LB_EXTRA": str(extra),
         "LB_VENV": sys.prefix,
     }
-    env.update(command_env(message, out))  # the job's identity, as a worker's job sees it
+    env.update(command_env(message, out, extra))  # the job's identity, as a worker's job sees it
     console.print(f"running {job.sample_id!r} epoch {job.epoch} of fleet {fleet_id} here", highlight=False)
     cmd = [str(JOB_ENV), sys.executable, "-m", "ct_fleet.worker.runner", message.to_json(), str(out)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stderr=subprocess.PIPE, text=True)

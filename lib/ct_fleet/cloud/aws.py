@@ -57,14 +57,14 @@ class AwsCloud(Cloud):
 
     def check_credentials(self, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> None:
         env = dict(environ)
-        credentials.apply_aws_credentials(dict(dotenv), environ=env)
+        credentials.apply_aws_credentials(dotenv, env)
         credentials.require_credentials(env)
         self._checked = self._context(env)
 
     def start(self, run_dir: Path, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> CloudContext:
         """The credentials the operator docs' rules choose (shell, else .env), as a context."""
         env = dict(environ)
-        credentials.apply_aws_credentials(dict(dotenv), environ=env)
+        credentials.apply_aws_credentials(dotenv, env)
         self.context = self._context(env)
         self.endpoint_url = self.context.endpoint_url
         return self.context

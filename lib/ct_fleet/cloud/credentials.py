@@ -7,7 +7,6 @@ precedence over a profile in every AWS SDK, so having both is refused rather tha
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 from ..errors import BadInput
@@ -15,9 +14,9 @@ from ..errors import BadInput
 KEY_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
-def apply_aws_credentials(dotenv: dict[str, str], environ: dict[str, str] | None = None) -> str:
-    """Settle the credential source in `environ` (os.environ by default); return its description."""
-    env = os.environ if environ is None else environ
+def apply_aws_credentials(dotenv: Mapping[str, str], env: dict[str, str]) -> str:
+    """Settle the credential source in `env` (a copy of the run's environment); return its
+    description."""
     profile = env.get("AWS_PROFILE") or dotenv.get("AWS_PROFILE")
     keys_in_shell = any(env.get(k) for k in KEY_VARS)
     keys_in_dotenv = any(dotenv.get(k) for k in KEY_VARS)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 # The file in an instance's directory that stands for each notice.
 NOTICE_FILES = {
@@ -32,10 +34,20 @@ POWER_OFF = "local/power-off"
 INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away before its answer (an instance killed while it powered
+        # off: the run's end kills what is left of its instances) is not an error of ours;
+        # socketserver would print its traceback into the controller's output.
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
+
+
 class MetadataServer:
     def __init__(self, instances_dir: Path, power_off: Callable[[str], bool] | None = None) -> None:
         self.dir = instances_dir
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(instances_dir, power_off))
+        server = _Server(("127.0.0.1", 0), _handler(instances_dir, power_off))
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)

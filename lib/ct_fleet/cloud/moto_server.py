@@ -31,6 +31,8 @@ from pathlib import Path
 
 import psutil
 
+from ..environment import inherited
+
 # moto accepts any credentials; these are placeholders, not secrets.
 EMBEDDED_ACCESS_KEY = "ctfleetembedded"
 EMBEDDED_SECRET_KEY = "ctfleetembedded"
@@ -111,9 +113,8 @@ class MotoServer:
         if self._adopt():
             return self
         self.port = free_port()
-        env = dict(os.environ)
         # ~1,300 default AMIs and their snapshots make every describe slow; we register our own.
-        env.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+        env = {"MOTO_EC2_LOAD_DEFAULT_AMIS": "false", **inherited()}
         cmd = [sys.executable, "-m", "ct_fleet.cloud.moto_server", "--port", str(self.port)]
         lease = self._state(".lease")
         if lease:

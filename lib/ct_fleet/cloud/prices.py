@@ -1,14 +1,13 @@
 """What an EC2 instance costs an hour: a dated table in the repo (prices.json).
 
-AWS's Pricing API is not worth a dependency for a dozen instance types; the table can be
-replaced with a file (CT_FLEET_PRICES) or a price given with the hourly_price knob.
+AWS's Pricing API is not worth a dependency for a dozen instance types; a type it lacks,
+or a negotiated price, is given with the hourly_price knob.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ class Price:
 def hourly_price(instance_type: str, override: float | None = None) -> float:
     if override is not None:
         return override
-    table = json.loads(Path(os.environ.get("CT_FLEET_PRICES", PRICES)).read_text())
+    table = json.loads(PRICES.read_text())
     try:
         return float(table["on_demand"][instance_type])
     except KeyError:

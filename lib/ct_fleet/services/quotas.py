@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_ec2.literals import InstanceTypeType
+    from mypy_boto3_ec2.type_defs import TagTypeDef
 
 QUOTA_CODES = {"on-demand": "L-1216C47A", "spot": "L-34B43A08"}
 QUOTA_NAMES = {
@@ -29,7 +34,8 @@ def standard(instance_type: str) -> bool:
 
 
 def vcpu_quota(quotas: Any, market: str) -> float | None:
-    """The market's standard vCPU quota, or None when Service Quotas does not say."""
+    """The market's standard vCPU quota, or None when Service Quotas does not say.
+    (`quotas` is untyped: the lock holds no stubs for Service Quotas.)"""
     try:
         value = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=QUOTA_CODES[market])["Quota"]["Value"]
     except ClientError as exc:
@@ -39,7 +45,7 @@ def vcpu_quota(quotas: Any, market: str) -> float | None:
     return float(value)
 
 
-def vcpus_in_use(ec2: Any, market: str, *, besides_fleet: str) -> int:
+def vcpus_in_use(ec2: EC2Client, market: str, *, besides_fleet: str) -> int:
     """vCPUs of the account's standard instances of `market` that run now, not counting
     fleet `besides_fleet` (its own workers count against max_workers instead)."""
     filters: Any = [{"Name": "instance-state-name", "Values": ["pending", "running"]}]
@@ -61,13 +67,14 @@ def vcpus_in_use(ec2: Any, market: str, *, besides_fleet: str) -> int:
                     untold[inst["InstanceType"]] = untold.get(inst["InstanceType"], 0) + 1
     types = sorted(untold)
     for start in range(0, len(types), 100):  # DescribeInstanceTypes takes up to 100 types
-        for found in ec2.describe_instance_types(InstanceTypes=types[start : start + 100])["InstanceTypes"]:
+        batch = cast("list[InstanceTypeType]", types[start : start + 100])
+        for found in ec2.describe_instance_types(InstanceTypes=batch)["InstanceTypes"]:
             used += untold[found["InstanceType"]] * int(found["VCpuInfo"]["DefaultVCpus"])
     return used
 
 
-def _fleet_of(tags: Iterable[dict[str, str]]) -> str | None:
-    return next((t["Value"] for t in tags if t.get("Key") == "FleetId"), None)
+def _fleet_of(tags: Iterable[TagTypeDef]) -> str | None:
+    return next((t.get("Value") for t in tags if t.get("Key") == "FleetId"), None)
 
 
 def raise_command(market: str, region: str, wanted: float) -> str:

@@ -21,7 +21,6 @@ crash) did not come from the task: it is classed by its text as before, and retr
 from __future__ import annotations
 
 import errno
-import os
 import re
 from collections.abc import Iterable, Mapping
 
@@ -124,12 +123,11 @@ def classify_exit(code: int, output: str) -> tuple[str, str]:
     return classify(output), last_line(output)
 
 
-def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The values of the fleet's secrets in this process's environment (SECRET_NAMES)."""
-    env = os.environ if environ is None else environ
-    names = env.get("SECRET_NAMES", "").split()
+def secret_values(environ: Mapping[str, str]) -> list[str]:
+    """The values of the fleet's secrets in a worker's environment (SECRET_NAMES)."""
+    names = environ.get("SECRET_NAMES", "").split()
     # Short values would mask ordinary words; no real key is this short.
-    return sorted({env[n] for n in names if len(env.get(n, "")) >= 6}, key=len, reverse=True)
+    return sorted({environ[n] for n in names if len(environ.get(n, "")) >= 6}, key=len, reverse=True)
 
 
 def mask(text: str, secrets: Iterable[str]) -> str:

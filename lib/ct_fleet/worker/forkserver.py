@@ -100,6 +100,7 @@ class Pending:
 @dataclass
 class ForkServer:
     sock_dir: Path
+    environ: dict[str, str]  # the server's, as its entry read it: a cold job's inherits it
     tasks: dict[str, Any] = field(default_factory=dict)
     children: dict[int, Child] = field(default_factory=dict)
     pending: dict[int, Pending] = field(default_factory=dict)  # fd -> connection not yet read
@@ -212,7 +213,7 @@ class ForkServer:
         if key not in self.tasks:
             try:
                 with _kept():
-                    self.tasks[key] = runner.build_task(job)
+                    self.tasks[key] = runner.build_task(job, runner.extra_root(self.environ))
             except Exception as exc:
                 with open(request["log"], "a") as out:
                     out.write(f"building the task of job {job.job_id} failed:\n{traceback.format_exc()}")
@@ -334,7 +335,7 @@ class ForkServer:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "ct_fleet.worker.runner", request["job"], request["out"]],
                 cwd=request["cwd"],
-                env={**os.environ, **request["env"]},
+                env={**self.environ, **request["env"]},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
@@ -358,7 +359,7 @@ def _send(conn: socket.socket, message: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    server = ForkServer(Path(argv[1]))
+    server = ForkServer(Path(argv[1]), dict(os.environ))
     server.listen()
     server.preload()
     if threading.active_count() > 1:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 EXTRA_ROOT_ENV = "CT_EXTRA_ROOT"
 
 
-def extra_root(environ: dict[str, str] | None = None) -> Path | None:
-    env = os.environ if environ is None else environ
-    value = env.get(EXTRA_ROOT_ENV)
+def extra_root(environ: Mapping[str, str]) -> Path | None:
+    """Where the --extra-src trees are on this machine (job-env.sh's CT_EXTRA_ROOT), read
+    from the environment of a job's process by its entry."""
+    value = environ.get(EXTRA_ROOT_ENV)
     return Path(value) if value else None
 
 
@@ -43,25 +44,24 @@ def task_spec_here(job: WorkMessage, *, code_root: Path | None = None, extra: Pa
     if job.task_root == "registry":
         return job.task_spec
     if job.task_root == "extra":
-        root = extra if extra is not None else extra_root()
-        if root is None:
+        if extra is None:
             raise RuntimeError(f"task {job.task_spec} is in an --extra-src tree but {EXTRA_ROOT_ENV} is not set")
-        return str(root / job.task_spec)
+        return str(extra / job.task_spec)
     if job.task_root == "setting":
-        from ..settings import load_setting
+        from ..settings import SettingSources, load_setting
 
         if not job.setting:
             raise RuntimeError(f"task {job.task_spec} is relative to a setting but the job names none")
-        return str(load_setting(job.setting).package_dir / job.task_spec)
+        return str(load_setting(job.setting, SettingSources.under(extra)).package_dir / job.task_spec)
     return job.task_spec if code_root is None else str(code_root / job.task_spec)
 
 
-def import_setting(job: WorkMessage) -> None:
+def import_setting(job: WorkMessage, extra: Path | None) -> None:
     """Import the job's setting first: it may register the task, policies or a sandbox."""
     if job.setting:
-        from ..settings import load_setting
+        from ..settings import SettingSources, load_setting
 
-        load_setting(job.setting)
+        load_setting(job.setting, SettingSources.under(extra))
 
 
 def sandbox_type(ref: str | None) -> str | None:
@@ -79,7 +79,7 @@ def task_key(job: WorkMessage) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
 
 
-def build_task(job: WorkMessage) -> Any:
+def build_task(job: WorkMessage, extra: Path | None) -> Any:
     """The job's Inspect task, built as `inspect eval` builds it from a spec and task args.
 
     Uses inspect's task loader (private, see ct_fleet/inspect_private.py): a Task built by
@@ -88,26 +88,27 @@ def build_task(job: WorkMessage) -> Any:
     """
     from ..inspect_private import load_tasks
 
-    import_setting(job)
+    import_setting(job, extra)
     sandbox_type(job.sandbox)
-    tasks = load_tasks([task_spec_here(job)], job.task_args)
+    tasks = load_tasks([task_spec_here(job, extra=extra)], job.task_args)
     if len(tasks) != 1:
         raise RuntimeError(f"{job.task_spec} names {len(tasks)} tasks, expected one")
     return tasks[0]
 
 
-def run_inspect_job(job: WorkMessage, out: Path, task: Any = None) -> None:
+def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path | None = None) -> None:
     """Run the job's sample for one epoch, relabel it as the job's epoch, move it to `out`;
-    `task` is the job's built task (build_task), if a warm runner built it already."""
+    `task` is the job's built task (build_task), if a warm runner built it already; `extra`
+    is where the --extra-src trees are (extra_root), for a task in one of them."""
     from inspect_ai import eval as inspect_eval
 
     from ..evallog.relabel import relabel_epoch
 
     if task is None:
-        import_setting(job)
+        import_setting(job, extra)
     with tempfile.TemporaryDirectory(prefix="ct-job-") as log_dir:
         logs = inspect_eval(
-            task_spec_here(job) if task is None else task,
+            task_spec_here(job, extra=extra) if task is None else task,
             # a built task carries its args already (eval() would warn about them)
             task_args=job.task_args if task is None else {},
             model=job.model,
@@ -139,10 +140,10 @@ def _record_images(log: EvalLog, out: Path) -> None:
         print(f"ct-fleet job: could not record the sandbox images: {exc!r}", file=sys.stderr)
 
 
-def command_env(job: WorkMessage, out: Path) -> dict[str, str]:
+def command_env(job: WorkMessage, out: Path, extra: Path | None) -> dict[str, str]:
     """What a command job (and any job's process) sees of its job, in the task's own terms."""
     try:
-        task = task_spec_here(job)
+        task = task_spec_here(job, extra=extra)
     except Exception:  # the command may not need it; the spec as sent is the next best
         task = job.task_spec
     return {

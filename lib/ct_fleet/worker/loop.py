@@ -42,7 +42,7 @@ from ..sandbox import cleanup, digests
 from ..services import queues, session, stop, store
 from . import failures
 from .concurrency import Concurrency
-from .inspect_job import command_env, finish_command_output
+from .inspect_job import command_env, extra_root, finish_command_output
 from .metadata import Metadata
 from .reporter import Reporter
 from .supervise import JobProcess, PopenJob, supervise
@@ -70,6 +70,9 @@ class WorkerSettings:
     heartbeat_interval: float
     retry_backoff: int
     work_dir: Path
+    # The worker's environment as its entry read it: its jobs inherit it, and its secrets'
+    # values are masked in what it reports.
+    environ: Mapping[str, str]
     report_interval: float = 1.0
     imds_endpoint: str | None = None  # None: EC2's own, read only on spot instances
     spot: bool = False
@@ -79,10 +82,9 @@ class WorkerSettings:
     knobs: Ec2Config = field(default_factory=Ec2Config)  # every knob as fleet.env gave it
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, knobs: type[Ec2Config] = Ec2Config) -> "WorkerSettings":
+    def from_env(cls, env: Mapping[str, str], knobs: type[Ec2Config] = Ec2Config) -> "WorkerSettings":
         """fleet.env's contract (protocol.FleetEnv: the knobs that reach workers, with their
         defaults) plus what the instance itself provides: its id, the code root, a work directory."""
-        env = os.environ if env is None else env
         fleet = FleetEnv.from_env(env, knobs)
         k = fleet.knobs
         return cls(
@@ -102,6 +104,7 @@ class WorkerSettings:
             warm_runner=k.warm_runner,
             job_memory_mb=k.job_memory_mb or default_job_memory_mb(),
             knobs=k,
+            environ=dict(env),
         )
 
 
@@ -149,7 +152,7 @@ class Worker:
         self.worker_id = f"{settings.instance_id}/{os.getpid()}"
         self._last_extend = 0.0
         self.reporter = Reporter(self.sqs, self.done_url, self.work_url, settings.report_interval)
-        self.warm = WarmRunner(settings.code_root) if settings.warm_runner else None
+        self.warm = WarmRunner(settings.code_root, settings.environ) if settings.warm_runner else None
 
     # -- reporting ---------------------------------------------------------------------
     def _report(self, job: WorkMessage, attempt: Attempt, received_at: float, receive_count: int) -> DoneMessage:
@@ -166,7 +169,7 @@ class Worker:
             started_at=attempt.started_at,
             finished_at=time.time(),
             error_class=attempt.error_class,
-            error=failures.mask(attempt.error or "", failures.secret_values())[-2000:] or None,
+            error=failures.mask(attempt.error or "", failures.secret_values(self.s.environ))[-2000:] or None,
             sent_at=time.time(),
             extra=attempt.extra,
         )
@@ -204,7 +207,7 @@ class Worker:
             "PYTHONUNBUFFERED": "1",
             "CT_FLEET_ID": job.fleet_id,
             "CT_INSTANCE_ID": self.s.instance_id,
-            **command_env(job, out),
+            **command_env(job, out, extra_root(self.s.environ)),
         }
         stderr_path = out.with_suffix(".stderr")
         proc: JobProcess
@@ -218,7 +221,7 @@ class Worker:
                 cmd = [sys.executable, "-m", "ct_fleet.worker.runner", job.to_json(), str(out)]
             with open(stderr_path, "wb") as err:
                 popen = subprocess.Popen(
-                    cmd, cwd=self.s.code_root, env={**os.environ, **job_env}, stdout=err, stderr=err
+                    cmd, cwd=self.s.code_root, env={**self.s.environ, **job_env}, stdout=err, stderr=err
                 )
             proc = PopenJob(popen)
         # The kill timeout is the fleet's sample_time_limit (kill_after), set or not; Inspect
@@ -231,7 +234,7 @@ class Worker:
         code = ended.code
         images = digests.pop_sidecar(out)
         attempt.extra = {"images": images} if images else {}
-        secrets = failures.secret_values()
+        secrets = failures.secret_values(self.s.environ)
         output = self._masked_stderr(stderr_path, secrets)[-20000:]
         if code == 0 and job.kind == "command" and out.exists():
             try:

@@ -23,33 +23,38 @@ import os
 import subprocess
 import sys
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..exits import leave
 from ..protocol import WorkMessage
 from . import failures
-from .inspect_job import build_task, command_env, finish_command_output, run_inspect_job, task_key
+from .inspect_job import build_task, command_env, extra_root, finish_command_output, run_inspect_job, task_key
 
 # The warm runner's names for what a job runs.
 run_inspect = run_inspect_job
-__all__ = ["build_task", "main", "report_failure", "run_command", "run_inspect", "task_key"]
+__all__ = ["build_task", "extra_root", "main", "report_failure", "run_command", "run_inspect", "task_key"]
 
 
-def run_command(job: WorkMessage, out: Path) -> None:
-    subprocess.run(["bash", "-c", job.command or ""], env={**os.environ, **command_env(job, out)}, check=True)
+def run_command(job: WorkMessage, out: Path, environ: Mapping[str, str]) -> None:
+    job_env = command_env(job, out, extra_root(environ))
+    subprocess.run(["bash", "-c", job.command or ""], env={**environ, **job_env}, check=True)
     if not out.exists():
         raise RuntimeError(f"command job wrote nothing to {out}")
     finish_command_output(job, out)
 
 
 def main(argv: list[str]) -> int:
+    """A job's process (the worker's per-process runner, `ct-fleet run-job`): its entry reads
+    its environment, which the worker gave it."""
     job = WorkMessage.from_json(argv[1])
     out = Path(argv[2])
+    environ = dict(os.environ)
     if job.kind == "command":
-        run_command(job, out)
+        run_command(job, out, environ)
         return 0
     try:
-        run_inspect_job(job, out)
+        run_inspect_job(job, out, extra=extra_root(environ))
     except Exception as exc:
         return report_failure(exc)
     return 0

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import signal
 import socket
@@ -23,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ..protocol import WorkMessage
@@ -89,8 +88,9 @@ class WarmJob:
 
 
 class WarmRunner:
-    def __init__(self, code_root: Path) -> None:
+    def __init__(self, code_root: Path, environ: Mapping[str, str]) -> None:
         self.code_root = code_root
+        self.environ = environ  # the worker's: its server inherits it
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: Path | None = None
@@ -109,7 +109,7 @@ class WarmRunner:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "ct_fleet.worker.forkserver", str(self._dir)],
                 cwd=self.code_root,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**self.environ, "PYTHONUNBUFFERED": "1"},
                 stdin=subprocess.PIPE,
             )
             return self._dir / SOCKET_NAME, self._proc

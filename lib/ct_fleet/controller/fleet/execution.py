@@ -29,7 +29,7 @@ from ..planning import (
     upload_wheel,
     worker_secrets,
 )
-from ..reporting import Progress, RunResult, keep_boot_logs, write_report
+from ..reporting import Progress, RunResult, keep_boot_logs, model_prices, write_report
 from . import capacity, interrupts, phases, sweep
 from .docker import DockerLease, prepare
 from .lease import LocalLock
@@ -84,7 +84,7 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
     spec, cloud, run_dir, shipped = planned.spec, planned.cloud, planned.run_dir, planned.shipped
     cfg = spec.config
     secrets = worker_secrets(planned.dotenv, dict(planned.environ), names=spec.secret_names)
-    phases.begin(run_dir)
+    phases.begin(run_dir, planned.environ)
     cloud.start(run_dir, planned.dotenv, planned.environ)
     leave_running = False
     docker: DockerLease | None = None
@@ -103,7 +103,7 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
         # them only the way EC2 workers do, through SSM.
         cloud.attach_runner(run_dir / run_layout.INSTANCES, planned.environ, withhold=secrets)
         sts = cloud.client("sts")
-        by = launched_by(sts)
+        by = launched_by(sts, cloud.context.profile if cloud.context else None)
         account = sts.get_caller_identity()["Account"]
         s3 = cloud.client("s3")
         extra_keys = [
@@ -138,7 +138,9 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
             leave_running = bool(getattr(exc, "leave_running", False))
             raise
         phases.done(run_dir)
-        result.report = _report(s3 if cloud.failure() is None else None, spec, run_dir, hooks.warn)
+        result.report = _report(
+            s3 if cloud.failure() is None else None, spec, run_dir, model_prices(planned.environ), hooks.warn
+        )
         return result
     finally:
         cloud.close(leave_running=leave_running)
@@ -146,7 +148,7 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
             docker.release()
 
 
-def _report(s3: Any, spec: FleetSpec, run_dir: Path, warn: Callable[[str], None]) -> Path | None:
+def _report(s3: Any, spec: FleetSpec, run_dir: Path, prices: Path, warn: Callable[[str], None]) -> Path | None:
     """The run report, from what runs/<fleet>/ holds once the bootstrap logs are fetched
     (while the embedded cloud's S3 is still there; s3 None: a cloud that died has none to
     fetch). A report that cannot be written is said, never the run's failure: `ct-fleet
@@ -154,7 +156,7 @@ def _report(s3: Any, spec: FleetSpec, run_dir: Path, warn: Callable[[str], None]
     try:
         if s3 is not None:
             keep_boot_logs(s3, spec.config.bucket, spec.fleet_id, run_dir)
-        return write_report(run_dir)
+        return write_report(run_dir, prices)
     except Exception as exc:
         warn(f"could not write the run report ({type(exc).__name__}: {exc}); try `ct-fleet report {spec.fleet_id}`")
         return None

@@ -11,9 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ...protocol import DoneMessage
-
-FILE_NAME = "sandbox-images.jsonl"
+from ...protocol import DoneMessage, run_layout
 
 
 def record(run_dir: Path, report: DoneMessage, sample_id: str | int, epoch: int) -> None:
@@ -28,12 +26,12 @@ def record(run_dir: Path, report: DoneMessage, sample_id: str | int, epoch: int)
         "outcome": report.outcome,
         "images": images,
     }
-    with open(run_dir / FILE_NAME, "a", encoding="utf-8") as out:
+    with open(run_dir / run_layout.SANDBOX_IMAGES, "a", encoding="utf-8") as out:
         out.write(json.dumps(line, separators=(",", ":")) + "\n")
 
 
 def read(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / FILE_NAME
+    path = run_dir / run_layout.SANDBOX_IMAGES
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -28,7 +28,7 @@ from typing import IO, Any
 from botocore.exceptions import ClientError
 
 from ...errors import BadInput
-from ...protocol import lease_key
+from ...protocol import lease_key, run_layout
 from ...services import store
 
 TTL = store.LEASE_TTL
@@ -39,7 +39,7 @@ class LocalLock:
     """An exclusive flock on runs/<fleet>/controller.lock for the life of this process's run."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / "controller.lock"
+        self.path = run_dir / run_layout.LOCK
         self._fh: IO[str] | None = None
 
     def acquire(self) -> None:

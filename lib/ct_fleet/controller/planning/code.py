@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...environment import inherited
 from ...errors import BadInput
 from ...protocol import extra_src_key
 from ...protocol.keys import wheel_key
@@ -55,7 +56,7 @@ def code_version(repo: Path) -> CodeVersion:
         real_index = real_index if real_index.is_absolute() else repo / real_index
         if real_index.exists():
             shutil.copy(real_index, index)
-        env = {**os.environ, "GIT_INDEX_FILE": str(index)}
+        env = inherited({"GIT_INDEX_FILE": str(index)})
         _git(repo, "add", "-u", env=env)
         tree = _git(repo, "write-tree", env=env)
     return CodeVersion(tree, True, untracked)

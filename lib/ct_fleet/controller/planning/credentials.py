@@ -6,8 +6,8 @@ Which AWS credentials a run uses is the cloud's business (cloud/credentials.py).
 from __future__ import annotations
 
 import io
-import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,19 +47,19 @@ def read_dotenv(path: Path) -> dict[str, str]:
     return values
 
 
-def launched_by(sts: Any) -> str:
-    """The LaunchedBy tag: the IAM user name, or the session name of an assumed (SSO) role."""
+def launched_by(sts: Any, profile: str | None = None) -> str:
+    """The LaunchedBy tag: the IAM user name, or the session name of an assumed (SSO) role.
+    `profile` is the AWS profile the client uses, named in the fix when its session expired."""
+    profile = profile or "your-profile"
     try:
         arn = sts.get_caller_identity()["Arn"]
     except (SSOError, TokenRetrievalError) as exc:
-        profile = os.environ.get("AWS_PROFILE", "your-profile")
         raise BadInput(f"AWS SSO session expired or missing: run `aws sso login --profile {profile}` ({exc})") from None
     except NoCredentialsError:
         raise BadInput("no AWS credentials: set AWS_PROFILE (SSO) or put fleet keys in .env") from None
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         if "ExpiredToken" in code:
-            profile = os.environ.get("AWS_PROFILE", "your-profile")
             raise BadInput(f"AWS session expired: run `aws sso login --profile {profile}`") from None
         raise
     return name_from_arn(arn)
@@ -70,20 +70,18 @@ def name_from_arn(arn: str) -> str:
     return arn.rsplit("/", 1)[-1]
 
 
-def secret_values(dotenv: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
+def secret_values(dotenv: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
     """Where secrets are read from: the shell first, else .env."""
-    env = os.environ if environ is None else environ
-    return {**dotenv, **{k: v for k, v in env.items() if v}}
+    return {**dotenv, **{k: v for k, v in environ.items() if v}}
 
 
 def worker_secrets(
-    dotenv: dict[str, str], environ: dict[str, str] | None = None, names: tuple[str, ...] | list[str] = ()
+    dotenv: Mapping[str, str], environ: Mapping[str, str], names: tuple[str, ...] | list[str] = ()
 ) -> dict[str, str]:
     """Secrets for workers: from the shell, else .env. Only SECRET_NAMES and `names` ever leave."""
-    env = os.environ if environ is None else environ
     out = {}
     for name in dict.fromkeys([*SECRET_NAMES, *names]):
-        value = env.get(name) or dotenv.get(name)
+        value = environ.get(name) or dotenv.get(name)
         if value:
             out[name] = value
     return out

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ...errors import BadInput
@@ -51,25 +50,26 @@ def expand(values: Sequence[str]) -> list[str]:
     return out
 
 
-def overlay_dir() -> Path:
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+def overlay_dir(environ: Mapping[str, str]) -> Path:
+    cache = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "ct-fleet" / "overlays"
 
 
-def install(reqs: Requirements) -> Path | None:
+def install(reqs: Requirements, environ: Mapping[str, str]) -> Path | None:
     """The directory holding the fleet's requirements (installed now, or by an earlier run
-    of the same ones); None when there are none."""
+    of the same ones); None when there are none. `environ`: the run's (its cache directory,
+    and CT_FLEET_UV, the uv bin/ct-fleet found)."""
     if not reqs.specs and not reqs.wheels:
         return None
     lock = REPO_ROOT / "requirements.lock"
     key_parts = [reqs.identity, sys.executable, hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else ""]
     key = hashlib.sha256(json.dumps(key_parts).encode()).hexdigest()[:16]
-    root = overlay_dir()
+    root = overlay_dir(environ)
     dest = root / key
     if (dest / ".complete").exists():
         return dest
     root.mkdir(parents=True, exist_ok=True)
-    uv = os.environ.get("CT_FLEET_UV") or shutil.which("uv")
+    uv = environ.get("CT_FLEET_UV") or shutil.which("uv", path=environ.get("PATH"))
     if not uv:
         raise BadInput("installing the fleet's requirements needs uv: run ct-fleet as bin/ct-fleet, which finds it")
     work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))

@@ -257,7 +257,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     version = code.code_version(REPO_ROOT)
     shipped = ShippedCode.build(REPO_ROOT, version.sha, extra)
     if located is not None:
-        shipped.site = overlay.install(reqs)  # the probe loads the task with them, as workers will
+        shipped.site = overlay.install(reqs, request.environ)  # the probe loads the task with them, as workers will
         chosen = _plain_tasks(request, located, shipped, task_args, defaults)
     else:
         chosen = _settings_tasks(request, shipped, sources, task_args, defaults, requirements)

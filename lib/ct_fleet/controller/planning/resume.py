@@ -11,12 +11,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ...errors import BadInput
-from ...protocol import Manifest
+from ...protocol import Manifest, run_layout
 
 
 def check_resume(run_dir: Path, job_ids: Iterable[str], code_sha: str) -> None:
     fleet_id = run_dir.name
-    path = run_dir / "manifest.json"
+    path = run_dir / run_layout.MANIFEST
     if not path.is_file():
         raise BadInput(
             f"resume={fleet_id}: no fleet {fleet_id} under {run_dir.parent} (resume from the machine that started it)"

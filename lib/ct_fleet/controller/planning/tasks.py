@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...environment import inherited
 from ...errors import BadInput
 from ...protocol.messages import TaskRoot
 from .shipped import ShippedCode
@@ -174,11 +175,14 @@ class ProbedTask:
 
 
 def _worker_like_env(shipped: ShippedCode) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in shipped.import_roots)
-    env["CT_EXTRA_ROOT"] = str(shipped.extra_dir)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+    return inherited(
+        {
+            "PYTHONPATH": os.pathsep.join(str(p) for p in shipped.import_roots),
+            "CT_EXTRA_ROOT": str(shipped.extra_dir),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        },
+        drop=("PYTHONHOME",),
+    )
 
 
 def probe(

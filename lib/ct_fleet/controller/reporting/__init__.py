@@ -19,7 +19,7 @@ from .status import (
 )
 from .summary import SCHEMA_VERSION, RunSummary, interrupted_summary, run_summary
 from .timeline import keep_boot_logs, record_attempt, record_phase, record_worker
-from .usage import UsageTotals, total_tokens
+from .usage import UsageTotals, model_prices, total_tokens
 
 __all__ = [
     "FleetRow",
@@ -54,6 +54,7 @@ __all__ = [
     "rerun_command",
     "run_summary",
     "s3_status",
+    "model_prices",
     "total_tokens",
     "write_report",
 ]

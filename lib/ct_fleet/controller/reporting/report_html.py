@@ -18,6 +18,7 @@ from typing import Any
 from ...errors import BadInput
 from ...protocol import run_layout
 from .run_report import Bar, RunReport, build_report
+from .usage import MODEL_PRICES
 
 COLOURS = {
     "success": "#2e8b57",
@@ -37,13 +38,14 @@ code { font-size: 0.9em; }
 """
 
 
-def write_report(run_dir: Path) -> Path:
-    """Write report.json and report.html for the fleet in run_dir; the HTML's path."""
+def write_report(run_dir: Path, model_prices: Path = MODEL_PRICES) -> Path:
+    """Write report.json and report.html for the fleet in run_dir; the HTML's path.
+    `model_prices`: the table that prices model tokens (usage.model_prices)."""
     if not (run_dir / run_layout.MANIFEST).is_file():
         raise BadInput(f"no fleet {run_dir.name} in {run_dir.parent}: a report is written where its fleet ran")
     if not (run_dir / run_layout.ATTEMPTS).is_file():
         raise BadInput(f"fleet {run_dir.name} has no job reports yet: nothing to report")
-    report = build_report(run_dir)
+    report = build_report(run_dir, model_prices)
     (run_dir / run_layout.REPORT_JSON).write_text(report.model_dump_json(indent=1))
     page = run_dir / run_layout.REPORT_HTML
     page.write_text(render(report), encoding="utf-8")

@@ -21,7 +21,7 @@ from ...evallog import read_header
 from ...protocol import Manifest, run_layout, steplog
 from .missing import rerun_command
 from .timeline import read_lines, read_phases
-from .usage import price_table, usage_cost
+from .usage import MODEL_PRICES, price_table, usage_cost
 
 REPORT_SCHEMA_VERSION: Literal[1] = 1
 FINAL = ("success", "sample_error", "failed")
@@ -116,7 +116,7 @@ class RunReport(BaseModel):
     slowest: list[Bar]
 
 
-def build_report(run_dir: Path) -> RunReport:
+def build_report(run_dir: Path, model_prices: Path = MODEL_PRICES) -> RunReport:
     manifest = Manifest.from_json((run_dir / run_layout.MANIFEST).read_text())
     marks = read_phases(run_dir)
     attempts = _dedup(read_lines(run_dir / run_layout.ATTEMPTS))
@@ -141,7 +141,7 @@ def build_report(run_dir: Path) -> RunReport:
         workers=workers,
         phases=_phases(marks, t0),
         throughput=_throughput(bars),
-        cost=_cost(run_dir, bars, workers, price, end),
+        cost=_cost(run_dir, bars, workers, price, end, price_table(model_prices)),
         failures=_failures(manifest.fleet_id, bars),
         slowest=sorted((b for b in bars if b.outcome in FINAL), key=lambda b: -b.seconds)[:SLOWEST],
     )
@@ -269,10 +269,11 @@ def _job_model_cost(run_dir: Path, job_id: str, table: dict[str, dict[str, float
     return sum(usage_cost(model, u, table) or 0.0 for model, u in usage.items())
 
 
-def _cost(run_dir: Path, bars: list[Bar], workers: list[Worker], price: float, end: float) -> list[CostPoint]:
+def _cost(
+    run_dir: Path, bars: list[Bar], workers: list[Worker], price: float, end: float, table: dict[str, dict[str, float]]
+) -> list[CostPoint]:
     """Cost so far at every event: EC2 by instance-seconds (billed per second), model tokens
     at the time each result came (each job once, from its result's header)."""
-    table = price_table()
     model_at: list[tuple[float, float]] = []
     counted: set[str] = set()
     for bar in sorted(bars, key=lambda b: b.end):

@@ -9,7 +9,7 @@ in neither is counted in tokens and left out of the cost (and said so).
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,9 +29,13 @@ def total_tokens(model_usage: dict[str, dict[str, Any]]) -> int:
     return sum(int(u.get("total_tokens") or 0) for u in model_usage.values())
 
 
-def price_table(path: Path | None = None) -> dict[str, dict[str, float]]:
-    source = path or Path(os.environ.get("CT_FLEET_MODEL_PRICES", MODEL_PRICES))
-    table: dict[str, dict[str, float]] = json.loads(source.read_text())["usd_per_million_tokens"]
+def model_prices(environ: Mapping[str, str]) -> Path:
+    """The model price table a run's environment names (CT_FLEET_MODEL_PRICES), else the repo's."""
+    return Path(environ.get("CT_FLEET_MODEL_PRICES") or MODEL_PRICES)
+
+
+def price_table(path: Path = MODEL_PRICES) -> dict[str, dict[str, float]]:
+    table: dict[str, dict[str, float]] = json.loads(path.read_text())["usd_per_million_tokens"]
     return table
 
 
