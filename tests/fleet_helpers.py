@@ -328,33 +328,54 @@ def sandboxes_of(run_dir: Path, label: str) -> list[str]:
 class SandboxWatch:
     """Sees the sandbox containers of every instance while runs go on: instance id ->
     compose projects. Containers carry their instance's id as a label (the settings'
-    compose files), so concurrent runs, of this suite or another, are told apart."""
+    compose files), so concurrent runs, of this suite or another, are told apart.
 
-    def __init__(self, every: float = 0.5) -> None:
+    It reads Docker's event stream (every container created), not `docker ps` now and
+    then: a sandbox that lives less than a poll's interval, or a poll slowed by a busy
+    machine, would go unseen."""
+
+    FORMAT = '{{index .Actor.Attributes "ct-fleet.instance"}}\t{{index .Actor.Attributes "com.docker.compose.project"}}'
+
+    def __init__(self) -> None:
         self.seen: dict[str, set[str]] = {}
-        self._every = every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._lock = threading.Lock()
+        self._since = ""
+        self._proc: subprocess.Popen[str] | None = None
+        self._thread = threading.Thread(target=self._read, daemon=True)
 
-    def _watch(self) -> None:
-        fmt = '{{.Label "ct-fleet.instance"}}\t{{.Label "com.docker.compose.project"}}'
-        while not self._stop.wait(self._every):
-            try:
-                lines = docker_lines("ps", "-a", "--filter", "label=ct-fleet.instance", "--format", fmt)
-            except (subprocess.SubprocessError, OSError):
-                continue
-            for line in lines:
-                instance, _, project = line.partition("\t")
-                if instance and project:
-                    self.seen.setdefault(instance, set()).add(project)
+    def _args(self) -> list[str]:
+        return ["--filter", "type=container", "--filter", "event=create", "--filter", "label=ct-fleet.instance"]
+
+    def _add(self, line: str) -> None:
+        instance, _, project = line.strip().partition("\t")
+        if instance and project:
+            with self._lock:
+                self.seen.setdefault(instance, set()).add(project)
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self._add(line)
 
     def __enter__(self) -> "SandboxWatch":
+        # --since replays what happened between this moment and the stream's start.
+        self._since = f"{time.time() - 1:.3f}"
+        cmd = ["docker", "events", "--since", self._since, *self._args(), "--format", self.FORMAT]
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        # The runs are over: what the stream has not delivered yet, a bounded query has.
+        until = f"{time.time():.3f}"
+        for line in docker_lines(
+            "events", "--since", self._since, "--until", until, *self._args(), "--format", self.FORMAT
+        ):
+            self._add(line)
+        assert self._proc is not None
+        self._proc.terminate()
+        self._proc.wait(timeout=30)
+        self._thread.join(timeout=30)
 
     def projects(self, run_dir: Path) -> set[str]:
         """The compose projects seen for the run's instances."""

@@ -176,7 +176,7 @@ def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images
     """Docker sandboxes: kill a job's process while its container runs; the worker removes
     the container (Inspect never got to), the retry runs in a fresh one, nothing is left."""
     runs = tmp_path / "runs"
-    with SandboxWatch(every=0.3) as watch:
+    with SandboxWatch() as watch:
         proc = start(
             runs,
             "--task-file",
