@@ -356,3 +356,29 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
     pool.last_scale_up = 0.0  # past the cool-down
     assert manage() is None and len(live()) == 25  # max_workers reached
     fleet.terminate(ec2, live())
+
+
+def test_workers_are_sent_to_ssm_for_registry_auth_only_when_it_exists(aws_client):
+    """The controller looks once; a fleet without registry credentials has its workers skip
+    the SSM read at boot (an AWS CLI start each, and SSM's read rate at a large launch)."""
+    from ct_fleet.controller.fleet.worker_env import fleet_env
+    from ct_fleet.services.secrets import parameter_exists
+
+    ssm = aws_client("ssm")
+    name = f"/linuxbench/docker-org-name-{uuid.uuid4().hex[:8]}"
+    assert parameter_exists(ssm, name) is False
+    ssm.put_parameter(Name=name, Value="org", Type="String")
+    assert parameter_exists(ssm, name) is True
+    ssm.delete_parameter(Name=name)
+
+    class Spec:  # the fields fleet_env reads
+        fleet_id, code_sha, settings, setting_requirements, command = "f1", "sha", ("toyarena",), (), None
+        config = Ec2Config(bucket="b")
+
+    class Region:
+        region = "us-east-1"
+
+    asked = fleet_env(Spec(), Region(), {}, [], environ={})  # type: ignore[arg-type]
+    assert asked.DOCKER_ORG_NAME_SSM_PARAM == "/linuxbench/docker-org-name"
+    skipped = fleet_env(Spec(), Region(), {}, [], environ={}, registry_auth=False)  # type: ignore[arg-type]
+    assert skipped.DOCKER_ORG_NAME_SSM_PARAM == skipped.DOCKER_ORG_PAT_SSM_PARAM == ""

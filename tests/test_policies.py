@@ -604,9 +604,14 @@ CONTROLLER_CALLS: dict[str, Call] = {
     ),
     "ec2:TerminateInstances": Call("fleet.terminate (teardown, hard timeouts)", terminate_requests),
     "ssm:GetParameter": Call(
-        "fleet.resolve_ami (worker AMI id, ami=<param>, stock Ubuntu)",
+        "fleet.resolve_ami (worker AMI id, ami=<param>, stock Ubuntu); secrets.parameter_exists (registry auth)",
         _simple(
-            "ssm:GetParameter", lambda s: [s.param(s.config.ami_param), s.param(s.config.stock_ami_param, account="")]
+            "ssm:GetParameter",
+            lambda s: [
+                s.param(s.config.ami_param),
+                s.param(s.config.stock_ami_param, account=""),
+                s.param("/linuxbench/docker-org-name"),
+            ],
         ),
     ),
     "ssm:PutParameter": Call("secrets.put_for_instances", put_parameter_requests),

@@ -98,3 +98,15 @@ def delete_fleet_secrets(ssm: SSMClient, fleet_id: str) -> int:
     for start in range(0, len(names), 10):
         ssm.delete_parameters(Names=names[start : start + 10])
     return len(names)
+
+
+def parameter_exists(ssm: SSMClient, name: str) -> bool | None:
+    """Is there a parameter `name` (its value undecrypted, unread)? None when SSM will not
+    say (no permission, throttled past the retries): the caller then assumes it may."""
+    try:
+        ssm.get_parameter(Name=name)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
+            return False
+        return None
+    return True

@@ -19,10 +19,12 @@ from typing import Any
 
 from ...errors import BadInput
 from ...protocol import run_layout
+from ...services.secrets import parameter_exists
 from ..planning import (
     FleetRequest,
     FleetSpec,
     PlannedFleet,
+    docker_auth_params,
     launched_by,
     plan_fleet,
     upload_extra_src,
@@ -133,7 +135,11 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
             capacity=fit,
         )
         try:
-            result = fleet.run(tarball, fleet_env(spec, cloud, secrets, extra_keys, wheel_keys, planned.environ))
+            # One look here spares every worker an SSM read at boot (an AWS CLI start, and
+            # SSM's 40 reads a second when hundreds launch at once) when there is nothing to read.
+            registry = parameter_exists(cloud.client("ssm"), docker_auth_params(dict(planned.environ))[0]) is not False
+            env = fleet_env(spec, cloud, secrets, extra_keys, wheel_keys, planned.environ, registry_auth=registry)
+            result = fleet.run(tarball, env)
         except BaseException as exc:
             leave_running = bool(getattr(exc, "leave_running", False))
             raise

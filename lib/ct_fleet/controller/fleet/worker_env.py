@@ -17,9 +17,12 @@ def fleet_env(
     extra_keys: list[str],
     wheel_keys: list[str] | None = None,
     environ: Mapping[str, str] | None = None,
+    registry_auth: bool = True,
 ) -> FleetEnv:
+    """`registry_auth`: whether the registry credentials' SSM parameters may exist (False:
+    the controller saw that they do not, so no worker asks SSM for them at boot)."""
     env = dict(environ or {})
-    docker_name, docker_pat = docker_auth_params(env)
+    docker_name, docker_pat = docker_auth_params(env) if registry_auth else ("", "")
     # A fleet of command jobs has no use for a process with inspect_ai imported.
     knobs = replace(spec.config, region=cloud.region, warm_runner=spec.config.warm_runner and not spec.command)
     return FleetEnv(
