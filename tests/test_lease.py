@@ -86,3 +86,22 @@ def test_a_controller_elsewhere_is_seen_while_its_lease_is_fresh(s3) -> None:
     assert not remote_controller(client, bucket, "fleet3")
     _rewrite(client, bucket, "fleet3", "someone", ttl=60)
     assert remote_controller(client, bucket, "fleet3")
+
+
+def test_a_first_put_applied_but_unanswered_is_our_lease(s3) -> None:
+    """S3 applied our If-None-Match put, its answer was lost (a 5xx after the write) and the
+    SDK's retry found the lease there: that lease is ours, not another controller's."""
+    client, bucket = s3
+    lease = S3Lease(client, bucket, "fleet4", renew_every=0.1)
+    etag = _rewrite(client, bucket, "fleet4", lease.owner["token"])  # what the first attempt left
+    lease.acquire()
+    try:
+        assert lease.etag == etag
+        assert not lease.lost
+    finally:
+        lease.release()
+    assert not remote_controller(client, bucket, "fleet4")  # released: ours to delete
+    other = S3Lease(client, bucket, "fleet5")
+    _rewrite(client, bucket, "fleet5", "someone-else")
+    with pytest.raises(BadInput, match="driven by another controller"):
+        other.acquire()

@@ -121,6 +121,11 @@ class S3Lease:
             self.etag = self._put(IfNoneMatch="*")
             return
         holder, age, ttl = lease.holder, lease.age, lease.ttl
+        if holder.get("token") == self.owner["token"]:
+            # Our own first put: S3 applied it, its answer was lost (a 5xx or a timeout after
+            # the write) and the SDK's retry found the lease there. It is ours.
+            self.etag = lease.etag
+            return
         same_host = holder.get("host") == self.owner["host"]
         dead_here = same_host and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"])
         if lease.held and not dead_here:
@@ -132,11 +137,12 @@ class S3Lease:
         try:
             self.etag = self._put(IfMatch=lease.etag)
         except ClientError as exc:
-            if store.precondition_failed(exc):
+            if store.precondition_failed(exc) and not self._still_mine():
                 raise BadInput(
                     f"fleet {self.fleet_id} was just adopted by another controller: let that one run"
                 ) from None
-            raise
+            if not store.precondition_failed(exc):
+                raise
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.renew_every):
