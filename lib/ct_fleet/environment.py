@@ -1,7 +1,8 @@
 """This process's environment, as a child process inherits it.
 
 Settings are read from the environment once, where a process starts (the CLI, the worker
-and each job's process, the fork server, the moto server); what they read is passed on.
+and each job's process, the fork server, `python -m ct_fleet.settings`); what they read is
+passed on.
 What is left is inheritance: a process we start gets ours, with some names changed.
 """
 

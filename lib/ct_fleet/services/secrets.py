@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import BadInput
 from ..protocol import secret_bundle, secrets_prefix
@@ -108,5 +108,7 @@ def parameter_exists(ssm: SSMClient, name: str) -> bool | None:
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
             return False
+        return None
+    except BotoCoreError:
         return None
     return True
