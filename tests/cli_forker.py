@@ -21,7 +21,6 @@ environment differs there is started as `bin/ct-fleet` instead (see `Forker.pope
 from __future__ import annotations
 
 import atexit
-import contextlib
 import gc
 import json
 import os
@@ -39,7 +38,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ct_fleet.exits import leave
+from ct_fleet.exits import leave, wind_up
 
 REPO = Path(__file__).resolve().parents[1]
 CLI_MAIN = REPO / "lib" / "ct_fleet" / "cli" / "__main__.py"
@@ -114,10 +113,7 @@ def _leave_as_python_does(code: int, died_of_sigint: bool = False) -> None:
     SIGINT after its exit handlers, as python does."""
     threading._shutdown()  # type: ignore[attr-defined]
     if died_of_sigint:
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
+        wind_up()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     leave(code & 0xFF)

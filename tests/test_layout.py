@@ -354,9 +354,9 @@ def test_the_layer_checks_can_fail() -> None:
     assert "ct_fleet.worker.runner" in _imports_of(tree, "ct_fleet.cli.main", False)
 
 
-# Where the environment may be read: a process's entry, in the functions named (None: any
-# function of the module; the CLI is the command-line edge as a whole).
-ENV_READERS: dict[str, set[str] | None] = {
+# Where the environment may be read: a process's entry, in the functions named (any
+# function of cli/: the CLI is the command-line edge as a whole).
+ENV_READERS: dict[str, set[str]] = {
     "ct_fleet.worker.__main__": {"main"},
     "ct_fleet.worker.runner": {"main"},  # a job's process
     "ct_fleet.worker.forkserver": {"main", "_child"},  # the server's entry; a forked job's
@@ -408,8 +408,7 @@ def _env_allowed(module: str, where: str) -> bool:
         return False
     if _under(module, ("ct_fleet.cli",)):
         return True
-    allowed = ENV_READERS.get(module, set())
-    return allowed is None or where in allowed
+    return where in ENV_READERS.get(module, set())
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

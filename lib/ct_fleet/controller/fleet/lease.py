@@ -137,12 +137,12 @@ class S3Lease:
         try:
             self.etag = self._put(IfMatch=lease.etag)
         except ClientError as exc:
-            if store.precondition_failed(exc) and not self._still_mine():
+            if not store.precondition_failed(exc):
+                raise
+            if not self._still_mine():
                 raise BadInput(
                     f"fleet {self.fleet_id} was just adopted by another controller: let that one run"
                 ) from None
-            if not store.precondition_failed(exc):
-                raise
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.renew_every):
