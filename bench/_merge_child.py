@@ -6,7 +6,10 @@ MODE: streaming (ct_fleet.merge.merge_eval_logs from the ct_fleet package under 
 which may be an older revision's lib/) or naive (read every log whole with inspect_ai,
 recompute_metrics, write_eval_log). INPUTS is a file of paths, one a line, streamed to
 the merge. Prints one JSON line: wall seconds of the merge call, RSS after the imports,
-samples in the output. Peak RSS is the parent's to read (os.wait4).
+the peak RSS when the merge returned, samples in the output. The peak is taken before the
+output is counted: zipfile's listing of a 50,000-entry output costs ~30 MB of its own
+(one ZipInfo an entry), which the process's lifetime peak (os.wait4) would count as the
+merge's.
 """
 
 from __future__ import annotations
@@ -63,9 +66,14 @@ def main(mode: str, lib: str, list_file: Path, out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_eval_log(merged_log, str(out))
     wall = time.monotonic() - t0
+    peak = _rss_mb()
     with zipfile.ZipFile(out) as zf:
         count = sum(1 for n in zf.namelist() if n.startswith("samples/"))
-    print(json.dumps({"wall": wall, "base_mb": base, "samples": count, "out_mb": out.stat().st_size / 2**20}))
+    print(
+        json.dumps(
+            {"wall": wall, "base_mb": base, "peak_mb": peak, "samples": count, "out_mb": out.stat().st_size / 2**20}
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ smoke -T sandbox=local --epochs 1 --ec2-arg max_workers=1`; `--job-log auto` run
 such job with Inspect as a worker does), every JSON entry rewritten per copy
 (bench/_job_clone.py): fresh eval, run and task ids, sample id, uuid, times and scores;
 `--epochs 1` makes every sample id distinct. Each merge runs in its own process
-(bench/_merge_child.py); peak RSS comes from os.wait4 (that child's rusage), wall time is
-around the merge call.
+(bench/_merge_child.py); peak RSS is that child's when the merge returns (before the bench
+counts the output's samples), wall time is around the merge call.
 
 Three merges, all in the same run:
 - streaming: ct_fleet.merge.merge_eval_logs of this tree, at 2,000, 10,000, 20,000 and
@@ -114,7 +114,7 @@ def run(mode: str, lib: Path, inputs: Path, n: int, tmp: Path) -> dict[str, floa
     shutil.rmtree(out, ignore_errors=True)
     r = res.report
     assert r["samples"] == n, f"{mode} merge of {n} wrote {r['samples']} samples"
-    return {"n": n, "wall": r["wall"], "peak_mb": res.maxrss_mb, "base_mb": r["base_mb"], "out_mb": r["out_mb"]}
+    return {"n": n, "wall": r["wall"], "peak_mb": r["peak_mb"], "base_mb": r["base_mb"], "out_mb": r["out_mb"]}
 
 
 def main() -> int:

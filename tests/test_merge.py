@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,7 @@ from inspect_ai.log import (
 from ct_fleet.evallog import zipio as evalzip  # also teaches zipfile to read zstd entries
 from ct_fleet.evallog.relabel import relabel_epoch
 from ct_fleet.merge import MergedTask, Merger, merge_dir, merge_eval_logs
+from ct_fleet.merge.spool import Spool
 
 IDS = [1, 2, 3, 4, 5]
 EPOCHS = 3
@@ -838,3 +841,111 @@ def test_stats_of_superseded_inputs_are_left_out(logs: Logs, tmp_path: Path) -> 
     assert header.invalidated is False
     [every] = merge_eval_logs([newer, *others], tmp_path / "every", sample_ids=IDS, epochs=1)
     assert read_eval_log(str(every.path), header_only=True).stats == header.stats
+
+
+# ----------------------------------------------------------------------------- the intended ids
+
+
+def _spool_with(ids: list[str | int], epoch: int = 1) -> Spool:
+    spool = Spool()
+    member = evalzip.RawMember("samples/x.json", 0, 0, 0, 0, 0, (1980, 1, 1, 0, 0, 0), 0, 3)
+    for sample_id in ids:
+        epoch += 1  # every id a record of its own, also an int and a str of one text
+        spool.add_record(0, sample_id, epoch, 0, None, datetime.now(UTC), b"{}", member)
+    return spool
+
+
+AWKWARD_IDS: list[str | int] = [
+    3,
+    -7,
+    10**30,
+    -(10**30),
+    0,
+    10**19,
+    -1,
+    25,
+    "b",
+    "a",
+    "é",
+    "10",
+    "",
+    "Z",
+    "日本",
+    'q"uote\\',
+    "tab\t",
+    "\x01",
+    5,
+]
+
+
+def test_the_spool_orders_the_ids_it_saw_as_sorted_does() -> None:
+    """ints by value (beyond 64 bits too), then strs by code point; an int and a str of the
+    same text are one id, the one whose pickle sorts first, as the merge always took."""
+    ids = [*AWKWARD_IDS, "5", "-7"]
+    spool = _spool_with(ids)
+    try:
+        seen: dict[str, str | int] = {}
+        for sample_id in ids:
+            key = str(sample_id)
+            if key not in seen or pickle.dumps(sample_id, protocol=5) < pickle.dumps(seen[key], protocol=5):
+                seen[key] = sample_id
+        want = sorted(seen.values(), key=lambda s: (0, s) if isinstance(s, int) else (1, s))
+        assert spool.select(0, None) == len(want)
+        assert [i for batch in spool.intended() for i in batch] == want
+        assert [i for batch in spool.intended(typed=False) for i in batch] == [str(i) for i in want]
+    finally:
+        spool.close()
+
+
+def test_the_spool_keeps_given_ids_in_order_once_with_the_type_seen() -> None:
+    spool = _spool_with([4, "x", 2])
+    try:
+        assert spool.select(0, ["4", 2, "y", 9, "4", 4]) == 4
+        assert [i for batch in spool.intended() for i in batch] == [4, 2, "y", 9]
+    finally:
+        spool.close()
+
+
+def test_ids_are_written_as_inspect_writes_them(tmp_path: Path) -> None:
+    """The header entries get the ids from the spool where the placeholder stands, each
+    encoded byte for byte as Inspect's JSON of the whole list encodes it."""
+    from ct_fleet.inspect_private import to_json_safe
+    from ct_fleet.merge.header import SAMPLE_IDS
+    from ct_fleet.merge.write import write_with_ids
+
+    ids = [*AWKWARD_IDS, *range(1000, 4000)]  # more than one batch
+    spool = _spool_with(ids)
+    try:
+        spool.select(0, ids)
+        with_placeholder = to_json_safe(
+            {"dataset": {"sample_ids": [SAMPLE_IDS]}, "config": {"sample_id": [SAMPLE_IDS]}}, indent=None
+        )
+        whole = to_json_safe({"dataset": {"sample_ids": ids}, "config": {"sample_id": ids}}, indent=None)
+        path = tmp_path / "ids.zip"
+        with zipfile.ZipFile(path, "w") as out:
+            write_with_ids(out, "header.json", with_placeholder, spool, (1980, 1, 1, 0, 0, 0))
+        with zipfile.ZipFile(path) as src:
+            assert src.read("header.json") == whole
+        spool.select(0, [])
+        with zipfile.ZipFile(path, "w") as out:
+            write_with_ids(out, "header.json", with_placeholder, spool, (1980, 1, 1, 0, 0, 0))
+        with zipfile.ZipFile(path) as src:
+            assert json.loads(src.read("header.json")) == {"dataset": {"sample_ids": []}, "config": {"sample_id": []}}
+    finally:
+        spool.close()
+
+
+def test_an_id_of_streamed_parts_is_the_id_of_the_whole_parts() -> None:
+    from ct_fleet.merge.header import canonical_ids
+    from ct_fleet.merge.util import canonical, short_id, short_id_of
+
+    assert short_id_of([b"eval"], [b"k", b"ey"], [], [b"[", b'"1"', b"]"]) == short_id("eval", "key", "", '["1"]')
+    assert short_id_of([b"eval"], [b"key"]) != short_id("eval", "ke", "y")
+    ids = [*AWKWARD_IDS, *range(1000, 4000)]
+    spool = _spool_with(ids)
+    try:
+        for selected in ([], ids):
+            spool.select(0, selected)
+            assert b"".join(canonical_ids(spool)) == canonical([str(i) for i in selected])
+    finally:
+        spool.close()

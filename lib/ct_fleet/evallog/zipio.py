@@ -177,11 +177,17 @@ def _single_threaded_zstd() -> Any:
 
 
 def write_member_chunks(
-    dst: zipfile.ZipFile, name: str, chunks: Iterable[bytes], date_time: DateTime | None = None
+    dst: zipfile.ZipFile,
+    name: str,
+    chunks: Iterable[bytes],
+    date_time: DateTime | None = None,
+    *,
+    zip64: bool = True,
 ) -> None:
     """Write one compressed entry from a stream of chunks (never all in memory), stamped
-    `date_time` (default: now)."""
-    with dst.open(_new_info(name, date_time), "w", force_zip64=True) as out:
+    `date_time` (default: now); `zip64=False` for an entry known to stay under 4 GiB, framed
+    as `write_member` frames it."""
+    with dst.open(_new_info(name, date_time), "w", force_zip64=zip64) as out:
         # Swapped before the first write (`_ZipWriteFile._compressor`, zipfile internals
         # like those above): the entry is zstd frames either way.
         out._compressor = _single_threaded_zstd()  # type: ignore[attr-defined]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,34 +14,46 @@ from ..inspect_private import deserializing_context
 from ..summaries import one_line
 from .results import should_fail
 from .scan import Group
+from .spool import Spool
 from .stats import merge_stats
-from .util import canonical, id_sort_key, list_keys, short_id, timestamp
+from .util import list_keys, short_id_of, timestamp
+
+# Where the intended ids go in the header's JSON. The ids are written from the spool as
+# the entry is (merge/write.py), never held as one list: with 100,000 samples they were the
+# merge's largest state, several times over (the list, the header model, two JSON entries).
+SAMPLE_IDS = f"ct-fleet-merge-sample-ids-{uuid.uuid4().hex}"
 
 
-def selection(group: Group, sample_ids: Sequence[str | int] | None, epochs: int | None) -> tuple[list[str | int], int]:
-    """Intended ids (original types where seen, dataset order) and epochs."""
-    if sample_ids is None:
-        ids = sorted(group.spool.seen_ids(group.index), key=id_sort_key)
-    else:
-        ids = list(group.spool.typed_ids(group.index, sample_ids))
+def selection(group: Group, sample_ids: Sequence[str | int] | None, epochs: int | None) -> tuple[int, int]:
+    """The intended selection: how many ids (the spool holds them, original types where
+    seen, dataset order) and epochs."""
     n_epochs = epochs if epochs is not None else (group.spool.max_epoch(group.index) or 1)
     if n_epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {n_epochs}")
-    return ids, n_epochs
+    return group.spool.select(group.index, sample_ids), n_epochs
+
+
+def canonical_ids(spool: Spool) -> Iterator[bytes]:
+    """`util.canonical([str(id) for id in intended])`, a batch at a time."""
+    yield b"["
+    for i, batch in enumerate(spool.intended(typed=False)):
+        yield (b"," if i else b"") + json.dumps(batch, separators=(",", ":")).encode()[1:-1]
+    yield b"]"
 
 
 def build_header(
     group: Group,
     out_path: Path,
     run_id: str,
-    ids: list[str | int],
+    count: int,
     n_epochs: int,
     eval_overrides: dict[str, Any] | None = None,
     span: tuple[str, str] | None = None,
 ) -> Any:
     """The template header with the merged selection, stable ids and merged stats (of the
     inputs a kept sample comes from; of every input when none does); `eval_overrides`
-    set header `eval` fields (`config` entries are merged in)."""
+    set header `eval` fields (`config` entries are merged in). Its lists of sample ids hold
+    `SAMPLE_IDS` for the `count` ids in the spool."""
     ev = group.header["eval"]
     contributing = group.spool.count_contributing(group.index, n_epochs)
     if contributing in (0, group.files) and group.in_order:  # every file counts: the totals of pass 1 are the answer
@@ -50,25 +64,29 @@ def build_header(
     if span:
         stats["started_at"] = min(stats["started_at"] or span[0], span[0], key=timestamp)
         stats["completed_at"] = max(stats["completed_at"] or span[1], span[1], key=timestamp)
-    id_parts = (group.key, out_path.stem, canonical([str(i) for i in ids]).decode(), str(n_epochs))
+
+    def id_parts() -> Iterator[Iterable[bytes]]:
+        yield from ([part.encode()] for part in (group.key, out_path.stem))
+        yield canonical_ids(group.spool)
+        yield [str(n_epochs).encode()]
 
     eval_spec = dict(ev)
     eval_spec.pop("eval_set_id", None)
     eval_spec.pop("shards", None)
-    eval_spec["eval_id"] = short_id("eval", *id_parts)
+    eval_spec["eval_id"] = short_id_of([b"eval"], *id_parts())
     eval_spec["run_id"] = run_id
-    eval_spec["task_id"] = short_id("task", *id_parts)
+    eval_spec["task_id"] = short_id_of([b"task"], *id_parts())
     if group.created:
         eval_spec["created"] = group.created
     dataset = dict(ev.get("dataset") or {})
-    dataset["sample_ids"] = ids
+    dataset["sample_ids"] = [SAMPLE_IDS]
     eval_spec["dataset"] = dataset
     config = dict(ev.get("config") or {})
     config["epochs"] = n_epochs
     config["limit"] = None
     # a leftover single id would make eval_retry silently shrink the run
-    whole = dataset.get("samples") is not None and len(ids) >= int(dataset["samples"])
-    config["sample_id"] = None if whole else list(ids)
+    whole = dataset.get("samples") is not None and count >= int(dataset["samples"])
+    config["sample_id"] = None if whole else [SAMPLE_IDS]
     overrides = dict(eval_overrides or {})
     config.update(overrides.pop("config", None) or {})
     eval_spec["config"] = config

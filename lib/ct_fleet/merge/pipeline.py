@@ -195,9 +195,8 @@ def merge_group(
     span: tuple[str, str] | None = None,
     live: bool = False,
 ) -> MergedTask:
-    ids, n_epochs = selection(group, sample_ids, epochs)
+    count, n_epochs = selection(group, sample_ids, epochs)
     spool = group.spool
-    spool.set_intended(ids)
     kept, failed = spool.count_kept(group.index, n_epochs)
     outside = spool.count_records(group.index) - kept
     if outside:
@@ -205,15 +204,15 @@ def merge_group(
             "%s: %d sample(s) outside the intended %d ids x %d epochs left out",
             group.header["eval"].get("task"),
             outside,
-            len(ids),
+            count,
             n_epochs,
         )
     missing = list(spool.missing(group.index, n_epochs))
     errors = list(spool.errors(group.index, n_epochs))
     assert len(errors) == failed
 
-    header = build_header(group, out_path, run_id, ids, n_epochs, eval_overrides, span)
-    total = len(ids) * n_epochs
+    header = build_header(group, out_path, run_id, count, n_epochs, eval_overrides, span)
+    total = count * n_epochs
     computed = compute_results(header, group, n_epochs, total, kept - failed)
     header.results = computed.results
     set_status(header, total, missing, errors)

@@ -108,6 +108,22 @@ def _untyped(blob: bytes) -> str | int:
     return value
 
 
+def _id_order(typed: bytes) -> str:
+    """A text key that sorts ids as sorted() sorts (0, int) and (1, str): ints first, by
+    value (by how many digits, then the digits; negative ones reversed), then strs."""
+    value = _untyped(typed)
+    if not isinstance(value, int):
+        return "1" + value
+    digits = str(abs(value))
+    if value < 0:
+        return f"0n{_MAX_DIGITS - len(digits):08d}{digits.translate(_NINES_COMPLEMENT)}"
+    return f"0p{len(digits):08d}{digits}"
+
+
+_MAX_DIGITS = 10**8 - 1
+_NINES_COMPLEMENT = str.maketrans("0123456789", "9876543210")
+
+
 def micros(ts: datetime) -> int:
     """A timestamp as integer microseconds: exact, and ordered as the datetimes are."""
     delta = ts - _EPOCH
@@ -157,6 +173,7 @@ class Spool:
         )
         for pragma in ("journal_mode = OFF", "synchronous = OFF", "temp_store = FILE", f"cache_size = -{_CACHE_KIB}"):
             self.db.execute(f"PRAGMA {pragma}")
+        self.db.create_function("id_order", 1, _id_order, deterministic=True)
         self.db.executescript(_SCHEMA)
         self.db.execute("BEGIN")
         self._files: list[tuple[Any, ...]] = []
@@ -245,28 +262,46 @@ class Spool:
             self._flush()
 
     # -- queries of one group ------------------------------------------------------------
-    def seen_ids(self, grp: int) -> Iterator[str | int]:
-        """Every sample id of the group once, with its original type."""
-        self._flush()
-        for (typed,) in self.db.execute("SELECT MIN(sample_id) FROM records WHERE grp = ? GROUP BY sid", (grp,)):
-            yield _untyped(typed)
+    def select(self, grp: int, sample_ids: Iterable[str | int] | None) -> int:
+        """Fill `intended`, for the queries below, with the group's selection in dataset
+        order, and say how many ids it holds: a table, not a list in memory.
 
-    def typed_ids(self, grp: int, sample_ids: Iterable[str | int]) -> Iterator[str | int]:
-        """`sample_ids` without repeats (by str value; the first stays), each with the
-        type it was seen with in the group, else as given: a query, not a dict in memory."""
+        `sample_ids` without repeats (by str value; the first stays), each with the type it
+        was seen with in the group, else as given. None: every id seen in the group, ints by
+        value, then strs."""
         self._flush()
-        self.db.execute("DROP TABLE IF EXISTS temp.wanted")
-        self.db.execute("CREATE TEMP TABLE wanted (pos INTEGER PRIMARY KEY, sid TEXT NOT NULL UNIQUE, given BLOB)")
-        self.db.executemany(
-            "INSERT OR IGNORE INTO temp.wanted (sid, given) VALUES (?, ?)",
-            ((str(sid), _typed(sid)) for sid in sample_ids),
-        )
-        query = """
-            SELECT w.given, (SELECT MIN(r.sample_id) FROM records r WHERE r.grp = ? AND r.sid = w.sid)
-            FROM temp.wanted w ORDER BY w.pos
-        """
-        for given, seen in self.db.execute(query, (grp,)):
-            yield _untyped(seen if seen is not None else given)
+        self.db.execute("DELETE FROM intended")
+        if sample_ids is None:
+            self.db.execute(
+                """
+                INSERT INTO intended (sid, sample_id)
+                SELECT sid, typed FROM (SELECT sid, MIN(sample_id) AS typed FROM records WHERE grp = ? GROUP BY sid)
+                ORDER BY id_order(typed), sid
+                """,
+                (grp,),
+            )
+        else:
+            self.db.executemany(
+                "INSERT OR IGNORE INTO intended (sid, sample_id) VALUES (?, ?)",
+                ((str(sid), _typed(sid)) for sid in sample_ids),
+            )
+            self.db.execute(
+                """
+                UPDATE intended SET sample_id = (SELECT MIN(r.sample_id) FROM records r WHERE r.grp = ? AND r.sid = intended.sid)
+                WHERE sid IN (SELECT sid FROM records WHERE grp = ?)
+                """,
+                (grp, grp),
+            )
+        (count,) = self.db.execute("SELECT COUNT(*) FROM intended").fetchone()
+        return int(count)
+
+    def intended(self, *, typed: bool = True) -> Iterator[list[Any]]:
+        """The intended ids in dataset order, a batch at a time: as typed (str or int), or
+        as their str values."""
+        column = "sample_id" if typed else "sid"
+        rows = self.db.execute(f"SELECT {column} FROM intended ORDER BY pos")
+        while batch := rows.fetchmany(_BATCH):
+            yield [_untyped(value) for (value,) in batch] if typed else [value for (value,) in batch]
 
     def max_epoch(self, grp: int) -> int | None:
         self._flush()
@@ -277,15 +312,6 @@ class Spool:
         self._flush()
         (value,) = self.db.execute("SELECT COUNT(*) FROM records WHERE grp = ?", (grp,)).fetchone()
         return int(value)
-
-    def set_intended(self, ids: Iterable[str | int]) -> None:
-        """The intended sample ids, in dataset order, for the queries below."""
-        self._flush()
-        self.db.execute("DELETE FROM intended")
-        self.db.executemany(
-            "INSERT INTO intended (pos, sid, sample_id) VALUES (?, ?, ?)",
-            ((pos, str(sid), _typed(sid)) for pos, sid in enumerate(ids)),
-        )
 
     def kept(self, grp: int, epochs: int, *, with_summary: bool = True) -> Iterator[Kept]:
         """The kept records in output order: epoch by epoch, each in dataset order."""

@@ -37,8 +37,18 @@ ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"  # shortu
 
 def short_id(*parts: str) -> str:
     """A 22-character shortuuid-style id that is a pure function of `parts`."""
-    digest = hashlib.sha256("\0".join((f"ct-fleet-merge/{MERGE_FORMAT_VERSION}", *parts)).encode()).digest()
-    n = int.from_bytes(digest[:16], "big")
+    return short_id_of(*([part.encode()] for part in parts))
+
+
+def short_id_of(*parts: Iterable[bytes]) -> str:
+    """`short_id` of parts given as their UTF-8 bytes, each a stream of chunks (a part too
+    long to hold whole)."""
+    hasher = hashlib.sha256(f"ct-fleet-merge/{MERGE_FORMAT_VERSION}".encode())
+    for part in parts:
+        hasher.update(b"\0")
+        for chunk in part:
+            hasher.update(chunk)
+    n = int.from_bytes(hasher.digest()[:16], "big")
     chars = []
     for _ in range(22):
         n, r = divmod(n, len(ALPHABET))
@@ -65,10 +75,6 @@ def error_text(error: Any) -> str | None:
     if isinstance(error, dict):
         return str(error.get("message") or error)
     return str(error)
-
-
-def id_sort_key(sid: str | int) -> tuple[int, int | str]:
-    return (0, sid) if isinstance(sid, int) else (1, str(sid))
 
 
 def list_keys(keys: list[tuple[str | int, int]]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import zipfile
@@ -12,9 +13,10 @@ from typing import Any, BinaryIO
 from ..evallog import zipio
 from ..evallog.layout import HEADER_JSON, REDUCTIONS_JSON, START_JSON, SUMMARIES_JSON
 from ..inspect_private import to_json_safe
+from .header import SAMPLE_IDS
 from .reduced import Reduction
 from .scan import Group
-from .spool import Kept
+from .spool import Kept, Spool
 from .util import json_array, timestamp
 
 
@@ -26,19 +28,35 @@ def write_log(out_path: Path, header: Any, reductions: list[Reduction] | None, g
     try:
         with open(tmp, "wb") as out_file, zipio.open_flat_writer(out_file) as out:
             start = {"version": header.version, "eval": header.eval, "plan": header.plan}
-            zipio.write_member(out, START_JSON, to_json_safe(start, indent=None), stamp)
+            write_with_ids(out, START_JSON, to_json_safe(start, indent=None), group.spool, stamp)
             copy_samples(out, group.spool.kept(group.index, epochs, with_summary=False))
             summaries = (k.summary for k in group.spool.kept(group.index, epochs))
             zipio.write_member_chunks(out, SUMMARIES_JSON, json_array(summaries), stamp)
             if reductions is not None:
                 zipio.write_member_chunks(out, REDUCTIONS_JSON, reductions_json(reductions), stamp)
-            zipio.write_member(out, HEADER_JSON, to_json_safe(header, indent=None), stamp)
+            write_with_ids(out, HEADER_JSON, to_json_safe(header, indent=None), group.spool, stamp)
             out.close()
             out_file.flush()
             os.fsync(out_file.fileno())
         os.replace(tmp, out_path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_with_ids(out: zipfile.ZipFile, name: str, blob: bytes, spool: Spool, stamp: zipio.DateTime) -> None:
+    """A header entry, with the intended ids where `SAMPLE_IDS` stands in its lists; each id
+    as Inspect's JSON writes it."""
+    placeholder = json.dumps(SAMPLE_IDS).encode()
+    pieces = blob.split(placeholder)
+
+    def chunks() -> Iterator[bytes]:
+        for i, piece in enumerate(pieces):
+            if i:
+                for j, batch in enumerate(spool.intended()):
+                    yield (b"," if j else b"") + to_json_safe(batch, indent=None)[1:-1]
+            yield piece
+
+    zipio.write_member_chunks(out, name, chunks(), stamp, zip64=False)
 
 
 def member_time(header: Any) -> zipio.DateTime:
