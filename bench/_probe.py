@@ -108,9 +108,14 @@ _write({"ev": "start", "t": time.time()})
 _time_phases()
 
 if __name__ == "__main__":
-    from ct_fleet.cli import cli
+    from ct_fleet.cli.main import main
+    from ct_fleet.exits import run_as_main
 
-    try:
-        cli(args=sys.argv[2:], prog_name="ct-fleet")
-    finally:
-        _write({"ev": "end", "t": time.time()})
+    def probed() -> None:
+        try:
+            main()
+        finally:
+            _write({"ev": "end", "t": time.time()})
+
+    sys.argv = ["ct-fleet", *sys.argv[2:]]
+    run_as_main(probed)  # and ends as `python -m ct_fleet.cli` ends

@@ -34,11 +34,10 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from ct_fleet.exits import leave, wind_up
+from ct_fleet.exits import run_as_main
 
 REPO = Path(__file__).resolve().parents[1]
 CLI_MAIN = REPO / "lib" / "ct_fleet" / "cli" / "__main__.py"
@@ -74,10 +73,11 @@ def _preload() -> str:
     return uv.stdout.strip()
 
 
-def _run_in_child(request: dict[str, Any], fds: list[int], uv: str) -> None:
-    """In the forked child: become the run, as `python -m ct_fleet.cli ARGS` would be."""
-    code = 1
-    try:
+def _run_in_child(request: dict[str, Any], fds: list[int], uv: str) -> NoReturn:
+    """In the forked child: become the run, as `python -m ct_fleet.cli ARGS` would be, and
+    end as it ends (ct_fleet.exits.run_as_main, which the CLI's own __main__ runs)."""
+
+    def become_the_run() -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         for fd in fds:
@@ -93,30 +93,8 @@ def _run_in_child(request: dict[str, Any], fds: list[int], uv: str) -> None:
         from ct_fleet.cli.main import main
 
         main()
-        code = 0
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            code = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        _leave_as_python_does(1, died_of_sigint=True)
-    except BaseException:
-        traceback.print_exc()
-    _leave_as_python_does(code)
 
-
-def _leave_as_python_does(code: int, died_of_sigint: bool = False) -> None:
-    """An interpreter's exit, in its order: join non-daemon threads (and concurrent.futures'
-    pools), then ct_fleet.exits.leave (exit handlers, flush); a KeyboardInterrupt dies by
-    SIGINT after its exit handlers, as python does."""
-    threading._shutdown()  # type: ignore[attr-defined]
-    if died_of_sigint:
-        wind_up()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    leave(code & 0xFF)
+    run_as_main(become_the_run)
 
 
 def serve(path: str) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+
 import pytest
 
 from ct_fleet.protocol import START_CONCURRENCY
@@ -144,3 +147,51 @@ def test_leave_runs_the_exit_handlers_and_flushes_but_skips_the_run_down():
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3
     assert proc.stdout.split() == ["buffered", "handler", "ran"]  # no "run down"
+
+
+_MAIN_ENDS = {
+    "return": ("pass", 0, ""),
+    "exit 3": ("sys.exit(3)", 3, ""),
+    "exit 300": ("sys.exit(300)", 300 & 0xFF, ""),
+    "exit with a message": ("sys.exit('no such task')", 1, "no such task"),
+    "a bug": ("raise ValueError('a bug')", 1, "ValueError: a bug"),
+    "Ctrl-C": ("raise KeyboardInterrupt", -signal.SIGINT, "KeyboardInterrupt"),
+}
+
+
+@pytest.mark.parametrize("end", sorted(_MAIN_ENDS))
+def test_the_cli_ends_as_python_would_less_the_run_down(end: str, tmp_path: Path):
+    """ct_fleet.exits.run_as_main (what `python -m ct_fleet.cli` runs): python's exit status
+    and message for each way a main can end, threads' work finished, a pool's queued work
+    done, exit handlers run, output flushed; no finaliser of the run-down."""
+    import subprocess
+    import sys
+
+    body, status, stderr = _MAIN_ENDS[end]
+    done = tmp_path / "done"
+    probe = (
+        "import atexit, sys, threading, time\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from ct_fleet.exits import run_as_main\n"
+        "atexit.register(lambda: print('handler ran'))\n"
+        "class Finalised:\n"
+        "    def __del__(self):\n"
+        "        print('run down')\n"
+        "kept = Finalised()\n"
+        "def late(name):\n"
+        "    time.sleep(0.3)\n"
+        f"    open({str(done)!r} + name, 'w').close()\n"
+        "pool = ThreadPoolExecutor(1)\n"
+        "def main():\n"
+        "    threading.Thread(target=late, args=('-thread',)).start()\n"
+        "    pool.submit(late, '-pool')\n"
+        "    sys.stdout.write('buffered ')\n"
+        f"    {body}\n"
+        "run_as_main(main)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == status, proc.stderr
+    assert proc.stdout.split() == ["buffered", "handler", "ran"]  # no "run down"
+    assert stderr in proc.stderr
+    assert (stderr == "") == (proc.stderr == "")
+    assert (tmp_path / "done-thread").exists() and (tmp_path / "done-pool").exists()
