@@ -1,6 +1,6 @@
 """The worker's reporter against real SQS (moto): the first report after a quiet interval
-goes at once, the next ones within the interval wait and go together, and closing sends
-what is left. The interval here is far longer than the test: a report seen early was sent
+goes at once, the next ones within the interval wait and go together (unless one must go
+at once: the worker's last job in flight), and closing sends what is left. The interval here is far longer than the test: a report seen early was sent
 early, never by a timer."""
 
 from __future__ import annotations
@@ -42,3 +42,23 @@ def test_the_first_report_goes_at_once_the_rest_together_on_close(aws_env: dict[
     assert sorted(reported(sqs, q.done, wait=5)) == ["j2", "j3"]
     # j1 and j2's work messages are deleted; j3's is visible again at once (a 0 s back-off).
     assert [m["Body"] for m in queues.receive(sqs, q.work, max_messages=10, wait=5)] == ["c"]
+
+
+def test_a_report_at_once_takes_those_held_back_with_it(aws_env: dict[str, str]) -> None:
+    session.reset()
+    sqs = session.client("sqs")
+    q = queues.ensure_queues(sqs, "reporter2", visibility_timeout=60, max_receive_count=2)
+    reporter = Reporter(sqs, q.done, q.work, INTERVAL)
+    reporter.start()
+    try:
+        reporter.add(report("j1"))
+        assert reported(sqs, q.done, wait=20) == ["j1"]
+        reporter.add(report("j2"))
+        assert reported(sqs, q.done, wait=2) == []  # within the interval: held back
+        reporter.add(report("j3"), at_once=True)  # the last job in flight: nothing to wait for
+        assert sorted(reported(sqs, q.done, wait=20)) == ["j2", "j3"]
+        reporter.add(report("j4"))
+        assert reported(sqs, q.done, wait=2) == []  # the hurry was for j3 only
+    finally:
+        reporter.close()
+    assert reported(sqs, q.done, wait=5) == ["j4"]

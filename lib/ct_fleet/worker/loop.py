@@ -312,15 +312,17 @@ class Worker:
                         attempt = Attempt("skipped_duplicate")
                     out.unlink(missing_ok=True)
             report = self._report(job, attempt, received_at, receive_count)
+            with self.lock:
+                last = len(self.in_flight) == 1  # nothing else running, nor just received
             if attempt.outcome == "retry":
                 if attempt.error_class == "model_api":
                     self.concurrency.pressure()
                 # Back off before the next attempt, on this worker or another.
                 backoff = min(self.s.retry_backoff * receive_count, 300)
-                self.reporter.add(report, backoff=(handle, backoff))
+                self.reporter.add(report, backoff=(handle, backoff), at_once=last)
             else:
                 self.concurrency.success()
-                self.reporter.add(report, delete=handle)
+                self.reporter.add(report, delete=handle, at_once=last)
             log.info("job %s epoch %s: %s %s", job.sample_id, job.epoch, attempt.outcome, attempt.error_class or "")
         except Exception:
             log.exception("job %s failed in the worker; it will be redelivered", job.job_id)

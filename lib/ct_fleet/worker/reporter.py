@@ -19,9 +19,9 @@ log = logging.getLogger("ct_fleet.worker")
 class Reporter:
     """Done reports and the deletes (or retry back-offs) of their work messages, sent in
     batches at most once per interval: a worker's SQS calls then grow with time, not with
-    jobs. A report that comes after a quiet interval goes at once, so the last job of a
-    run is not reported an interval late; those that follow within the interval wait and
-    go together.
+    jobs. A report that comes after a quiet interval goes at once, and so does one added
+    `at_once` (the worker's last job in flight: at the end of a run nothing follows it to
+    wait for); those that follow within the interval wait and go together.
 
     Order matters for exactly-once results: a job's result is uploaded before its report
     is queued here, and its work message is deleted only after the report was sent. A
@@ -37,16 +37,26 @@ class Reporter:
         self.backoffs: dict[int, list[str]] = {}
         self.flushed_at = -interval  # monotonic time of the last flush: none yet
         self.wake = threading.Event()
+        self.hurry = threading.Event()  # flush without waiting out the interval
         self.closed = threading.Event()
         self.thread = threading.Thread(target=self._run, name="reporter", daemon=True)
 
-    def add(self, report: DoneMessage, *, delete: str | None = None, backoff: tuple[str, int] | None = None) -> None:
+    def add(
+        self,
+        report: DoneMessage,
+        *,
+        delete: str | None = None,
+        backoff: tuple[str, int] | None = None,
+        at_once: bool = False,
+    ) -> None:
         with self.lock:
             self.reports.append(report)
             if delete:
                 self.deletes.append(delete)
             if backoff:
                 self.backoffs.setdefault(backoff[1], []).append(backoff[0])
+        if at_once:
+            self.hurry.set()
         self.wake.set()
 
     def flush(self) -> None:
@@ -67,6 +77,7 @@ class Reporter:
     def close(self) -> None:
         """Stop the sender and send what is left: the reports of the last jobs."""
         self.closed.set()
+        self.hurry.set()
         self.wake.set()
         if self.thread.is_alive():
             self.thread.join()
@@ -75,9 +86,11 @@ class Reporter:
     def _run(self) -> None:
         while not self.closed.is_set():
             self.wake.wait()
-            # An interval after the last flush at the earliest; close() cuts the wait short.
-            if self.closed.wait(max(0.0, self.flushed_at + self.interval - time.monotonic())):
+            # An interval after the last flush at the earliest; a hurry (close() too) cuts it short.
+            self.hurry.wait(max(0.0, self.flushed_at + self.interval - time.monotonic()))
+            if self.closed.is_set():
                 return
+            self.hurry.clear()
             self.wake.clear()  # before the flush: a report added during it wakes the next one
             try:
                 self.flush()
