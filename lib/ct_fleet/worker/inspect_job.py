@@ -96,6 +96,14 @@ def build_task(job: WorkMessage, extra: Path | None) -> Any:
     return tasks[0]
 
 
+# Inspect's display for a job: "log" draws nothing, and a task that fails logs its traceback
+# to the job's log. "none" is Inspect's rich display on a quiet console: it still lays out
+# its task panel at every refresh and throws it away, ~25 ms of CPU in a one-sample eval
+# of ~65 ms. The warm runner's server warms up with the same display (Inspect keeps the
+# display object it made first, and a forked job inherits it).
+JOB_DISPLAY = "log"
+
+
 def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path | None = None) -> None:
     """Run the job's sample for one epoch, relabel it as the job's epoch, move it to `out`;
     `task` is the job's built task (build_task), if a warm runner built it already; `extra`
@@ -117,7 +125,7 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path |
             epochs=1,
             log_dir=log_dir,
             log_format="eval",
-            display="none",
+            display=JOB_DISPLAY,
             time_limit=job.time_limit or None,
             sandbox=sandbox_type(job.sandbox),
         )

@@ -29,11 +29,28 @@ from pathlib import Path
 from ..exits import leave
 from ..protocol import WorkMessage
 from . import failures
-from .inspect_job import build_task, command_env, extra_root, finish_command_output, run_inspect_job, task_key
+from .inspect_job import (
+    JOB_DISPLAY,
+    build_task,
+    command_env,
+    extra_root,
+    finish_command_output,
+    run_inspect_job,
+    task_key,
+)
 
 # The warm runner's names for what a job runs.
 run_inspect = run_inspect_job
-__all__ = ["build_task", "extra_root", "main", "report_failure", "run_command", "run_inspect", "task_key"]
+__all__ = [
+    "JOB_DISPLAY",
+    "build_task",
+    "extra_root",
+    "main",
+    "report_failure",
+    "run_command",
+    "run_inspect",
+    "task_key",
+]
 
 
 def run_command(job: WorkMessage, out: Path, environ: Mapping[str, str]) -> None:
