@@ -234,3 +234,24 @@ def test_a_dead_server_fails_its_jobs_and_the_next_job_starts_a_new_one(worker: 
     assert gone(running.pid)  # the orphaned child was killed with it
     good_job_runs(worker, 10)
     assert server_pid(worker) != pid
+
+
+def test_a_job_killed_mid_sample_leaves_no_sample_buffer(worker: Worker) -> None:
+    """Inspect keeps a sample buffer per log directory while an eval runs and deletes a
+    leaked one only when it is 3 days old; until then every eval on the machine stats it.
+    A job killed mid-sample leaked it, and its log directory: the server clears both."""
+    from ct_fleet.inspect_private import sample_buffer_dir
+    from ct_fleet.worker.inspect_job import job_log_dir
+
+    hung = job("tests.fault_policies:hang", time_limit=60)
+    out = worker.s.work_dir / "killed.eval"
+    buffers = sample_buffer_dir(job_log_dir(out))
+    assert worker.warm is not None
+    running = worker.warm.start(hung, out, out.with_suffix(".stderr"), {})
+    deadline = time.monotonic() + 60
+    while running.pid is None or not list(buffers.glob("*.db")):  # the sample runs, buffered
+        assert running.wait(0.2) is None and time.monotonic() < deadline, "the sample never started"
+    psutil.Process(running.pid).kill()
+    assert running.wait(30) is not None
+    assert not buffers.exists() and not job_log_dir(out).exists()
+    good_job_runs(worker, 11)

@@ -10,7 +10,9 @@ public name). What each group is for:
 - Inspect's zip support: importing it registers zstd (method 93, multi-frame) with the
   stdlib zipfile; `.eval` entries are written with its settings and frame cap (evallog);
 - results, reducers, metrics, headline metric, scorer names, the deserializing context and
-  `to_json_safe`: a merged log's results computed and written as `inspect eval` does (merge).
+  `to_json_safe`: a merged log's results computed and written as `inspect eval` does (merge);
+- where Inspect keeps the sample buffers of a log directory: what a job killed mid-sample
+  leaves there is cleared by the warm runner (worker/forkserver.py).
 
 An upgrade that moves a name breaks here: tests/test_inspect_private.py resolves each
 import below and names the one that moved, tests/test_merge.py's parity tests check the
@@ -23,6 +25,7 @@ path import it inside the functions that need it, never at start-up.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from inspect_ai._eval.loader import load_tasks
@@ -39,9 +42,11 @@ from inspect_ai._eval.task.results import (
 from inspect_ai._eval.task.util import slice_dataset, task_run_dir
 from inspect_ai._util.constants import get_deserializing_context
 from inspect_ai._util.error import PrerequisiteError
+from inspect_ai._util.file import filesystem
 from inspect_ai._util.json import to_json_safe
 from inspect_ai._util.zipfile import _MultiFrameZstdCompressObj, zipfile_compress_kwargs
 from inspect_ai.log._headline import headline_metric_ref, resolve_headline_metric
+from inspect_ai.log._recorders.buffer.database import location_dir_and_file, resolve_db_dir
 from inspect_ai.scorer._scorer import unique_scorer_name
 from inspect_ai.util._sandbox.docker.config import find_compose_file
 
@@ -62,6 +67,7 @@ __all__ = [
     "reducers_from_log_header",
     "resolve_headline_metric",
     "resolve_scorers_info",
+    "sample_buffer_dir",
     "slice_dataset",
     "task_run_dir",
     "to_json_safe",
@@ -71,6 +77,13 @@ __all__ = [
 ]
 
 MultiFrameZstdCompressObj = _MultiFrameZstdCompressObj
+
+
+def sample_buffer_dir(log_dir: Path) -> Path:
+    """The directory of Inspect's sample buffer databases for the logs in `log_dir` (one per
+    log directory, named by a hash of its URI, under Inspect's data dir)."""
+    location = filesystem(str(log_dir)).path_as_uri(str(log_dir / "log.eval"))
+    return resolve_db_dir() / location_dir_and_file(location)[0]
 
 
 def deserializing_context() -> dict[str, Any]:

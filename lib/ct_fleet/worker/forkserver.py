@@ -39,6 +39,7 @@ import importlib
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -88,6 +89,7 @@ def _kept() -> Iterator[None]:
 @dataclass
 class Child:
     conn: socket.socket
+    out: Path  # the job's OUT: what a killed job leaves is found from it
     cold: subprocess.Popen[bytes] | None = None  # set when run as a fresh interpreter
 
 
@@ -225,7 +227,7 @@ class ForkServer:
         if self.cold:
             pid, child = self._spawn_cold(request, conn)
         else:
-            pid, child = self._fork(request, job, self.tasks[key], conn), Child(conn)
+            pid, child = self._fork(request, job, self.tasks[key], conn), Child(conn, Path(request["out"]))
         self.children[pid] = child
         _send(conn, {"pid": pid})
         # An early EOF from the client means the worker gave up on the job: kill it.
@@ -251,6 +253,8 @@ class ForkServer:
             if code is None:
                 continue
             del self.children[pid]
+            if code != 0:
+                _clear_leftovers(child.out)
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(child.conn)
             with contextlib.suppress(OSError):
@@ -341,7 +345,20 @@ class ForkServer:
                 stderr=out,
                 process_group=0,
             )
-        return proc.pid, Child(conn, cold=proc)
+        return proc.pid, Child(conn, Path(request["out"]), cold=proc)
+
+
+def _clear_leftovers(out: Path) -> None:
+    """What a job that did not end well (killed mid-sample, say) leaves: its log directory,
+    and the sample buffer Inspect keeps for it. Inspect deletes a leaked buffer only when it
+    is 3 days old, and until then every eval on the machine stats it (leaked by the
+    thousand, that was half of a one-sample eval's CPU)."""
+    from ..inspect_private import sample_buffer_dir
+
+    log_dir = runner.job_log_dir(out)
+    with contextlib.suppress(Exception):
+        shutil.rmtree(sample_buffer_dir(log_dir), ignore_errors=True)
+    shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def _die_with(server: int) -> None:

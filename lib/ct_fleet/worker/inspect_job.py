@@ -18,10 +18,9 @@ import importlib
 import json
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..protocol import WorkMessage
 from ..sandbox.digests import job_images, write_sidecar
@@ -101,7 +100,7 @@ def build_task(job: WorkMessage, extra: Path | None) -> Any:
 # its task panel at every refresh and throws it away, ~25 ms of CPU in a one-sample eval
 # of ~65 ms. The warm runner's server warms up with the same display (Inspect keeps the
 # display object it made first, and a forked job inherits it).
-JOB_DISPLAY = "log"
+JOB_DISPLAY: Final = "log"
 
 
 def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path | None = None) -> None:
@@ -114,7 +113,10 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path |
 
     if task is None:
         import_setting(job, extra)
-    with tempfile.TemporaryDirectory(prefix="ct-job-") as log_dir:
+    log_dir = job_log_dir(out)
+    shutil.rmtree(log_dir, ignore_errors=True)  # an earlier attempt's, killed
+    log_dir.mkdir(parents=True)
+    try:
         logs = inspect_eval(
             task_spec_here(job, extra=extra) if task is None else task,
             # a built task carries its args already (eval() would warn about them)
@@ -123,7 +125,7 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path |
             model_args=job.model_args,
             sample_id=[job.sample_id],
             epochs=1,
-            log_dir=log_dir,
+            log_dir=str(log_dir),
             log_format="eval",
             display=JOB_DISPLAY,
             time_limit=job.time_limit or None,
@@ -135,6 +137,16 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path |
         _record_images(logs[0], out)  # before the move: the log reads its samples from its file
         relabel_epoch(path, job.epoch)
         shutil.move(str(path), out)
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def job_log_dir(out: Path) -> Path:
+    """Where a job's Inspect writes its log before it moves to OUT: beside OUT, named for it,
+    so that what a job killed mid-sample leaves (this directory, and the sample buffer
+    Inspect keeps for it, which every later eval's clean-up stats) can be cleared by
+    whoever ran it (worker/forkserver.py)."""
+    return out.absolute().with_name(f".{out.name}.inspect")
 
 
 def _record_images(log: EvalLog, out: Path) -> None:

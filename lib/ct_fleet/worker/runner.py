@@ -35,6 +35,7 @@ from .inspect_job import (
     command_env,
     extra_root,
     finish_command_output,
+    job_log_dir,
     run_inspect_job,
     task_key,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "JOB_DISPLAY",
     "build_task",
     "extra_root",
+    "job_log_dir",
     "main",
     "report_failure",
     "run_command",
