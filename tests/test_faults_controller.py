@@ -303,8 +303,9 @@ def test_a_terminated_local_fleet_leaves_nothing_in_tmpdir(tmp_path: Path, short
     runs, gate = tmp_path / "runs", tmp_path / "gate"
     proc = _gated_smoke(runs, gate, TMPDIR=str(short_tmpdir))
     wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 1, timeout=300)
-    # A job held at the gate and the warm runner: their temp directories exist now.
-    wait_for(lambda: list(short_tmpdir.rglob("ct-job-*")), timeout=120)
+    # A job held at the gate (its Inspect log directory, in the instance's work directory)
+    # and the warm runner (its socket directory, in TMPDIR): they exist now.
+    wait_for(lambda: [*runs.rglob(".*.eval.inspect"), *short_tmpdir.rglob(".*.eval.inspect")], timeout=120)
     assert list(short_tmpdir.rglob("ct-warm-*"))
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc, timeout=120)
