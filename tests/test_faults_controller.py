@@ -305,7 +305,7 @@ def test_a_terminated_local_fleet_leaves_nothing_in_tmpdir(tmp_path: Path, short
     wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 1, timeout=300)
     # A job held at the gate (its Inspect log directory, in the instance's work directory)
     # and the warm runner (its socket directory, in TMPDIR): they exist now.
-    wait_for(lambda: [*runs.rglob(".*.eval.inspect"), *short_tmpdir.rglob(".*.eval.inspect")], timeout=120)
+    wait_for(lambda: [*runs.rglob(".*.inspect"), *short_tmpdir.rglob(".*.inspect")], timeout=120)
     assert list(short_tmpdir.rglob("ct-warm-*"))
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc, timeout=120)

@@ -190,8 +190,13 @@ def test_jobs_handed_out_twice_count_once_and_are_never_dead(account, tmp_path: 
     # A copy may reach the dead-letter queue before or after its job's success; either way
     # the success counts and no job is reported dead or missing.
     assert "jobs without a result" not in text and "missing from the merged run" not in text + err
-    assert int(text.split("redeliveries ")[1].split(",")[0]) >= 1  # jobs really were handed out twice
     (run_dir,) = [p for p in machine["runs"].iterdir() if p.is_dir() and (p / "merged").exists()]
+    # Jobs really were handed out twice: a second copy reported (a redelivery), or, when every
+    # first copy ended first, second copies were still running at the end of the run and
+    # were dropped (the worker's log, which the run keeps).
+    worker_logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*-bootstrap.log"))
+    redeliveries = int(text.split("redeliveries ")[1].split(",")[0])
+    assert redeliveries >= 1 or "dropped at the end of the run" in worker_logs, worker_logs[-3000:]
     from inspect_ai.log import read_eval_log
 
     (merged,) = (run_dir / "merged").glob("*.eval")

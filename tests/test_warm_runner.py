@@ -245,13 +245,31 @@ def test_a_job_killed_mid_sample_leaves_no_sample_buffer(worker: Worker) -> None
 
     hung = job("tests.fault_policies:hang", time_limit=60)
     out = worker.s.work_dir / "killed.eval"
-    buffers = sample_buffer_dir(job_log_dir(out))
     assert worker.warm is not None
     running = worker.warm.start(hung, out, out.with_suffix(".stderr"), {})
     deadline = time.monotonic() + 60
-    while running.pid is None or not list(buffers.glob("*.db")):  # the sample runs, buffered
+    while running.pid is None or not list(sample_buffer_dir(job_log_dir(out, running.pid)).glob("*.db")):
         assert running.wait(0.2) is None and time.monotonic() < deadline, "the sample never started"
+    log_dir = job_log_dir(out, running.pid)
     psutil.Process(running.pid).kill()
     assert running.wait(30) is not None
-    assert not buffers.exists() and not job_log_dir(out).exists()
+    assert not sample_buffer_dir(log_dir).exists() and not log_dir.exists()
     good_job_runs(worker, 11)
+
+
+def test_two_attempts_of_one_job_at_once_both_finish(worker: Worker) -> None:
+    """A job handed out twice may run twice at once on one worker, to the same OUT: each
+    attempt's Inspect has a log directory of its own."""
+    from ct_fleet.worker.inspect_job import job_log_dir
+
+    slow = job("tests.fault_policies:slow")
+    out = worker.s.work_dir / "twice.eval"
+    env = {"CT_FAULT_SLEEP": "3"}
+    assert worker.warm is not None
+    first = worker.warm.start(slow, out, out.with_suffix(".first"), env)
+    deadline = time.monotonic() + 60
+    while first.pid is None or not job_log_dir(out, first.pid).exists():  # the first one runs
+        assert first.wait(0.2) is None and time.monotonic() < deadline, "the first attempt never started"
+    second = worker.warm.start(slow, out, out.with_suffix(".second"), env)
+    assert first.wait(60) == 0, out.with_suffix(".first").read_text()[-2000:]
+    assert second.wait(60) == 0, out.with_suffix(".second").read_text()[-2000:]

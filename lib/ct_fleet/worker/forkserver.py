@@ -254,7 +254,7 @@ class ForkServer:
                 continue
             del self.children[pid]
             if code != 0:
-                _clear_leftovers(child.out)
+                _clear_leftovers(child.out, pid)
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(child.conn)
             with contextlib.suppress(OSError):
@@ -348,14 +348,14 @@ class ForkServer:
         return proc.pid, Child(conn, Path(request["out"]), cold=proc)
 
 
-def _clear_leftovers(out: Path) -> None:
+def _clear_leftovers(out: Path, pid: int) -> None:
     """What a job that did not end well (killed mid-sample, say) leaves: its log directory,
     and the sample buffer Inspect keeps for it. Inspect deletes a leaked buffer only when it
     is 3 days old, and until then every eval on the machine stats it (leaked by the
     thousand, that was half of a one-sample eval's CPU)."""
     from ..inspect_private import sample_buffer_dir
 
-    log_dir = runner.job_log_dir(out)
+    log_dir = runner.job_log_dir(out, pid)
     with contextlib.suppress(Exception):
         shutil.rmtree(sample_buffer_dir(log_dir), ignore_errors=True)
     shutil.rmtree(log_dir, ignore_errors=True)

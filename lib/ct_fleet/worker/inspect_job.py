@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 import sys
 from collections.abc import Mapping
@@ -113,8 +114,8 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path |
 
     if task is None:
         import_setting(job, extra)
-    log_dir = job_log_dir(out)
-    shutil.rmtree(log_dir, ignore_errors=True)  # an earlier attempt's, killed
+    log_dir = job_log_dir(out, os.getpid())
+    shutil.rmtree(log_dir, ignore_errors=True)  # a killed process's that had this pid
     log_dir.mkdir(parents=True)
     try:
         logs = inspect_eval(
@@ -141,12 +142,13 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path |
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
-def job_log_dir(out: Path) -> Path:
-    """Where a job's Inspect writes its log before it moves to OUT: beside OUT, named for it,
-    so that what a job killed mid-sample leaves (this directory, and the sample buffer
-    Inspect keeps for it, which every later eval's clean-up stats) can be cleared by
-    whoever ran it (worker/forkserver.py)."""
-    return out.absolute().with_name(f".{out.name}.inspect")
+def job_log_dir(out: Path, pid: int) -> Path:
+    """Where the job process `pid` has its Inspect write its log before it moves to OUT:
+    beside OUT, named for it and for the process (two attempts of one job may run at once
+    on one worker), so that what a job killed mid-sample leaves (this directory, and the
+    sample buffer Inspect keeps for it, which every later eval's clean-up stats) can be
+    cleared by whoever ran it (worker/forkserver.py)."""
+    return out.absolute().with_name(f".{out.name}.{pid}.inspect")
 
 
 def _record_images(log: EvalLog, out: Path) -> None:
