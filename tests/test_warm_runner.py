@@ -21,7 +21,7 @@ from ct_fleet.protocol import WorkMessage
 from ct_fleet.services import queues, session
 from ct_fleet.worker.loop import Worker, WorkerSettings
 from ct_fleet.worker.supervise import supervise
-from ct_fleet.worker.warm import WarmRunner
+from ct_fleet.worker.warm import WarmJob, WarmRunner
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "examples/settings/toyarena/task.py@toyarena"
@@ -257,19 +257,30 @@ def test_a_job_killed_mid_sample_leaves_no_sample_buffer(worker: Worker) -> None
     good_job_runs(worker, 11)
 
 
-def test_two_attempts_of_one_job_at_once_both_finish(worker: Worker) -> None:
-    """A job handed out twice may run twice at once on one worker, to the same OUT: each
-    attempt's Inspect has a log directory of its own."""
+def test_an_attempt_that_ends_badly_clears_only_its_own_leftovers(worker: Worker) -> None:
+    """A job handed out twice may run twice at once on one worker, to the same OUT. When one
+    attempt is killed, the server clears its log directory, not the other attempt's, which
+    still runs and finishes."""
     from ct_fleet.worker.inspect_job import job_log_dir
 
-    slow = job("tests.fault_policies:slow")
     out = worker.s.work_dir / "twice.eval"
-    env = {"CT_FAULT_SLEEP": "3"}
     assert worker.warm is not None
-    first = worker.warm.start(slow, out, out.with_suffix(".first"), env)
     deadline = time.monotonic() + 60
-    while first.pid is None or not job_log_dir(out, first.pid).exists():  # the first one runs
-        assert first.wait(0.2) is None and time.monotonic() < deadline, "the first attempt never started"
-    second = worker.warm.start(slow, out, out.with_suffix(".second"), env)
+
+    def started(attempt: WarmJob) -> Path:
+        while attempt.pid is None or not job_log_dir(out, attempt.pid).exists():
+            assert attempt.wait(0.2) is None and time.monotonic() < deadline, "the attempt never started"
+        return job_log_dir(out, attempt.pid)
+
+    first = worker.warm.start(
+        job("tests.fault_policies:slow"), out, out.with_suffix(".first"), {"CT_FAULT_SLEEP": "10"}
+    )
+    first_dir = started(first)
+    second = worker.warm.start(job("tests.fault_policies:hang", time_limit=60), out, out.with_suffix(".second"), {})
+    second_dir = started(second)
+    assert second.pid is not None
+    psutil.Process(second.pid).kill()
+    assert second.wait(30) is not None
+    assert not second_dir.exists()
+    assert first_dir.exists() and first.wait(0) is None  # still running, its directory kept
     assert first.wait(60) == 0, out.with_suffix(".first").read_text()[-2000:]
-    assert second.wait(60) == 0, out.with_suffix(".second").read_text()[-2000:]
