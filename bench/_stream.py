@@ -48,9 +48,11 @@ SLOTS = 16  # per worker: the 500 x 16 fleet the scale section is about
 
 def plan(n: int, *, fleet_id: str, workers: int, check_interval: int = 15) -> FleetSpec:
     """N jobs of one toyarena task, with the fleet knobs a controller of W workers has."""
-    task = FleetTask("toyarena", c.TASK_SPEC, "code", {"policy": "honest", "sandbox": "local"}, list(c.SMOKE_IDS))
+    task = FleetTask(
+        "toyarena", c.TASK_SPEC, "code", {"policy": "honest", "sandbox": "local"}, list(c.SMOKE_IDS), model=MODEL
+    )
     epochs = math.ceil(n / len(c.SMOKE_IDS))
-    jobs = make_jobs([task], epochs, code_sha=CODE_SHA, model=MODEL, model_args={})[:n]
+    jobs = make_jobs([task], epochs, code_sha=CODE_SHA, model_args={})[:n]
     cfg = replace(
         Ec2Config().for_cloud("embedded", REGION),
         bucket=BUCKET,

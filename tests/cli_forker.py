@@ -60,6 +60,9 @@ def _preload() -> str:
 
     import ct_fleet.cli.main
     import ct_fleet.controller  # noqa: F401
+    from ct_fleet.cli.eval_cmd import build_eval_command
+
+    build_eval_command()  # `eval` takes Inspect's options, read from Inspect's own command
 
     gc.freeze()
     gc.enable()

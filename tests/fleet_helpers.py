@@ -6,9 +6,11 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -415,3 +417,25 @@ def launch_workers(ec2, *, count: int, ami: str, config, fleet_id: str, launched
     )
     assert not outcome.errors, outcome.errors
     return [g.instance_id for g in outcome.launched]
+
+
+@contextmanager
+def model_stub(where: Path, key: str) -> Iterator[dict[str, object]]:
+    """tests/openai_stub.py on a loopback port: its base URL and the log of what it was sent."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "tests" / "openai_stub.py"),
+            "--port-file",
+            str(where / "port"),
+            "--log",
+            str(where / "log"),
+        ],
+        env={**os.environ, "STUB_API_KEY": key},
+    )
+    try:
+        port = wait_for(lambda: (where / "port").exists() and (where / "port").read_text(), timeout=30)
+        yield {"base_url": f"http://127.0.0.1:{port}/v1", "log": where / "log"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

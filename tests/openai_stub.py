@@ -3,9 +3,10 @@
     STUB_API_KEY=KEY python tests/openai_stub.py --port-file F --log F [--rate-limit-every N]
 
 POST /v1/chat/completions (Authorization: Bearer KEY, else 401; the key comes in the
-environment so that it is on no command line): while the conversation
-has no tool result yet, the "model" calls the `bash` tool to compute the answer; after
-it, it answers with the tool's output. Usage counts are real (from the request and reply
+environment so that it is on no command line): offered no tools, the "model" answers
+"What is A times B?" with the product; offered tools, while the conversation has no tool
+result yet, it calls the `bash` tool to compute the answer, and after it answers with the
+tool's output. The log records the generate config each request sent. Usage counts are real (from the request and reply
 sizes). Every Nth request is refused with HTTP 429 first, so clients must retry. One JSON
 line per request goes to --log (status, model, whether the key matched), never the key.
 """
@@ -58,7 +59,16 @@ def reply(request: dict[str, Any]) -> dict[str, Any]:
     messages = request.get("messages") or []
     prompt = json.dumps(messages)
     tool_results = [m for m in messages if m.get("role") == "tool"]
-    if not tool_results:
+    if not request.get("tools"):
+        # No tools to call: the "model" answers at once ("What is A times B?" -> A*B).
+        question = next((m.get("content") for m in messages if m.get("role") == "user"), "")
+        text = question if isinstance(question, str) else json.dumps(question)
+        numbers = [int(w) for w in text.replace("?", " ").split() if w.isdigit()]
+        a, b = (numbers + [0, 0])[:2]
+        message = {"role": "assistant", "content": str(a * b)}
+        finish = "stop"
+        completion = message["content"]
+    elif not tool_results:
         question = next((m.get("content") for m in messages if m.get("role") == "user"), "")
         text = question if isinstance(question, str) else json.dumps(question)
         # "What is A times B?" -> the agent asks bash to compute it.
@@ -120,6 +130,8 @@ def make_handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
             number = stub.next_number()
             key_ok = self.headers.get("Authorization") == f"Bearer {stub.key}"
             entry = {"n": number, "path": self.path, "model": request.get("model"), "key_ok": key_ok}
+            # the generate config the client sent (what --temperature, --seed, ... must reach)
+            entry["sent"] = {k: request[k] for k in ("temperature", "seed", "max_tokens", "top_p") if k in request}
             if not key_ok:
                 stub.record({**entry, "status": 401})
                 self._send(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})

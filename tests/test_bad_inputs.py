@@ -287,7 +287,19 @@ CASES = [
     Case("policy unknown", ["--policy", "sneaky"], "unknown policy 'sneaky'"),
     Case("policy not a python name", ["--policy", "os.system('id'):x"], "is neither tracked in this repo"),
     Case("policy not shipped", ["--policy", "mypkg.x:pol"], "--extra-src"),
-    Case("sandbox not a ref", ["--sandbox", "docker"], "write module:type"),
+    Case("sandbox module not shipped", ["--sandbox", "nosuchmod_x:kind"], "is neither tracked in this repo"),
+    Case(
+        "sandbox config not beside the task",
+        ["--task-file", "", "{dir}/t.py", "--sandbox", "docker:none.yml"],
+        "no none.yml beside",
+        files={
+            "t.py": b"from inspect_ai import Task, task\nfrom inspect_ai.dataset import Sample\n\n"
+            b"@task\ndef t():\n    return Task(dataset=[Sample(input='x')])\n"
+        },
+    ),
+    Case("refused inspect option", ["--trace"], "--trace: traces one process"),
+    Case("inspect option of the wrong type", ["--temperature", "warm"], "not a valid float"),
+    Case("inspect option inspect refuses", ["--epochs-reducer", "nonesuch"], "nonesuch was not found"),
     Case("model without provider", ["--model", "gpt"], "write provider/model"),
     Case("model with a space", ["--model", "openai/gpt 4"], "write provider/model"),
     Case("command blank", ["--command", "   "], "--command"),

@@ -175,7 +175,8 @@ def test_status_and_logs_from_another_machine(ec2_run, account, tmp_path: Path):
     status = ct(account, "status", fleet_id, "--bucket", account["bucket"])
     assert status.returncode == 0, status.stderr
     row = next(line for line in status.stdout.splitlines() if "honest" in line)
-    assert [c.strip() for c in row.strip("│ ").split("│")][:3] == ["4", "4", "0"]
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[:6] == ["toyarena", "mockllm/model", "honest", "4", "4", "0"]  # task x model, jobs, results, left
     as_json = json.loads(ct(account, "status", fleet_id, "--bucket", account["bucket"], "--json").stdout)
     assert (as_json["source"], as_json["state"], as_json["results"], as_json["left"]) == ("s3", "complete", 4, 0)
     assert as_json["queues"] is None  # a finished fleet deletes its queues

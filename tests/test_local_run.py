@@ -180,7 +180,16 @@ def test_the_run_report_draws_each_job_once_in_its_workers_slots(local_run) -> N
     assert sum(data["throughput"]) == len(jobs)
     assert [p["phase"] for p in data["phases"]] == ["start", "enqueue", "tracking", "verify", "end-wait", "merge"]
     assert data["failures"] == [] and len(data["slowest"]) == len(jobs)
+    # Each task x model with its merged log's metrics (a setting run: under its policy).
+    manifest = Manifest.from_json((run_dir / "manifest.json").read_text())
+    (merged,) = (run_dir / "merged").glob("*.eval")
+    log = read_eval_log(str(merged), header_only=True)
+    assert log.results is not None and manifest.policy
+    want = {s.name: {m: v.value for m, v in s.metrics.items()} for s in log.results.scores}
+    got = [(r["task"], r["model"], r["policy"], r["status"], r["log"], r["metrics"]) for r in data["results"]]
+    assert got == [(log.eval.task, log.eval.model, manifest.policy, "success", "merged/" + merged.name, want)] and want
     html = page.read_text()
+    assert "<h2>Results</h2>" in html and f"{log.eval.task} \u00b7 {log.eval.model} \u00b7 policy" in html
     assert not re.search(r"<script[^>]*\bsrc=", html)  # plotly.js is inlined: nothing to fetch
     assert all(f'id="{name}"' in html for name in ("timeline", "throughput", "cost"))
     assert html.count("Plotly.newPlot") == 3
@@ -202,6 +211,7 @@ def test_report_command_writes_the_report_again_from_the_run_directory(local_run
     assert result.exit_code == 0, result.output
     assert f"report: {run_dir / 'report.html'}" in " ".join(result.output.split())
     after = json.loads((run_dir / "report.json").read_text())
+    assert after["results"] == before["results"]
     assert {**after, "generated_at": 0} == {**before, "generated_at": 0}
     (run_dir / "attempts.jsonl").unlink()
     result = CliRunner().invoke(cli, ["report", run_dir.name], env=env)

@@ -13,8 +13,6 @@ import base64
 import json
 import os
 import re
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -23,7 +21,7 @@ import psutil
 import pytest
 from inspect_ai.log import read_eval_log
 
-from fleet_helpers import REPO, fleet_dir, run_cli, wait_for
+from fleet_helpers import fleet_dir, model_stub, run_cli
 
 KEY = "sk-stub-" + uuid.uuid4().hex
 MODEL = "openai-api/stubai/scripted"
@@ -50,22 +48,8 @@ def times(n: int = 4):
 
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory: pytest.TempPathFactory):
-    where = tmp_path_factory.mktemp("stub")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "tests" / "openai_stub.py"),
-            "--port-file",
-            str(where / "port"),
-            "--log",
-            str(where / "log"),
-        ],
-        env={**os.environ, "STUB_API_KEY": KEY},
-    )
-    port = wait_for(lambda: (where / "port").exists() and (where / "port").read_text(), timeout=30)
-    yield {"base_url": f"http://127.0.0.1:{port}/v1", "log": where / "log"}
-    proc.terminate()
-    proc.wait(timeout=10)
+    with model_stub(tmp_path_factory.mktemp("stub"), KEY) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

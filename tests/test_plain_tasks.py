@@ -243,6 +243,7 @@ def test_json_prints_the_outcome_for_scripts(fleet_run, own_task: Path):
     path, log = _merged(runs)
     assert (task.task, task.status, task.log) == ("arith", "success", str(path))
     assert (task.samples_expected, task.samples_present, task.missing, task.errors) == (12, 12, 0, 0)
+    assert (task.model, task.completed, task.successes) == (log.eval.model, 12, 12)
     assert log.results is not None
     want = {s.name: {m: v.value for m, v in s.metrics.items()} for s in log.results.scores}
     assert task.metrics == want and want
@@ -262,6 +263,15 @@ def test_status_of_a_local_fleet_reads_its_run_dir(fleet_run):
     assert (status.source, status.state, status.jobs, status.results, status.left) == ("local", "complete", 12, 12, 0)
     assert [(t.task, t.jobs, t.results) for t in status.tasks] == [("arith", 12, 12)]
     assert status.merged == [str(_merged(runs)[0])]
+    # Its model, and its merged log's metrics: the log read by what it ran, not by its name.
+    path, log = _merged(runs)
+    (task,) = status.tasks
+    assert log.results is not None
+    want = {s.name: {m: v.value for m, v in s.metrics.items()} for s in log.results.scores}
+    assert (task.model, task.status, task.log, task.metrics) == (log.eval.model, "success", str(path), want)
+    listed = ct_fleet(runs, "fleets", "--json")  # this machine's fleets: this one
+    assert listed.returncode == 0, listed.stderr
+    assert [FleetStatus.model_validate(f) for f in json.loads(listed.stdout)] == [status]
     table = ct_fleet(runs, "status", run_dir.name)
     assert table.returncode == 0 and f"fleet {run_dir.name} (complete, from local)" in table.stdout, table.stderr
     bad = ct_fleet(runs, "status", "../" + run_dir.name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -92,21 +93,21 @@ def _task(ids: list[str | int], policy: str = "honest", **kw) -> plan.FleetTask:
 
 def test_jobs_are_samples_times_epochs_with_stable_unique_ids():
     task = _task(["web:fix_login", 7, "7"])
-    jobs = plan.make_jobs([task], 3, code_sha="abc", model="mockllm/model", model_args={})
+    jobs = plan.make_jobs([task], 3, code_sha="abc", model_args={})
     assert len(jobs) == 3 * 3
     assert len({j.job_id for j in jobs}) == len(jobs)  # 7 and "7" are different samples' jobs
-    again = plan.make_jobs([_task(["web:fix_login", 7, "7"])], 3, code_sha="abc", model="mockllm/model", model_args={})
+    again = plan.make_jobs([_task(["web:fix_login", 7, "7"])], 3, code_sha="abc", model_args={})
     assert [j.job_id for j in again] == [j.job_id for j in jobs]
     assert {j.epoch for j in jobs} == {1, 2, 3} and {j.task for j in jobs} == {task.key}
     assert [j.sample_id for j in jobs[:3]] == ["web:fix_login"] * 3 and jobs[3].sample_id == 7
     for variant in (
-        plan.make_jobs([_task(["web:fix_login"], "attack")], 1, code_sha="abc", model="mockllm/model", model_args={}),
-        plan.make_jobs([task], 1, code_sha="abc", model="openai/gpt-4o", model_args={}),
-        plan.make_jobs([task], 1, code_sha="abc", model="mockllm/model", model_args={"temperature": 0}),
+        plan.make_jobs([_task(["web:fix_login"], "attack")], 1, code_sha="abc", model_args={}),
+        plan.make_jobs([replace(task, model="openai/gpt-4o")], 1, code_sha="abc", model_args={}),
+        plan.make_jobs([task], 1, code_sha="abc", model_args={"temperature": 0}),
     ):
         assert variant[0].job_id != jobs[0].job_id
     with pytest.raises(BadInput, match="--epochs must be at least 1"):
-        plan.make_jobs([task], 0, code_sha="abc", model="mockllm/model", model_args={})
+        plan.make_jobs([task], 0, code_sha="abc", model_args={})
 
 
 def test_fleet_id_is_a_function_of_its_inputs():

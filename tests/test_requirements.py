@@ -6,13 +6,18 @@ requirement is part of the fleet id."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from fleet_helpers import FAST, ONE_WORKER, env_for, run_cli, stat
+from ct_fleet.controller.planning import overlay
+from ct_fleet.controller.planning.setting_plan import Requirements
+from fleet_helpers import FAST, ONE_WORKER, REPO, env_for, run_cli, stat
 from wheelmaker import write_wheel
 
 WORDS_TASK = """
@@ -87,3 +92,37 @@ def test_requirements_load_the_task_here_and_on_local_workers(tmp_path: Path, pr
         r.endswith("numwords_lite-0.1.0-py3-none-any.whl")
         for r in json.loads(manifest.read_text())["setting_requirements"]
     )
+
+
+# A uv that records its calls and takes a while (so that two installs overlap), then makes
+# the --target directory it was given, holding one package.
+SLOW_UV = """#!/bin/sh
+echo "$@" >>"$0.calls"
+sleep 1
+prev=
+for arg; do
+  if [ "$prev" = --target ]; then mkdir -p "$arg/pkg"; fi
+  prev=$arg
+done
+"""
+
+
+def test_two_runs_installing_the_same_requirements_share_one_install(tmp_path: Path):
+    uv = tmp_path / "uv"
+    uv.write_text(SLOW_UV)
+    uv.chmod(0o755)
+    environ = {"CT_FLEET_CACHE_DIR": str(tmp_path / "cache"), "CT_FLEET_UV": str(uv), "PATH": os.environ["PATH"]}
+    reqs = Requirements(["foo[x]>=1"], [])
+    root = tmp_path / "cache" / "overlays"
+    key = overlay.site_key(reqs.specs, reqs.wheels, sys.prefix, REPO / "requirements.lock")
+    (root / f".{key}-killed" / "site-packages").mkdir(parents=True)  # an install killed half-way
+    with ThreadPoolExecutor(2) as pool:
+        sites = list(pool.map(lambda _: overlay.install(reqs, environ), range(2)))
+    # One install, whole, in a site-packages directory (Inspect's test for an installed package).
+    assert sites == [root / key / "site-packages"] * 2
+    assert (sites[0] / "pkg").is_dir() and (root / key / ".complete").is_file()
+    (call,) = (tmp_path / "uv.calls").read_text().splitlines()
+    assert re.search(rf"--target {root}/\.{key}-\w+/site-packages .*foo\[x\]>=1$", call)
+    assert sorted(p.name for p in root.iterdir()) == [f".{key}.lock", key]  # the killed one's leftovers went
+    assert overlay.install(reqs, environ) == sites[0]  # a later run takes it as it is
+    assert len((tmp_path / "uv.calls").read_text().splitlines()) == 1

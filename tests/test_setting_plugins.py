@@ -67,6 +67,7 @@ def ct_fleet(runs: Path, site: Path, *args: str, **extra: str) -> subprocess.Com
 def two_settings(plugin, tmp_path_factory: pytest.TempPathFactory):
     wheel, site = plugin
     runs = tmp_path_factory.mktemp("runs")
+    cache = tmp_path_factory.mktemp("cache")  # the machine's shared installs: this test's own
     trace = runs.parent / "pull-trace"
     args = ["-e", "toyarena:web", "-e", "plugset:lab", "-e", "toyarena:web", "--policy", "honest"]
     proc = ct_fleet(
@@ -78,13 +79,14 @@ def two_settings(plugin, tmp_path_factory: pytest.TempPathFactory):
         *FAST,
         *ONE_WORKER,
         PLUGIN_PULL_TRACE=str(trace),
+        CT_FLEET_CACHE_DIR=str(cache),
     )
-    return runs, proc, trace
+    return runs, proc, trace, cache
 
 
 @pytest.mark.e2e
 def test_an_installed_setting_and_the_bundled_one_run_in_one_fleet(two_settings, plugin):
-    runs, proc, trace = two_settings
+    runs, proc, trace, _ = two_settings
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = fleet_dir(runs)
     merged = {p.stem: read_eval_log(str(p)) for p in (run_dir / "merged").glob("*.eval")}
@@ -108,10 +110,13 @@ def test_an_installed_setting_and_the_bundled_one_run_in_one_fleet(two_settings,
 
 @pytest.mark.e2e
 def test_workers_install_the_plugin_beside_the_shared_venv(two_settings):
-    runs, proc, _ = two_settings
+    runs, proc, _, cache = two_settings
     assert proc.returncode == 0, proc.stderr
-    sites = list((fleet_dir(runs) / "instances").glob("*/opt/linuxbench-site/plugset/__init__.py"))
-    assert sites  # installed per instance, from the shipped wheel
+    # Installed once on this machine, from the shipped wheel, in a site-packages directory
+    # that every local instance links.
+    (installed,) = (cache / "overlays").glob("*/site-packages/plugset/__init__.py")
+    links = list((fleet_dir(runs) / "instances").glob("*/opt/linuxbench-site/site-packages"))
+    assert links and all(link.resolve() == installed.parent.parent.resolve() for link in links)
     import importlib.util
 
     assert importlib.util.find_spec("plugset") is None  # not in the shared venv

@@ -69,48 +69,48 @@ CLI_CASES = [
 
 # The same checks in-process (plan_fleet raises BadInput before anything exists): faster.
 PLAN_CASES = [
-    ({"task": "{missing}"}, "no such file"),
-    ({"task": "{good}", "model": "groq/llama-3.1-8b"}, "missing SDK: Groq API requires optional dependencies"),
-    ({"task": "{good}", "model": "openai-api/acme/m1"}, "ACME_API_KEY is not set"),
-    ({"task": "{good}", "model": "nowhere/x"}, "unknown provider 'nowhere'"),
+    ({"tasks": ["{missing}"]}, "no such file"),
+    ({"tasks": ["{good}"], "models": ["groq/llama-3.1-8b"]}, "missing SDK: Groq API requires optional dependencies"),
+    ({"tasks": ["{good}"], "models": ["openai-api/acme/m1"]}, "ACME_API_KEY is not set"),
+    ({"tasks": ["{good}"], "models": ["nowhere/x"]}, "unknown provider 'nowhere'"),
     (
-        {"task": "{good}", "model": "openai/gpt-4o-mini", "model_args": ["api_key=sk-x"]},
+        {"tasks": ["{good}"], "models": ["openai/gpt-4o-mini"], "model_args": ["api_key=sk-x"]},
         "never goes on the command line",
     ),
-    ({"task": "{good}", "ec2_args": ["forward_env=CT_TEST_UNSET_VAR"]}, "CT_TEST_UNSET_VAR is not set"),
-    ({"task": "{good}", "policy": "honest"}, "--policy applies to settings"),
-    ({"task": "{good}", "limit": "2", "sample_ids": ["1"]}, "either --limit or --sample-id"),
-    ({"task": "{good}", "limit": "0"}, "--limit 0: write a count"),
-    ({"task": "{good}", "sample_ids": ["nope"]}, "No matches in dataset"),
+    ({"tasks": ["{good}"], "ec2_args": ["forward_env=CT_TEST_UNSET_VAR"]}, "CT_TEST_UNSET_VAR is not set"),
+    ({"tasks": ["{good}"], "policy": "honest"}, "--policy applies to settings"),
+    ({"tasks": ["{good}"], "limit": "2", "sample_ids": ["1"]}, "either --limit or --sample-id"),
+    ({"tasks": ["{good}"], "limit": "0"}, "--limit 0: write a count"),
+    ({"tasks": ["{good}"], "sample_ids": ["nope"]}, "No matches in dataset"),
     ({"envs": ["web"], "task_args": ["x=1"]}, "toyarena has no task argument x"),
     ({"task_file": "smoke", "policy": f"tests.{UNTRACKED}:pol"}, "neither tracked in this repo"),
     ({"envs": ["os:path"]}, "setting 'os' found in no source"),  # importable, but not a setting
     ({"envs": ["toyarena:web", "toyarena:nowhere"]}, "unknown env 'nowhere'"),
     ({"envs": ["web"], "ec2_args": ["setting_requirements=/no/such.whl"]}, "no such wheel file"),
     # Once accepted silently, or a crash:
-    ({"task": "{good}@"}, "no task name after @; write"),
-    ({"task": "{good}", "sample_ids": [",,,"]}, "--sample-id ',,,': no sample ids in it"),
-    ({"task": "{good}", "environ": {"CT_FLEET_EC2": "banana"}}, "CT_FLEET_EC2=banana: expected true or false"),
+    ({"tasks": ["{good}@"]}, "no task name after @; write"),
+    ({"tasks": ["{good}"], "sample_ids": [",,,"]}, "--sample-id ',,,': no sample ids in it"),
+    ({"tasks": ["{good}"], "environ": {"CT_FLEET_EC2": "banana"}}, "CT_FLEET_EC2=banana: expected true or false"),
     (
-        {"task": "{good}", "environ": {"CT_FLEET_EMBEDDED_IDLE": "0"}},
+        {"tasks": ["{good}"], "environ": {"CT_FLEET_EMBEDDED_IDLE": "0"}},
         "CT_FLEET_EMBEDDED_IDLE=0: expected a whole number",
     ),
-    ({"task": "{good}", "ec2_args": ["job_memory_mb=-1"]}, "job_memory_mb=-1: must be at least 0"),
-    ({"task": "{good}", "ec2_args": ["forward_env=PATH"]}, "PATH is a system variable of the worker's own"),
-    ({"task": "{good}", "ec2_args": ["forward_env=MY_KEY,LD_PRELOAD"]}, "LD_PRELOAD is a system variable"),
-    ({"task": "{good}", "ec2_args": ["forward_env=A B"]}, "A B is not a variable name"),
+    ({"tasks": ["{good}"], "ec2_args": ["job_memory_mb=-1"]}, "job_memory_mb=-1: must be at least 0"),
+    ({"tasks": ["{good}"], "ec2_args": ["forward_env=PATH"]}, "PATH is a system variable of the worker's own"),
+    ({"tasks": ["{good}"], "ec2_args": ["forward_env=MY_KEY,LD_PRELOAD"]}, "LD_PRELOAD is a system variable"),
+    ({"tasks": ["{good}"], "ec2_args": ["forward_env=A B"]}, "A B is not a variable name"),
     (
-        {"task": "{good}", "ec2_args": ["max_workers=2", "max_workers=3"]},
+        {"tasks": ["{good}"], "ec2_args": ["max_workers=2", "max_workers=3"]},
         "--ec2-arg max_workers is given twice (max_workers=2 and max_workers=3): keep one",
     ),
     ({"envs": ["web"], "ec2_args": ["setting_requirements=*"]}, "setting requirement *: not a pip requirement"),
     ({"envs": ["web"], "ec2_args": ["setting_requirements=foo$(id)"]}, "foo$(id): not a pip requirement"),
     ({"envs": ["web"], "ec2_args": ['setting_requirements=foo;os_name=="nt"']}, "no URLs or markers"),
-    ({"task": "{dir}"}, "is a directory; name a task file in it"),
-    ({"task": "{fifo}"}, "is not a regular file"),
-    ({"task": "{syntax}"}, "SyntaxError: invalid syntax (syntax.py, line 6)"),
-    ({"task": "{type_clash}"}, "sample id 1 is in clash's dataset as 1 and as '1'"),
-    ({"task": "{same_id}"}, "sample id 'a' is in clash's dataset twice"),
+    ({"tasks": ["{dir}"]}, "is a directory; name a task file in it"),
+    ({"tasks": ["{fifo}"]}, "is not a regular file"),
+    ({"tasks": ["{syntax}"]}, "SyntaxError: invalid syntax (syntax.py, line 6)"),
+    ({"tasks": ["{type_clash}"]}, "sample id 1 is in clash's dataset as 1 and as '1'"),
+    ({"tasks": ["{same_id}"]}, "sample id 'a' is in clash's dataset twice"),
 ]
 
 
@@ -161,7 +161,10 @@ def test_bad_input_is_refused_before_anything_exists(
 
     for key in ("OPENAI_API_KEY", "ACME_API_KEY", "CT_TEST_UNSET_VAR", "GROQ_API_KEY"):
         monkeypatch.delenv(key, raising=False)
-    fields = {k: v.format(**project) if isinstance(v, str) else v for k, v in fields.items()}
+    fields = {
+        k: v.format(**project) if isinstance(v, str) else [x.format(**project) for x in v] if isinstance(v, list) else v
+        for k, v in fields.items()
+    }
     runs = tmp_path / "runs"
     runs.mkdir()
     with pytest.raises(BadInput) as raised:

@@ -10,6 +10,7 @@
 #   LB_VENV              the job loop's virtualenv (default $LB_ROOT/.venv)
 #   LB_VENV_PROVIDED     1: LB_VENV is ready as it is (a local instance shares the
 #                        controller's venv), install-deps.sh leaves it alone
+#   LB_SITE_CACHE        this machine's shared installs of requirements (settings-pull.sh)
 #   LB_SHUTDOWN          the program that powers this instance off (default: shutdown,
 #                        through sudo when not root); locally a shim terminating it via EC2
 #   CT_IMDS_ENDPOINT     the instance metadata service the job loop polls for the spot
@@ -29,7 +30,7 @@ LB_ROOT="${LB_ROOT:-$LB_HOME/opt/linuxbench}"
 LB_ETC="${LB_ETC:-$LB_HOME/etc/linuxbench}"
 LB_LOG="${LB_LOG:-$LB_HOME/var/log/linuxbench-bootstrap.log}"
 LB_EXTRA="${LB_EXTRA:-$LB_HOME/opt/linuxbench-extra}"
-LB_SITE="${LB_SITE:-$LB_HOME/opt/linuxbench-site}" # settings' requirements, when the venv is shared
+LB_SITE="${LB_SITE:-$LB_HOME/opt/linuxbench-site/site-packages}" # see settings-pull.sh
 LB_SETUP_ENV="${LB_SETUP_ENV:-$LB_HOME/opt/linuxbench-worker-setup.env}"
 LB_VENV="${LB_VENV:-$LB_ROOT/.venv}"
 LB_FLEET_ENV="$LB_ETC/fleet.env"

@@ -2,10 +2,11 @@
 
     from ct_fleet import run_fleet
 
-    result = run_fleet(task_file="smoke", policy="honest", epochs=3)
-    print(result.fleet_id, [m.path for m in result.merged])
+    logs = run_fleet("qa.py@qa", model=["openai/gpt-4o", "openai/gpt-4o-mini"], temperature=0, epochs=3)
+    print([log.results for log in logs], logs.result.fleet_id)
 
-`run_fleet` is what `ct-fleet eval` runs (see `ct_fleet.controller`); `merge_dir`
+`run_fleet` takes what `inspect_ai.eval()` takes and runs what `ct-fleet eval` runs,
+returning the merged logs' headers (see `ct_fleet.controller`); `merge_dir`
 merges any directory of one-sample `.eval` logs, as `ct-fleet merge` does.
 
 The public names load on first use: a worker process imports `ct_fleet.worker` and must
@@ -18,7 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .controller.fleet import FleetInterrupted, RunHooks, run_fleet
+    from .controller.fleet import FleetInterrupted, FleetLogs, RunHooks, run_fleet
     from .controller.planning import FleetRequest, plan_fleet
     from .controller.reporting import Progress, RunResult, exit_status
     from .errors import BadInput
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "BadInput": ".errors",
     "FleetInterrupted": ".controller.fleet",
+    "FleetLogs": ".controller.fleet",
     "FleetRequest": ".controller.planning",
     "MergedTask": ".merge",
     "Progress": ".controller.reporting",
@@ -44,6 +46,7 @@ _PUBLIC = {
 __all__ = [
     "BadInput",
     "FleetInterrupted",
+    "FleetLogs",
     "FleetRequest",
     "MergedTask",
     "Progress",

@@ -11,6 +11,9 @@ public name). What each group is for:
   stdlib zipfile; `.eval` entries are written with its settings and frame cap (evallog);
 - results, reducers, metrics, headline metric, scorer names, the deserializing context and
   `to_json_safe`: a merged log's results computed and written as `inspect eval` does (merge);
+- Inspect's `eval` command and the parsers it turns its options into `eval()` arguments
+  with: `ct-fleet eval` takes every option of the installed Inspect, parsed as Inspect
+  parses it (ct_fleet.inspect_options);
 - where Inspect keeps the sample buffers of a log directory: what a job killed mid-sample
   leaves there is cleared by the warm runner (worker/forkserver.py).
 
@@ -28,6 +31,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from inspect_ai._cli.eval import eval_command as inspect_eval_command
+from inspect_ai._cli.eval import merge_run_config_params, parse_comma_separated, parse_run_config
+from inspect_ai._cli.util import parse_cli_config, parse_model_role_cli_args, parse_sandbox
 from inspect_ai._eval.loader import load_tasks
 from inspect_ai._eval.score import metrics_from_log_header, reducers_from_log_header, resolve_scorers_info
 from inspect_ai._eval.task.results import (
@@ -39,18 +45,47 @@ from inspect_ai._eval.task.results import (
     eval_results,
     reduce_scores,
 )
-from inspect_ai._eval.task.util import slice_dataset, task_run_dir
+from inspect_ai._eval.task.util import slice_dataset, task_file, task_run_dir
+from inspect_ai._sentinel._config import sentinel_with_args
+from inspect_ai._util.config import parse_cli_args, resolve_args
 from inspect_ai._util.constants import get_deserializing_context
 from inspect_ai._util.error import PrerequisiteError
 from inspect_ai._util.file import filesystem
+from inspect_ai._util.generate_config_args import config_from_locals
 from inspect_ai._util.json import to_json_safe
+from inspect_ai._util.registry import registry_info, registry_params
 from inspect_ai._util.zipfile import _MultiFrameZstdCompressObj, zipfile_compress_kwargs
+from inspect_ai.approval._policy import ApprovalPolicyConfig
 from inspect_ai.log._headline import headline_metric_ref, resolve_headline_metric
 from inspect_ai.log._recorders.buffer.database import location_dir_and_file, resolve_db_dir
+from inspect_ai.review._policy import ReviewPolicyConfig
+from inspect_ai.scorer._reducer import create_reducers
 from inspect_ai.scorer._scorer import unique_scorer_name
+from inspect_ai.solver._solver import SolverSpec
+from inspect_ai.util._checkpoint.parse_cli import _CheckpointConfigModel, parse_checkpoint
 from inspect_ai.util._sandbox.docker.config import find_compose_file
 
 __all__ = [
+    "ApprovalPolicyConfig",
+    "ReviewPolicyConfig",
+    "SolverSpec",
+    "sentinel_with_args",
+    "checkpoint_config",
+    "config_from_locals",
+    "create_reducers",
+    "inspect_eval_command",
+    "merge_run_config_params",
+    "parse_checkpoint",
+    "parse_cli_args",
+    "parse_cli_config",
+    "parse_comma_separated",
+    "parse_model_role_cli_args",
+    "parse_run_config",
+    "parse_sandbox",
+    "registry_info",
+    "registry_params",
+    "resolve_args",
+    "task_file",
     "MultiFrameZstdCompressObj",
     "PrerequisiteError",
     "ScorerInfo",
@@ -84,6 +119,11 @@ def sample_buffer_dir(log_dir: Path) -> Path:
     log directory, named by a hash of its URI, under Inspect's data dir)."""
     location = filesystem(str(log_dir)).path_as_uri(str(log_dir / "log.eval"))
     return resolve_db_dir() / location_dir_and_file(location)[0]
+
+
+def checkpoint_config(data: dict[str, Any]) -> Any:
+    """A CheckpointConfig from a checkpoint config file's content, as --checkpoint FILE reads it."""
+    return _CheckpointConfigModel.model_validate(data).to_dataclass()
 
 
 def deserializing_context() -> dict[str, Any]:

@@ -15,3 +15,19 @@ PACKER_DIR = REPO_ROOT / "packer"
 def runs_dir(environ: Mapping[str, str]) -> Path:
     """Where fleets keep their results and logs: CT_FLEET_RUNS, else runs/ in the checkout."""
     return Path(environ.get("CT_FLEET_RUNS") or REPO_ROOT / "runs")
+
+
+def cache_dir(environ: Mapping[str, str]) -> Path:
+    """This machine's ct-fleet cache: CT_FLEET_CACHE_DIR, else ct-fleet/ under XDG_CACHE_HOME
+    or ~/.cache (as bin/test and bin/build-images read it)."""
+    if environ.get("CT_FLEET_CACHE_DIR"):
+        return Path(environ["CT_FLEET_CACHE_DIR"])
+    home = environ.get("HOME")
+    return Path(environ.get("XDG_CACHE_HOME") or (Path(home) if home else Path.home()) / ".cache") / "ct-fleet"
+
+
+def sites_dir(environ: Mapping[str, str]) -> Path:
+    """Where a fleet's requirements are installed once per machine, each set in a directory
+    of its own: the controller's probe (controller/planning/overlay.py) and every local
+    instance (worker/settings-pull.sh, LB_SITE_CACHE) share them."""
+    return cache_dir(environ) / "overlays"

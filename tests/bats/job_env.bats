@@ -6,14 +6,14 @@ load helpers
 
 setup() {
   worker_setup
-  mkdir -p "$LB_HOME/opt/linuxbench-extra/treeA" "$LB_HOME/opt/linuxbench-extra/treeB" "$LB_HOME/opt/linuxbench-site"
+  mkdir -p "$LB_HOME/opt/linuxbench-extra/treeA" "$LB_HOME/opt/linuxbench-extra/treeB" "$LB_HOME/opt/linuxbench-site/site-packages"
 }
 
 @test "job-env.sh runs its command with the code, settings, site and extra-src trees on PYTHONPATH" {
   run "$REPO_ROOT/worker/job-env.sh" bash -c 'printf "%s\n" "$PYTHONPATH" "$CODE_ROOT" "$CT_EXTRA_ROOT" "${PATH%%:*}"'
   [ "$status" -eq 0 ]
   root="$LB_HOME/opt/linuxbench" extra="$LB_HOME/opt/linuxbench-extra"
-  [ "${lines[0]}" = "$root/lib:$root/examples/settings:$LB_HOME/opt/linuxbench-site:$extra/treeA:$extra/treeB" ]
+  [ "${lines[0]}" = "$root/lib:$root/examples/settings:$LB_HOME/opt/linuxbench-site/site-packages:$extra/treeA:$extra/treeB" ]
   [ "${lines[1]}" = "$root" ]
   [ "${lines[2]}" = "$extra" ]
   [ "${lines[3]}" = "$root/.venv/bin" ]

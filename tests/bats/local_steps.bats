@@ -214,10 +214,124 @@ EOF
     run "$WORKER_DIR/settings-pull.sh"
   [ "$status" -eq 0 ]
   assert_contains "$output" "setting batplug: ready from ct-fleet-batplug (1 environments)"
-  [ -d "$LB_HOME/opt/linuxbench-site/batplug" ]
+  # In a directory named site-packages: Inspect takes what is there for installed packages.
+  [ -d "$LB_HOME/opt/linuxbench-site/site-packages/batplug" ]
   # The shared venv is untouched.
   run "$TEST_VENV/bin/python" -c 'import batplug'
   [ "$status" -ne 0 ]
+}
+
+# site_key VENV LOCK [--wheel PATH | SPEC]...: the controller's name for a set of
+# requirements installed in LB_SITE_CACHE (controller/planning/overlay.py).
+py_site_key() {
+  "$TEST_VENV/bin/python" - "$REPO_ROOT/lib" "$@" <<'PY'
+import sys
+from pathlib import Path
+
+sys.path.insert(0, sys.argv[1])
+from ct_fleet.controller.planning.overlay import site_key
+
+venv, lock, *items = sys.argv[2:]
+wheels = [Path(w) for w in items if w.endswith(".whl")]
+print(site_key([s for s in items if not s.endswith(".whl")], wheels, venv, Path(lock)))
+PY
+}
+
+# A uv stub that makes the --target directory it is given, holding one package, after
+# UV_STUB_SLEEP seconds (default 0).
+make_target_uv_stub() {
+  # shellcheck disable=SC2016  # expanded when the stub runs
+  make_stub uv 'sleep "${UV_STUB_SLEEP:-0}"
+prev=
+for arg; do
+  if [[ $prev == --target ]]; then mkdir -p "$arg/stubpkg"; fi
+  prev=$arg
+done'
+}
+
+@test "settings-pull: local instances share one install per machine, under the controller's key" {
+  settings_code
+  cp "$REPO_ROOT/requirements.lock" "$LB_ROOT_DIR/requirements.lock"
+  local wheel key cache="$BATS_TEST_TMPDIR/sites" site="opt/linuxbench-site/site-packages"
+  wheel=$("$TEST_VENV/bin/python" "$REPO_ROOT/tests/wheelmaker.py" "$BATS_TEST_TMPDIR/wheels" batplug)
+  fleet_env "SETTINGS=batplug" "SETTING_REQUIREMENTS=$wheel"
+  # shellcheck source=bin/ensure-venv
+  CT_FLEET_UV=$(source "$REPO_ROOT/bin/ensure-venv" && find_uv) LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1 \
+    LB_SITE_CACHE="$cache" run "$WORKER_DIR/settings-pull.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "setting batplug: ready from ct-fleet-batplug (1 environments)"
+  # The directory the controller's probe installs the same set in: one install for both.
+  key=$(py_site_key "$TEST_VENV" "$LB_ROOT_DIR/requirements.lock" "$wheel")
+  assert_contains "$output" "installing them into $cache/$key, shared by this machine's instances"
+  assert_equal "$(readlink "$LB_HOME/$site")" "$cache/$key/site-packages"
+  [ -f "$cache/$key/site-packages/batplug/__init__.py" ]
+  [ -f "$cache/$key/.complete" ]
+  # No temp directory left: the set and its lock file only.
+  assert_equal "$(cd "$cache" && find . -mindepth 1 -maxdepth 1 | sort | tr '\n' ' ')" "./.$key.lock ./$key "
+  # A second instance of this machine links the same install and installs nothing.
+  make_stub uv
+  mkdir -p "$BATS_TEST_TMPDIR/home2"
+  LB_HOME="$BATS_TEST_TMPDIR/home2" LB_ROOT="$LB_ROOT_DIR" LB_ETC="${FLEET_ENV%/*}" \
+    LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1 LB_SITE_CACHE="$cache" run "$WORKER_DIR/settings-pull.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "setting requirements: already installed in $cache/$key"
+  assert_contains "$output" "setting batplug: ready from ct-fleet-batplug (1 environments)"
+  assert_not_called uv
+  assert_equal "$(readlink "$BATS_TEST_TMPDIR/home2/$site")" "$cache/$key/site-packages"
+  # The shared venv is untouched.
+  run "$TEST_VENV/bin/python" -c 'import batplug'
+  [ "$status" -ne 0 ]
+}
+
+@test "settings-pull: two instances installing one set at once: one installs, the other takes it" {
+  local cache="$BATS_TEST_TMPDIR/sites" key home2="$BATS_TEST_TMPDIR/home2" a b
+  make_target_uv_stub
+  export UV_STUB_SLEEP=1 # both reach the install while the first holds it
+  fleet_env "SETTING_REQUIREMENTS=foo[ab] bar>=1"
+  mkdir -p "$home2"
+  LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1 LB_SITE_CACHE="$cache" \
+    "$WORKER_DIR/settings-pull.sh" >"$BATS_TEST_TMPDIR/a.log" 2>&1 &
+  a=$!
+  LB_HOME="$home2" LB_ROOT="$LB_ROOT_DIR" LB_ETC="${FLEET_ENV%/*}" \
+    LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1 LB_SITE_CACHE="$cache" \
+    "$WORKER_DIR/settings-pull.sh" >"$BATS_TEST_TMPDIR/b.log" 2>&1 &
+  b=$!
+  wait "$a"
+  wait "$b"
+  assert_equal "$(calls uv | wc -l)" 1
+  key=$(py_site_key "$TEST_VENV" "$LB_ROOT_DIR/requirements.lock" "foo[ab]" "bar>=1")
+  assert_contains "$(cat "$BATS_TEST_TMPDIR/a.log" "$BATS_TEST_TMPDIR/b.log")" "already installed in $cache/$key"
+  assert_equal "$(readlink "$LB_HOME/opt/linuxbench-site/site-packages")" "$cache/$key/site-packages"
+  assert_equal "$(readlink "$home2/opt/linuxbench-site/site-packages")" "$cache/$key/site-packages"
+  [ -d "$cache/$key/site-packages/stubpkg" ]
+}
+
+@test "settings-pull: a killed install's leftovers go, and the link replaces an install of the instance's own" {
+  local cache="$BATS_TEST_TMPDIR/sites" key site="$LB_HOME/opt/linuxbench-site/site-packages"
+  make_target_uv_stub
+  fleet_env "SETTING_REQUIREMENTS=foo"
+  key=$(py_site_key "$TEST_VENV" "$LB_ROOT_DIR/requirements.lock" foo)
+  mkdir -p "$cache/.$key-Xk1lld/site-packages/half" "$site/own"
+  LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1 LB_SITE_CACHE="$cache" run "$WORKER_DIR/settings-pull.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "removing $cache/.$key-Xk1lld, left by an install that was killed"
+  [ ! -e "$cache/.$key-Xk1lld" ]
+  assert_contains "$(calls uv)" "pip install --python $TEST_VENV/bin/python --target $cache/.$key-"
+  assert_contains "$(calls uv)" "/site-packages foo"
+  assert_contains "$output" "removing $site, an install of this instance's own"
+  assert_equal "$(readlink "$site")" "$cache/$key/site-packages"
+  [ -d "$site/stubpkg" ]
+}
+
+@test "settings-pull: a failed shared install leaves nothing to be taken for complete" {
+  local cache="$BATS_TEST_TMPDIR/sites"
+  make_stub uv 'exit 3'
+  fleet_env "SETTING_REQUIREMENTS=foo"
+  LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1 LB_SITE_CACHE="$cache" run "$WORKER_DIR/settings-pull.sh"
+  [ "$status" -eq 3 ]
+  # Only the lock file: the temp directory went with the script, and no set is there.
+  assert_equal "$(find "$cache" -mindepth 1 -not -name '.*.lock')" ""
+  [ ! -e "$LB_HOME/opt/linuxbench-site/site-packages" ]
 }
 
 @test "settings-pull: requirements reach uv as written, never globbed" {

@@ -11,7 +11,7 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
-from ..controller.reporting import Progress, total_tokens
+from ..controller.reporting import Progress, merged_model, metrics_text, total_tokens
 from ..summaries import clipped
 
 
@@ -140,30 +140,22 @@ class LiveProgress:
             )
 
 
-def _headline(metrics: dict[str, dict[str, float]]) -> str:
-    """Each scorer's first metric: what a reader checks first."""
-    parts = []
-    for scorer, values in metrics.items():
-        if values:
-            name, value = next(iter(values.items()))
-            parts.append(f"{scorer} {name} {value:.3g}")
-    return "; ".join(parts) or "-"
-
-
 def summary_table(merged: Sequence[Any]) -> Table:
+    """One row per merged log (a task x model): its samples, how many completed (scored
+    without an error), errored or are missing, and every metric."""
     table = Table(title="results", header_style="bold")
-    for column in ("task", "status", "samples", "successes", "errors", "missing", "metrics", "tokens"):
-        table.add_column(column, justify="left" if column in ("task", "status", "metrics") else "right")
+    for column in ("task", "model", "status", "samples", "completed", "errors", "missing", "metrics", "tokens"):
+        table.add_column(column, justify="left" if column in ("task", "model", "status", "metrics") else "right")
     for m in merged:
-        successes = m.samples_present - len(m.errors)
         table.add_row(
             m.task,
+            merged_model(m),
             m.status,
             f"{m.samples_present}/{m.samples_expected}",
-            str(successes),
+            str(m.samples_present - len(m.errors)),
             str(len(m.errors)),
             str(len(m.missing)),
-            _headline(m.metrics),
+            metrics_text(m.metrics),
             tokens_text(total_tokens(m.model_usage)),
         )
     table.caption = "merged: " + ", ".join(str(m.path) for m in merged)
@@ -242,9 +234,9 @@ def cloud_status_table(rows: Sequence[Any], now: Any) -> Table:
 
 
 def run_status_view(st: Any) -> RenderableType:
-    """The fleet in one row; then, when it has several tasks, one row per task."""
+    """The fleet in one row; then one row per task x model, with its metrics once merged."""
     table = Table(title=f"fleet {st.fleet_id} ({st.state}, from {st.source})", header_style="bold")
-    for column in ("jobs", "results", "left", "work", "in flight", "dead", "workers", "policy", "epochs"):
+    for column in ("jobs", "results", "left", "work", "in flight", "dead", "workers", "epochs"):
         table.add_column(column, justify="right")
     q = st.queues or {}
     table.add_row(
@@ -255,16 +247,68 @@ def run_status_view(st: Any) -> RenderableType:
         str(q.get("work_in_flight", "-")),
         str(q.get("dlq", "-")),
         "-" if st.workers is None else str(st.workers),
-        str(st.policy or st.model),
         str(st.epochs),
     )
     if st.merged:
         table.caption = "merged: " + ", ".join(st.merged)
-    if len(st.tasks) < 2:
-        return table
-    tasks = Table(title="per task", header_style="bold")
-    for column in ("task", "jobs", "results", "left"):
-        tasks.add_column(column, justify="left" if column == "task" else "right")
-    for task in st.tasks:
-        tasks.add_row(task.task, str(task.jobs), str(task.results), str(task.jobs - task.results))
-    return Group(table, tasks)
+    return Group(table, task_table(st.tasks))
+
+
+def task_table(tasks: Sequence[Any]) -> Table:
+    """Each task x model of a fleet (status.TaskProgress): its model, its policy (setting
+    runs), its progress, and the metrics of its merged log (the results so far while it runs)."""
+    policies = any(t.policy for t in tasks)
+    table = Table(title="per task x model", header_style="bold")
+    columns = ("task", "model", *(("policy",) if policies else ()), "jobs", "results", "left", "merged", "metrics")
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("jobs", "results", "left") else "left")
+    for t in tasks:
+        table.add_row(
+            t.task,
+            t.model,
+            *((t.policy or "-",) if policies else ()),
+            str(t.jobs),
+            str(t.results),
+            str(t.jobs - t.results),
+            t.status or "-",
+            "-" if t.metrics is None else metrics_text(t.metrics),
+        )
+    return table
+
+
+def fleets_table(fleets: Sequence[Any]) -> Table:
+    """This machine's fleets (status.FleetStatus each), one row each: what ran, when, how far."""
+    policies = any(f.policy for f in fleets)
+    table = Table(title="fleets", header_style="bold")
+    columns = ("fleet", "created", "cloud", "state", "jobs", "tasks x models", *(("policy",) if policies else ()))
+    for column in columns:
+        table.add_column(column, justify="right" if column == "jobs" else "left")
+    for f in fleets:
+        table.add_row(
+            f.fleet_id,
+            _local_time(f.created_at),
+            f.cloud or "-",
+            f.state,
+            f"{f.results}/{f.jobs}",
+            grid_text([(t.task, t.model) for t in f.tasks]),
+            *((f.policy or "-",) if policies else ()),
+        )
+    return table
+
+
+def grid_text(pairs: Sequence[tuple[str, str]]) -> str:
+    """Tasks x models in a few words: `a, b x m1, m2` for a whole grid; else the tasks that
+    share their models together, `a x m1, m2; b x m1`."""
+    models_of: dict[str, list[str]] = {}
+    for task, model in pairs:
+        models = models_of.setdefault(task, [])
+        if model not in models:
+            models.append(model)
+    tasks_of: dict[tuple[str, ...], list[str]] = {}
+    for task, models in models_of.items():
+        tasks_of.setdefault(tuple(models), []).append(task)
+    return "; ".join(f"{', '.join(tasks)} x {', '.join(models)}" for models, tasks in tasks_of.items()) or "-"
+
+
+def _local_time(epoch: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch)) if epoch else "-"

@@ -1,15 +1,19 @@
-"""`ct-fleet eval`: run tasks x epochs as one fleet and merge the results."""
+"""`ct-fleet eval`: run tasks x models x epochs as one fleet and merge the results."""
 
 from __future__ import annotations
 
+import copy
 import select
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.markup import escape
 
+from .. import inspect_options
 from ..controller.fleet import FleetInterrupted, RunHooks, execute
 from ..controller.planning import FleetRequest, PlannedFleet, plan_fleet
 from ..controller.reporting import RunResult, exit_status, interrupted_summary, run_summary
@@ -28,8 +32,27 @@ def _knob_help() -> str:
     )
 
 
+# Inspect's options that ct-fleet's own take (Inspect's name: ours), with Inspect's meaning
+# and more: several tasks and models, -e setting:env, --sandbox module:type.
+OWN_OPTIONS = {
+    "tasks": "tasks",
+    "model": "models",
+    "m": "model_args",
+    "t": "task_args",
+    "limit": "limit",
+    "sample_id": "sample_ids",
+    "epochs": "epochs",
+    "json_output": "as_json",
+    "env": "envs",
+    "sandbox": "sandbox",
+}
+# Of those, the ones that keep Inspect's environment variable (INSPECT_EVAL_MODEL=...):
+# what to run, not how this process talks.
+OWN_ENVVARS = ("model", "m", "t", "limit", "sample_id", "epochs")
+
+
 @click.command(name="eval", epilog=_knob_help())
-@click.argument("task", required=False)
+@click.argument("tasks", nargs=-1)
 @click.option(
     "-T",
     "--task-arg",
@@ -42,14 +65,34 @@ def _knob_help() -> str:
 @click.option("--sample-id", "sample_ids", multiple=True, metavar="ID[,ID...]", help="samples of TASK to run")
 @click.option("--limit", metavar="N|START-STOP", help="the first N samples of TASK (or a range)")
 @click.option("--task-file", help="named task set (examples/task_sets/NAME.yml|.jsonl) or a path")
-@click.option("-e", "--env", "envs", multiple=True, help="environment (repeatable); setting:env picks the setting")
+@click.option(
+    "-e",
+    "--env",
+    "envs",
+    multiple=True,
+    metavar="[SETTING:]ENV | NAME=VALUE",
+    help="a setting's environment (repeatable; setting:env picks the setting); "
+    "NAME=VALUE sets a variable for every job, as inspect eval --env (sent to workers as a secret)",
+)
 @click.option("-t", "--main-task", "mains", multiple=True, help="main task within the selected envs (repeatable)")
 @click.option("-s", "--side-task", "sides", multiple=True, help="side task within the selected envs (repeatable)")
 @click.option("--policy", help="honest (default), attack, or module:function")
 @click.option("--epochs", type=int, help="epochs per sample (default: the task's, else 1); one job per sample x epoch")
-@click.option("--model", help="Inspect model, provider/model (default mockllm/model)")
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    metavar="MODEL[,MODEL...]",
+    help="Inspect model(s), provider/model (default mockllm/model, or none for a task that calls no model); "
+    "several (a,b or repeated) run every task with each: one merged log per task x model",
+)
 @click.option("--command", "command", help="run each job as this shell command; it must write one .eval to $CT_OUTPUT")
-@click.option("--sandbox", help="external sandbox as module:type, imported on each worker")
+@click.option(
+    "--sandbox",
+    metavar="TYPE[:CONFIG] | MODULE:TYPE",
+    help="Inspect's sandbox for every job (docker, docker:compose.yml beside the task, local); "
+    "or an external sandbox type as module:type, imported on each worker",
+)
 @click.option(
     "--extra-src",
     "extra_src",
@@ -90,8 +133,11 @@ def _knob_help() -> str:
     is_flag=True,
     help="print the outcome as JSON on stdout (docs/json.md); progress and tables go to stderr",
 )
+@click.pass_context
 def eval_command(
-    task: str | None,
+    ctx: click.Context,
+    /,
+    tasks: tuple[str, ...],
     task_args: tuple[str, ...],
     model_args: tuple[str, ...],
     sample_ids: tuple[str, ...],
@@ -102,7 +148,7 @@ def eval_command(
     sides: tuple[str, ...],
     policy: str | None,
     epochs: int | None,
-    model: str | None,
+    models: tuple[str, ...],
     command: str | None,
     sandbox: str | None,
     extra_src: tuple[Path, ...],
@@ -113,31 +159,37 @@ def eval_command(
     ec2_args: tuple[str, ...],
     retry_errors: bool | None,
     as_json: bool,
+    **inspect_values: Any,
 ) -> None:
-    """Run tasks x epochs as one fleet and merge the results into one Inspect run per task.
+    """Run tasks x models x epochs as one fleet and merge the results: one Inspect log per task x model.
 
-    TASK is what `inspect eval` takes (file.py, file.py@name, a registered name); a file
-    outside this repo ships to workers with its directory. Without TASK, a setting's
-    tasks run under a policy (--task-file, or -e [setting:]env with -t/-s).
+    Takes what `inspect eval` takes: TASK... (file.py, file.py@name, a registered name
+    pkg/task) and every `inspect eval` option, with Inspect's meaning; the options below
+    marked [fleet] mean that on a fleet, those marked [refused] configure one process and
+    are refused. A task file outside this repo ships to workers with its directory.
+    Without TASK, a setting's tasks run under a policy (--task-file, or -e [setting:]env
+    with -t/-s).
 
     \b
     Examples:
       ct-fleet eval ~/evals/qa.py@qa -T level=2 --model openai/gpt-4o-mini --limit 50 --epochs 3
+      ct-fleet eval a.py b.py --model openai/gpt-4o,anthropic/claude-sonnet-4-0 --temperature 0
+      ct-fleet eval inspect_evals/gsm8k -r inspect-evals --limit 20 --epochs-reducer max
       ct-fleet eval --task-file smoke --policy honest --epochs 3
       ct-fleet eval -e web -t fix_login --policy attack -s leak_secret
       ct-fleet eval --task-file smoke -T sandbox=local        # no Docker: Inspect's local sandbox
       ct-fleet eval --ec2 --task-file medium --epochs 10 --ec2-arg max_workers=20
-      ct-fleet eval --ec2 --extra-src ~/experiments --policy mypkg.policies:my_policy -e web
-      ct-fleet eval -e toyarena:web -e mysetting:lab --policy honest
 
     A rerun of the same command resumes: only jobs without a finished result run again,
     and those whose sample errored (unless --no-retry-errors).
-    Results land in runs/<fleet_id>/ (one merged run per task in merged/, per-job logs in jobs/).
+    Results land in runs/<fleet_id>/ (one merged log per task x model in merged/, per-job
+    logs in jobs/); `ct-fleet fleets` lists this machine's fleets.
     With --json, stdout holds only the outcome (schema in docs/json.md), for scripts.
     """
+    inspect_options = _inspect_options(ctx, inspect_values)
     planned = plan_fleet(
         FleetRequest(
-            task=task,
+            tasks=tasks,
             task_args=task_args,
             model_args=model_args,
             sample_ids=sample_ids,
@@ -148,7 +200,7 @@ def eval_command(
             side_tasks=sides,
             policy=policy,
             epochs=epochs,
-            model=model,
+            models=models,
             command=command,
             sandbox=sandbox,
             extra_src=extra_src,
@@ -156,12 +208,16 @@ def eval_command(
             config_path=config_path,
             attack=attack,
             ec2=ec2,
-            ec2_args=ec2_args if retry_errors is None else (*ec2_args, f"retry_errors={str(retry_errors).lower()}"),
+            ec2_args=ec2_args,
+            retry_errors=retry_errors,
+            inspect_options=inspect_options,
         )
     )
     # estimate=true stops every cloud: on the embedded one it is a rehearsal of the real run.
     # With --json, stdout is the script's: everything a person reads goes to stderr.
     human = err if as_json else console
+    if planned.inspect.no_ansi:
+        human.no_color = err.no_color = True
     if (planned.cloud.bills or planned.spec.config.estimate) and not _confirm_cost(planned, human):
         return
     if planned.large and not _confirm_large(planned):
@@ -173,7 +229,8 @@ def eval_command(
     fleet_id, run_dir = planned.spec.fleet_id, planned.run_dir
     try:
         with LiveProgress(human) as live:
-            hooks.on_progress = live.update
+            if planned.inspect.display != "none":
+                hooks.on_progress = live.update
             hooks.leave_running_on_interrupt = lambda: _ask_leave_running(live)
             result = execute(planned, hooks)
     except FleetInterrupted as exc:
@@ -197,6 +254,51 @@ def eval_command(
     status = exit_status(result)
     if status:
         sys.exit(status)
+
+
+def _inspect_options(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
+    """Inspect's options by Inspect's names: every one a job takes, with the value `inspect
+    eval` would give its eval() (its defaults too); the fleet's own only where the user
+    set them (on the command line or in Inspect's environment variables). A refused one
+    set on the command line stops here."""
+    chosen: dict[str, Any] = {}
+    for name, value in values.items():
+        source = ctx.get_parameter_source(name)
+        kind = inspect_options.HANDLING[name].kind
+        if kind != "job" and source in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
+            continue
+        if kind == "refused":
+            if source == ParameterSource.COMMANDLINE:
+                flag = next(p.opts[-1] for p in ctx.command.params if p.name == name)
+                raise BadInput(inspect_options.refusal(name, flag))
+            continue  # an INSPECT_* variable set for direct runs: not this command's request
+        chosen[name] = value
+    return chosen
+
+
+def build_eval_command() -> click.Command:
+    """`ct-fleet eval`: its own options, then every other option of the installed Inspect's
+    `inspect eval` (ct_fleet.inspect_options), each with a word on what it does here."""
+    command = eval_command
+    if any(p.name in inspect_options.HANDLING for p in command.params if p.name not in OWN_OPTIONS.values()):
+        return command  # built already (a second CLI invocation in one process)
+    ours = {p.name: p for p in command.params}
+    taken = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+    for param in inspect_options.inspect_eval_params():
+        assert param.name is not None
+        if param.name in OWN_OPTIONS:
+            if param.name in OWN_ENVVARS and isinstance(param, click.Option):
+                ours[OWN_OPTIONS[param.name]].envvar = param.envvar
+            continue
+        if param.name in ours or taken & {*param.opts, *param.secondary_opts}:
+            raise RuntimeError(f"inspect eval's {param.opts} collides with a ct-fleet eval option")
+        param = copy.copy(param)
+        handling = inspect_options.HANDLING[param.name]
+        if isinstance(param, click.Option) and handling.note:
+            label = "refused on a fleet" if handling.kind == "refused" else "fleet"
+            param.help = f"{param.help or ''} [{label}: {handling.note}]"
+        command.params.append(param)
+    return command
 
 
 def _say(out: Console, text: str) -> None:

@@ -1,4 +1,4 @@
-"""Looking at fleets: `status`, `report`, `cloud status`, `logs`, `ssh`."""
+"""Looking at fleets: `fleets`, `status`, `report`, `cloud status`, `logs`, `ssh`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
+from pydantic import TypeAdapter
 from rich.live import Live
 
 from ..cloud import Cloud, connect_aws
@@ -19,6 +20,7 @@ from ..controller.reporting import (
     checked_fleet_id,
     cloud_status,
     is_local_fleet,
+    local_fleets,
     local_status,
     log_keys,
     model_prices,
@@ -29,8 +31,8 @@ from ..errors import BadInput
 from ..paths import runs_dir
 from ..protocol import Ec2Config
 from ..protocol.keys import INSTANCE_ID
-from .console import console
-from .display import cloud_status_table, run_status_view
+from .console import console, err
+from .display import cloud_status_table, fleets_table, run_status_view
 
 
 def aws_cloud(region: str | None) -> Cloud:
@@ -90,11 +92,16 @@ def cloud_status_command(all_users: bool, clean: bool, region: str | None) -> No
 @region_option
 @bucket_option
 def status_command(fleet_id: str, as_json: bool, watch: float | None, region: str | None, bucket: str) -> None:
-    """Show how far one fleet is: jobs, results, queues and workers, per task.
+    """Show how far one fleet is: jobs, results, queues and workers, per task x model.
+
+    Each task x model is shown with its model (and, for a setting run, its policy) and,
+    once a merged log of it is on this machine, its metrics: the results so far while the
+    fleet runs.
 
     A fleet of the embedded cloud is read from runs/FLEET_ID/ (during its run and after
     it). An EC2 fleet is read from S3 and SQS, so this works from any machine with read
     access to the account, e.g. `ct-fleet status 3f2a9c0d1e4b --json | jq .left`.
+    `ct-fleet fleets` lists the fleet ids of this machine.
     """
     if watch and as_json:
         raise BadInput("--watch redraws a table for people: with --json, poll `ct-fleet status FLEET --json`")
@@ -108,7 +115,7 @@ def status_command(fleet_id: str, as_json: bool, watch: float | None, region: st
         s3, sqs, ec2 = cloud.client("s3"), cloud.client("sqs"), cloud.client("ec2")
 
         def fetch() -> FleetStatus:
-            return s3_status(s3, sqs, ec2, bucket, fleet_id)
+            return s3_status(s3, sqs, ec2, bucket, fleet_id, run_dir if run_dir.is_dir() else None)
 
     if as_json:
         click.echo(fetch().model_dump_json(indent=2))
@@ -128,14 +135,44 @@ def _watch(fetch: Callable[[], FleetStatus], every: float) -> None:
             time.sleep(every)
 
 
+@click.command(name="fleets")
+@click.option("--json", "as_json", is_flag=True, help="print a JSON array, one `status --json` object per fleet")
+def fleets_command(as_json: bool) -> None:
+    """List the fleets this machine ran, the newest first: one row per runs/FLEET_ID/.
+
+    Each row: the fleet id, when its last run enqueued its jobs, its cloud (embedded or
+    ec2), its state (running, complete, incomplete), jobs with a result of all its jobs,
+    and its tasks x models. Read from the run directories alone, so it needs no AWS: an
+    EC2 fleet shows the results fetched here (`ct-fleet status FLEET` asks S3 and SQS).
+
+    \b
+    ct-fleet fleets                  # which fleets, how far
+    ct-fleet status FLEET_ID         # one of them: each task x model, with its metrics
+    ct-fleet view FLEET_ID           # its merged logs in inspect view
+    ct-fleet fleets --json | jq -r '.[] | select(.state == "incomplete") | .fleet_id'
+    """
+    runs = runs_dir(os.environ)
+    fleets = local_fleets(
+        runs,
+        on_skip=lambda run_dir, why: err.print(f"left out {run_dir}: {why}", highlight=False, markup=False),
+    )
+    if as_json:
+        click.echo(TypeAdapter(list[FleetStatus]).dump_json(fleets, indent=2).decode())
+        return
+    if not fleets:
+        console.print(f"no fleets in {runs}", highlight=False, soft_wrap=True)
+        return
+    console.print(fleets_table(fleets))
+
+
 @click.command(name="report")
 @click.argument("fleet_id", callback=lambda ctx, param, value: checked_fleet_id(value))
 def report_command(fleet_id: str) -> None:
     """Write the fleet's run report: runs/FLEET_ID/report.html, its data in report.json.
 
-    One self-contained page that opens offline: workers x time (a bar per job, by
-    outcome), throughput, cost, failures with a repro command, the slowest jobs, phase
-    times. A run writes it at its end; this writes it again from what runs/FLEET_ID/ holds
+    One self-contained page that opens offline: each task x model's results (its merged
+    log's metrics), workers x time (a bar per job, by outcome), throughput, cost, failures
+    with a repro command, the slowest jobs, phase times. A run writes it at its end; this writes it again from what runs/FLEET_ID/ holds
     (on the machine the fleet ran from).
     """
     page = write_report(runs_dir(os.environ) / fleet_id, model_prices(os.environ))

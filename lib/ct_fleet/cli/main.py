@@ -52,7 +52,21 @@ def _login_hint(exc: Exception) -> str:
 
 
 class CtFleetGroup(click.Group):
-    """Turns BadInput anywhere below into one line on stderr and exit status 2."""
+    """Turns BadInput anywhere below into one line on stderr and exit status 2.
+
+    `eval` is built when it is first wanted: it takes every option of the installed
+    Inspect, read from Inspect's own command, whose import costs a second and a half that
+    no other command should pay."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), "eval"})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name == "eval" and "eval" not in self.commands:
+            from .eval_cmd import build_eval_command
+
+            self.add_command(build_eval_command())
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -123,16 +137,22 @@ def cloud_group() -> None:
 
 def _register() -> None:
     from .build_ami import build_ami
-    from .eval_cmd import eval_command
-    from .fleet_cmds import cloud_status_command, logs_command, report_command, ssh_command, status_command
+    from .fleet_cmds import (
+        cloud_status_command,
+        fleets_command,
+        logs_command,
+        report_command,
+        ssh_command,
+        status_command,
+    )
     from .merge_cmd import merge_command
     from .run_job_cmd import run_job_command
     from .view_cmd import view_command
 
     commands = (
-        eval_command,
         merge_command,
         run_job_command,
+        fleets_command,
         status_command,
         report_command,
         view_command,

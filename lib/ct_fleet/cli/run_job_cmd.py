@@ -10,7 +10,14 @@ from pathlib import Path
 
 import click
 
-from ..controller.planning import dotenv_path, model_needs, read_dotenv, secret_values, worker_secrets
+from ..controller.planning import (
+    dotenv_path,
+    installed_site,
+    model_needs,
+    read_dotenv,
+    secret_values,
+    worker_secrets,
+)
 from ..errors import BadInput
 from ..evallog import read_header, sample_error
 from ..paths import REPO_ROOT, WORKER_SCRIPTS, runs_dir
@@ -21,6 +28,14 @@ from .console import console, err
 
 ERROR_LINES = 12
 JOB_ENV = WORKER_SCRIPTS / "job-env.sh"
+
+
+def _requirements_site(requirements: list[str]) -> Path | None:
+    """The fleet's requirements as a local instance has them: this machine's shared install
+    (the controller's, or made now), on the job's PYTHONPATH as LB_SITE."""
+    if not requirements:
+        return None
+    return installed_site(requirements, os.environ)
 
 
 def _unpack_extra(run_dir: Path, keys: list[str], dest: Path) -> None:
@@ -77,6 +92,9 @@ def run_job_command(fleet_id: str, job_id: str) -> None:
         "LB_EXTRA": str(extra),
         "LB_VENV": sys.prefix,
     }
+    site = _requirements_site(manifest.setting_requirements)
+    if site:
+        env["LB_SITE"] = str(site)
     env.update(command_env(message, out, extra))  # the job's identity, as a worker's job sees it
     console.print(f"running {job.sample_id!r} epoch {job.epoch} of fleet {fleet_id} here", highlight=False)
     cmd = [str(JOB_ENV), sys.executable, "-m", "ct_fleet.worker.runner", message.to_json(), str(out)]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from ..paths import sites_dir
 from ..sandbox.cleanup import remove_sandboxes
 from .metadata_server import MetadataServer
 
@@ -38,16 +39,20 @@ TMPDIR_FILE = "tmpdir"
 GONE_FILE = "gone"
 
 
-def instance_env(home: Path, instance_id: str, venv: str = sys.prefix, imds: str = "") -> dict[str, str]:
+def instance_env(
+    home: Path, instance_id: str, site_cache: Path, venv: str = sys.prefix, imds: str = ""
+) -> dict[str, str]:
     """What a local instance is told instead of what EC2 provides (the instance's inputs,
     listed in worker/lib.sh): its own root directory, its id, its metadata endpoint (the
-    runner's loopback stand-in), the venv it shares with this controller, and how it powers
-    itself off."""
+    runner's loopback stand-in), the venv it shares with this controller, where this
+    machine's installs of a fleet's requirements are shared (with the controller's probe and
+    every other local instance), and how it powers itself off."""
     return {
         "LB_HOME": str(home),
         "INSTANCE_ID": instance_id,
         "LB_VENV": venv,
         "LB_VENV_PROVIDED": "1",
+        "LB_SITE_CACHE": str(site_cache),
         "LB_SHUTDOWN": str(SHIMS_DIR / "shutdown"),
         "CT_IMDS_ENDPOINT": imds,
     }
@@ -86,7 +91,7 @@ class LocalInstanceRunner:
             # The shim is also first on PATH: nothing a local instance runs can power off this machine.
             env = {
                 **self.env,
-                **instance_env(home, instance_id, imds=self.metadata.endpoint(instance_id)),
+                **instance_env(home, instance_id, sites_dir(self.env), imds=self.metadata.endpoint(instance_id)),
                 "PATH": f"{SHIMS_DIR}:{self.env['PATH']}",
                 "TMPDIR": tmp,
             }

@@ -36,5 +36,15 @@ ct_fleet/inspect_private.py (keep the parity tests in tests/test_merge.py when u
 from ..protocol.run_layout import JOB_LOG_SUFFIX
 from .identity import identity, identity_key
 from .pipeline import MergedTask, Merger, merge_dir, merge_eval_logs
+from .util import short_id
 
-__all__ = ["JOB_LOG_SUFFIX", "MergedTask", "Merger", "identity", "identity_key", "merge_dir", "merge_eval_logs"]
+__all__ = [
+    "JOB_LOG_SUFFIX",
+    "MergedTask",
+    "Merger",
+    "identity",
+    "identity_key",
+    "merge_dir",
+    "merge_eval_logs",
+    "short_id",
+]

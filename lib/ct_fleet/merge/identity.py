@@ -49,6 +49,7 @@ def identity(header: dict[str, Any]) -> dict[str, Any]:
     dataset = ev.get("dataset") or {}
     task_file = ev.get("task_file")
     roles = ev.get("model_roles") or {}
+    solver = ev.get("solver")
 
     def role(cfg: dict[str, Any]) -> dict[str, Any]:
         cfg = {k: v for k, v in cfg.items() if k != "base_url"}
@@ -62,7 +63,8 @@ def identity(header: dict[str, Any]) -> dict[str, Any]:
         "task_file": task_file.replace("\\", "/").rsplit("/", 1)[-1] if task_file else None,
         "task_registry_name": ev.get("task_registry_name"),
         "task_args": ev.get("task_args") or {},
-        "solver": ev.get("solver"),
+        # a --solver file is named by the path each worker had it at: its file name is its identity
+        "solver": solver.replace("\\", "/").rsplit("/", 1)[-1] if isinstance(solver, str) else solver,
         "solver_args": ev.get("solver_args"),
         "model": ev.get("model"),
         "model_args": ev.get("model_args") or {},

@@ -37,6 +37,10 @@ class ManifestTask:
     task_file: str | None = None
     limit: int | list[int] | None = None
     sample_id: list[str] | None = None  # the user's --sample-id patterns
+    # The model this task runs with: a fleet runs each task x model of the command as a task
+    # of its own (one merged log each). Empty in manifests written before the grid: the
+    # manifest's model.
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,9 @@ class Manifest:
     tasks: list[ManifestTask]
     jobs: list[ManifestJob]
     model_args: dict[str, Any] = field(default_factory=dict)
+    # Inspect's eval options every job gets, by Inspect's names, as click parsed them (with
+    # the config files they name read): ct_fleet.inspect_options.eval_kwargs reads them.
+    inspect_options: dict[str, Any] = field(default_factory=dict)
     time_limit: int | None = None  # Inspect's sample time limit, when the user set one
     kill_after: int | None = None
     policy: str | None = None  # setting runs: the policy every setting task runs
@@ -78,6 +85,14 @@ class Manifest:
     def task(self, key: str) -> ManifestTask:
         return next(t for t in self.tasks if t.key == key)
 
+    def model_of(self, task: ManifestTask) -> str:
+        return task.model or self.model
+
+    @property
+    def models(self) -> list[str]:
+        """The fleet's models, in the order of its tasks."""
+        return list(dict.fromkeys(self.model_of(t) for t in self.tasks)) or [self.model]
+
     def work_message(self, job: ManifestJob) -> WorkMessage:
         task = self.task(job.task)
         return WorkMessage(
@@ -87,7 +102,7 @@ class Manifest:
             epoch=job.epoch,
             task_spec=task.task_spec,
             task_args=dict(task.task_args),
-            model=self.model,
+            model=self.model_of(task),
             code_sha=self.code_sha,
             result_key=result_key(self.fleet_id, job.job_id),
             time_limit=self.time_limit,
@@ -97,6 +112,7 @@ class Manifest:
             sandbox=self.sandbox,
             task_root=task.task_root,
             model_args=dict(self.model_args),
+            inspect_options=dict(self.inspect_options),
             kill_after=self.kill_after,
         )
 

@@ -61,6 +61,7 @@ class WorkMessage:
     sandbox: str | None = None  # module:type of an external sandbox, imported on the worker
     task_root: TaskRoot = "code"
     model_args: dict[str, Any] = field(default_factory=dict)
+    inspect_options: dict[str, Any] = field(default_factory=dict)  # Inspect's eval options (manifest.py)
     kill_after: int | None = None  # seconds before the worker kills the job (class timeout)
     v: int = SCHEMA
 

@@ -318,7 +318,7 @@ class ForkServer:
             os.chdir(request["cwd"])
             os.environ.update(request["env"])
             before = set(sys.modules)
-            runner.run_inspect(job, Path(request["out"]), task)
+            runner.run_inspect(job, Path(request["out"]), task, runner.extra_root(self.environ))
             new = sorted(set(sys.modules) - before)
             if new:
                 report = self.sock_dir / f"{os.getpid()}.modules"

@@ -41,19 +41,35 @@ def extra_root(environ: Mapping[str, str]) -> Path | None:
 
 def task_spec_here(job: WorkMessage, *, code_root: Path | None = None, extra: Path | None = None) -> str:
     """The job's task spec resolved on this machine (what `inspect eval` is given)."""
-    if job.task_root == "registry":
-        return job.task_spec
-    if job.task_root == "extra":
+    return spec_here(job.task_root, job.task_spec, job.setting, code_root=code_root, extra=extra)
+
+
+def spec_here(
+    root: str, spec: str, setting: str | None, *, code_root: Path | None = None, extra: Path | None = None
+) -> str:
+    """A task's (or a --solver's) spec relative to its root, resolved on this machine."""
+    if root == "registry":
+        return spec
+    if root == "extra":
         if extra is None:
-            raise RuntimeError(f"task {job.task_spec} is in an --extra-src tree but {EXTRA_ROOT_ENV} is not set")
-        return str(extra / job.task_spec)
-    if job.task_root == "setting":
+            raise RuntimeError(f"{spec} is in an --extra-src tree but {EXTRA_ROOT_ENV} is not set")
+        return str(extra / spec)
+    if root == "setting":
         from ..settings import SettingSources, load_setting
 
-        if not job.setting:
-            raise RuntimeError(f"task {job.task_spec} is relative to a setting but the job names none")
-        return str(load_setting(job.setting, SettingSources.under(extra)).package_dir / job.task_spec)
-    return job.task_spec if code_root is None else str(code_root / job.task_spec)
+        if not setting:
+            raise RuntimeError(f"{spec} is relative to a setting but the job names none")
+        return str(load_setting(setting, SettingSources.under(extra)).package_dir / spec)
+    return spec if code_root is None else str(code_root / spec)
+
+
+def job_options(job: WorkMessage, extra: Path | None) -> dict[str, Any]:
+    """The job's Inspect options, a --solver file resolved where it shipped."""
+    options = dict(job.inspect_options)
+    root, path = options.pop("solver_root", None), options.pop("solver_path", None)
+    if root and path:
+        options["solver"] = spec_here(root, path, job.setting, extra=extra)
+    return options
 
 
 def import_setting(job: WorkMessage, extra: Path | None) -> None:
@@ -111,12 +127,17 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path |
     from inspect_ai import eval as inspect_eval
 
     from ..evallog.relabel import relabel_epoch
+    from ..inspect_options import eval_kwargs
 
     if task is None:
         import_setting(job, extra)
     log_dir = job_log_dir(out, os.getpid())
     shutil.rmtree(log_dir, ignore_errors=True)  # a killed process's that had this pid
     log_dir.mkdir(parents=True)
+    # The user's Inspect options, parsed as `inspect eval` parses them; the job's own
+    # selection (one sample, one epoch, its log directory) over them.
+    options: dict[str, Any] = {"time_limit": job.time_limit or None, "sandbox": sandbox_type(job.sandbox)}
+    options.update(eval_kwargs(job_options(job, extra), epochs=1))
     try:
         logs = inspect_eval(
             task_spec_here(job, extra=extra) if task is None else task,
@@ -125,12 +146,10 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path |
             model=job.model,
             model_args=job.model_args,
             sample_id=[job.sample_id],
-            epochs=1,
             log_dir=str(log_dir),
             log_format="eval",
             display=JOB_DISPLAY,
-            time_limit=job.time_limit or None,
-            sandbox=sandbox_type(job.sandbox),
+            **options,
         )
         if not logs or not logs[0].location:
             raise RuntimeError("inspect eval wrote no log")

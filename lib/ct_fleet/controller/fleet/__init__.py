@@ -10,7 +10,7 @@
 
 from .boot_logs import DETERMINISTIC_STEPS
 from .capacity import Capacity, survey
-from .execution import RunHooks, execute, run_fleet
+from .execution import FleetLogs, RunHooks, execute, run_fleet
 from .interrupts import FleetInterrupted, stop_signals
 from .merging import merge_fleet
 from .pool import WorkerPool
@@ -28,6 +28,7 @@ __all__ = [
     "WorkerPool",
     "execute",
     "merge_fleet",
+    "FleetLogs",
     "run_fleet",
     "stop_signals",
     "survey",

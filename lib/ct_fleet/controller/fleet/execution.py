@@ -1,12 +1,13 @@
 """A planned fleet, run: the cloud started, the fleet run to its end, the cloud closed.
 
 `execute` is what `ct-fleet eval` calls after planning (and the cost confirmation);
-`run_fleet` plans and executes in one call, for use as a library:
+`run_fleet` plans and executes in one call, for use as a library, taking what
+`inspect_ai.eval()` takes:
 
-    from ct_fleet import FleetRequest, run_fleet
+    from ct_fleet import run_fleet
 
-    result = run_fleet(FleetRequest(task_file="smoke", policy="honest", epochs=3))
-    print(result.fleet_id, [m.path for m in result.merged], result.cost)
+    logs = run_fleet("qa.py@qa", model="openai/gpt-4o-mini", temperature=0, epochs=3)
+    print(logs[0].results, logs.result.fleet_id, logs.result.cost)
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from ..planning import (
     FleetSpec,
     PlannedFleet,
     docker_auth_params,
+    fleet_fields,
+    from_eval_args,
     launched_by,
     plan_fleet,
     upload_extra_src,
@@ -35,6 +38,7 @@ from ..reporting import Progress, RunResult, keep_boot_logs, model_prices, write
 from . import capacity, interrupts, phases, sweep
 from .docker import DockerLease, prepare
 from .lease import LocalLock
+from .merging import publish
 from .run import FleetRun
 from .worker_env import fleet_env
 
@@ -144,6 +148,8 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
             leave_running = bool(getattr(exc, "leave_running", False))
             raise
         phases.done(run_dir)
+        if planned.inspect.log_dir is not None and result.merged:
+            _publish(result, planned, hooks)
         result.report = _report(
             s3 if cloud.failure() is None else None, spec, run_dir, model_prices(planned.environ), hooks.warn
         )
@@ -152,6 +158,19 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
         cloud.close(leave_running=leave_running)
         if docker is not None and not leave_running:
             docker.release()
+
+
+def _publish(result: RunResult, planned: PlannedFleet, hooks: RunHooks) -> None:
+    """--log-dir: the merged logs there too; one that cannot be written is said, not the run's failure."""
+    asked = planned.inspect
+    assert asked.log_dir is not None
+    try:
+        written = publish([m.path for m in result.merged], asked.log_dir, asked.log_format)
+        hooks.info(f"merged logs also in {asked.log_dir}: {', '.join(p.name for p in written)}")
+    except (OSError, ValueError) as exc:
+        hooks.warn(
+            f"could not write the merged logs to --log-dir {asked.log_dir} ({exc}); they are in {planned.run_dir}"
+        )
 
 
 def _report(s3: Any, spec: FleetSpec, run_dir: Path, prices: Path, warn: Callable[[str], None]) -> Path | None:
@@ -175,12 +194,41 @@ def _describe_tasks(spec: FleetSpec) -> str:
     return f"{samples} samples of {len(spec.tasks)} tasks: {', '.join(t.name for t in spec.tasks)}"
 
 
-def run_fleet(request: FleetRequest | None = None, *, hooks: RunHooks | None = None, **fields: Any) -> RunResult:
-    """Plan and run a fleet: `run_fleet(task_file="smoke", epochs=3)` or with a FleetRequest.
+class FleetLogs(list[Any]):
+    """What `run_fleet` returns: the merged logs' headers (`EvalLog`s, one per task x model,
+    as `eval(..., log_header_only=True)` returns its logs), and the fleet's own `result`."""
 
-    A billing cloud (--ec2) needs `ec2_args=["auto_confirm=true"]`: there is nobody to ask.
+    def __init__(self, logs: list[Any], result: RunResult) -> None:
+        super().__init__(logs)
+        self.result = result
+
+
+def run_fleet(
+    tasks: Any = None,
+    model: Any = None,
+    *,
+    request: FleetRequest | None = None,
+    hooks: RunHooks | None = None,
+    **kwargs: Any,
+) -> FleetLogs:
+    """Run tasks on a fleet as `inspect_ai.eval()` runs them in one process, and merge.
+
+        logs = run_fleet("qa.py@qa", model=["openai/gpt-4o", "openai/gpt-4o-mini"], temperature=0, epochs=3)
+        logs = run_fleet(task_file="smoke", policy="honest", epochs=3)        # a setting's tasks
+        logs = run_fleet(my_task(level=2), model="openai/gpt-4o", ec2=True, ec2_args=["max_workers=20"])
+
+    Takes what eval() takes (task names, files, Task objects made by a @task function,
+    a model or a list of them, and its keyword arguments: generate config, limits, solver,
+    model roles, epochs, ...) and a fleet request's own fields (ec2, ec2_args,
+    requirements, extra_src, task_file, policy, envs, ...). Returns the merged logs'
+    headers, one per task x model, with `.result` (ct_fleet.RunResult: fleet id, counts,
+    cost, problems). A billing cloud (ec2=True) needs `ec2_args=["auto_confirm=true"]`:
+    there is nobody to ask.
     """
-    request = request or FleetRequest(**fields)
+    from inspect_ai.log import read_eval_log
+
+    fleet = {name: kwargs.pop(name) for name in fleet_fields(list(kwargs))}
+    request = request or from_eval_args(tasks, model, fleet=fleet, **kwargs)
     planned = plan_fleet(request)
     if planned.cloud.bills and not planned.spec.config.auto_confirm:
         raise BadInput("run_fleet on a billing cloud needs ec2_args=['auto_confirm=true'] (no one to confirm the cost)")
@@ -188,4 +236,5 @@ def run_fleet(request: FleetRequest | None = None, *, hooks: RunHooks | None = N
         raise BadInput(
             f"{len(planned.spec.jobs):,} jobs is a large run: pass ec2_args=['auto_confirm=true'] to start it"
         )
-    return execute(planned, hooks)
+    result = execute(planned, hooks)
+    return FleetLogs([read_eval_log(str(m.path), header_only=True) for m in result.merged], result)

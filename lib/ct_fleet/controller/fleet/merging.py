@@ -11,6 +11,7 @@ The same results always merge to the same ids, order and header ids.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -30,10 +31,24 @@ def eval_overrides(manifest: Manifest, task: ManifestTask) -> dict[str, Any]:
     overrides: dict[str, Any] = {"revision": manifest.revision}
     if task.task_file:
         overrides["task_file"] = task.task_file
+    if manifest.inspect_options.get("solver_root"):
+        overrides["solver"] = manifest.inspect_options["solver"]  # as given, not where a worker had it
+    tags = manifest.inspect_options.get("tags")
+    if isinstance(tags, str):
+        # Inspect keeps them as given; a job's eval() may reorder them (it dedupes through a set)
+        overrides["tags"] = list(dict.fromkeys(t.strip() for t in tags.split(",") if t.strip()))
+    config: dict[str, Any] = {}
     if task.limit is not None:
-        overrides["config"] = {"limit": task.limit, "sample_id": None}
+        config = {"limit": task.limit, "sample_id": None}
     elif task.sample_id is not None:
-        overrides["config"] = {"sample_id": list(task.sample_id), "limit": None}
+        config = {"sample_id": list(task.sample_id), "limit": None}
+    # A direct run of several models runs as many tasks at once, and records it.
+    models = manifest.models
+    max_tasks = manifest.inspect_options.get("max_tasks") or (len(models) if len(models) > 1 else None)
+    if max_tasks:
+        config["max_tasks"] = max_tasks
+    if config:
+        overrides["config"] = config
     return overrides
 
 
@@ -91,6 +106,7 @@ class FleetMerge:
             if path in present:
                 inputs_of.setdefault(job.task, []).append(path)
         merged: list[merge.MergedTask] = []
+        fleet_id = self.manifest.fleet_id
         for task in self.manifest.tasks:
             inputs = inputs_of.get(task.key)
             if not inputs:
@@ -104,7 +120,14 @@ class FleetMerge:
                 sample_ids=task.sample_ids,
                 epochs=self.manifest.epochs,
                 name=names[task.key],
-                eval_overrides=eval_overrides(self.manifest, task),
+                # Ids of the fleet's own: another fleet of the same inputs (new_fleet=true)
+                # is another run; a merge again of this one keeps them.
+                eval_overrides={
+                    **eval_overrides(self.manifest, task),
+                    "eval_id": merge.short_id("eval", fleet_id, task.key),
+                    "run_id": merge.short_id("run", fleet_id),
+                    "task_id": merge.short_id("task", fleet_id, task.key),
+                },
                 span=span,
                 on_skip=on_skip,
                 live=live,
@@ -135,6 +158,28 @@ def merge_fleet(
     """The fleet's results merged once, from scratch (see FleetMerge.merge)."""
     with FleetMerge(manifest, run_dir, out_dir) as fleet_merge:
         return fleet_merge.merge(on_skip, live=live)
+
+
+def publish(paths: Sequence[Path], log_dir: Path, log_format: str) -> list[Path]:
+    """The merged logs, also in the user's --log-dir (as `inspect eval --log-dir` leaves them):
+    copied whole, or converted by Inspect to its json format. Each lands under a temporary
+    name renamed into place, so a reader there never sees half a log."""
+    import shutil
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    out = []
+    for path in paths:
+        dest = log_dir / (path.stem + (".json" if log_format == "json" else ".eval"))
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+        if log_format == "json":
+            from inspect_ai.log import read_eval_log, write_eval_log
+
+            write_eval_log(read_eval_log(str(path)), str(tmp), format="json")
+        else:
+            shutil.copyfile(path, tmp)
+        os.replace(tmp, dest)
+        out.append(dest)
+    return out
 
 
 def clear_dead_writers(out_dir: Path) -> None:

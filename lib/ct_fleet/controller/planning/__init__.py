@@ -8,8 +8,10 @@ from .code import upload_extra_src, upload_wheel
 from .credentials import launched_by, read_dotenv, secret_values, worker_secrets
 from .docker_needs import DockerNeeds
 from .estimate import Estimate, first_launch_count, record_durations
+from .eval_args import fleet_fields, from_eval_args
 from .jobs import FleetTask, Job, TaskSpec
 from .models import needs as model_needs
+from .overlay import installed_site
 from .planner import PlannedFleet, plan_fleet, use_ec2
 from .preflight import docker_auth_params, docker_registry
 from .request import FleetRequest, dotenv_path
@@ -28,7 +30,10 @@ __all__ = [
     "docker_registry",
     "dotenv_path",
     "first_launch_count",
+    "fleet_fields",
+    "from_eval_args",
     "record_durations",
+    "installed_site",
     "launched_by",
     "model_needs",
     "plan_fleet",

@@ -55,10 +55,11 @@ class FleetTask:
     limit: int | list[int] | None = None
     sample_id: list[str] | None = None
     selection: list[TaskSpec] = field(default_factory=list)
+    model: str = ""  # each task x model of a fleet is a task of its own
 
     @property
     def key(self) -> str:
-        return _short_hash(self.task_spec, self.task_root, self.task_args, self.setting)
+        return _short_hash(self.task_spec, self.task_root, self.task_args, self.setting, self.model)
 
     def manifest(self) -> ManifestTask:
         return ManifestTask(
@@ -72,6 +73,7 @@ class FleetTask:
             task_file=self.task_file,
             limit=self.limit,
             sample_id=self.sample_id,
+            model=self.model,
         )
 
 
@@ -194,10 +196,8 @@ def dedupe(tasks: Iterable[TaskSpec]) -> list[TaskSpec]:
     return list(dict.fromkeys(tasks))
 
 
-def make_jobs(
-    tasks: Sequence[FleetTask], epochs: int, *, code_sha: str, model: str, model_args: dict[str, Any]
-) -> list[Job]:
-    """Each task's sample ids x epochs; a job id names the task, the model, the sample and the epoch."""
+def make_jobs(tasks: Sequence[FleetTask], epochs: int, *, code_sha: str, model_args: dict[str, Any]) -> list[Job]:
+    """Each task's sample ids x epochs; a job id names the task (with its model), the sample and the epoch."""
     if epochs < 1:
         raise BadInput(f"--epochs must be at least 1 (got {epochs})")
     samples = sum(len(task.sample_ids) for task in tasks)
@@ -210,7 +210,7 @@ def make_jobs(
     for task in tasks:
         for sample_id in task.sample_ids:
             for epoch in range(1, epochs + 1):
-                job_id = _short_hash(code_sha, task.key, model, model_args, sample_id, epoch)
+                job_id = _short_hash(code_sha, task.key, task.model, model_args, sample_id, epoch)
                 jobs.append(Job(job_id, task.key, sample_id, epoch))
     return jobs
 

@@ -84,6 +84,8 @@ def needs(model: str, model_args: Mapping[str, Any]) -> ModelNeeds:
 
 def check_model(model: str, model_args: Mapping[str, Any], values: Mapping[str, str]) -> list[str]:
     """Refuse what would fail on every worker; returns the secret names the jobs need."""
+    if model == "none":
+        return []  # Inspect's --model none: the task calls no model
     provider_of(model)
     for key in model_args:
         if key in ("api_key", "token") or key.endswith("_api_key"):

@@ -11,8 +11,8 @@ refuse with BadInput; none creates, launches or uploads anything.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,9 @@ from ...protocol import START_CONCURRENCY, Ec2Config, knobs
 from ...protocol.knob_rules import shown
 from ...services import secrets as fleet_secrets
 from ...settings import DEFAULT_SETTING, SettingSources
-from . import code, credentials, estimate, jobs, models, overlay, preflight, setting_plan, sizes, tasks
+from . import code, credentials, estimate, inspect_request, jobs, models, overlay, preflight, setting_plan, sizes, tasks
 from .docker_needs import DockerNeeds, fleet_docker
+from .inspect_request import InspectRequest, split_list
 from .jobs import FleetTask
 from .request import FleetRequest
 from .resume import check_resume
@@ -51,6 +52,7 @@ class PlannedFleet:
     run_dir: Path
     runs_dir: Path
     docker: DockerNeeds = field(default_factory=DockerNeeds)
+    inspect: InspectRequest = field(default_factory=lambda: InspectRequest(job_options={}))
     notes: list[str] = field(default_factory=list)  # warnings to show before the run starts
 
     @property
@@ -92,12 +94,6 @@ class _Tasks:
     plain_compose: set[str] = field(default_factory=set)
 
 
-def split_list(value: str | Sequence[str] | None) -> list[str]:
-    """a,b,c (or a list of such) -> [a, b, c]."""
-    parts = [value] if isinstance(value, str) else list(value or [])
-    return [p.strip() for part in parts for p in str(part).split(",") if p.strip()]
-
-
 def use_ec2(request: FleetRequest, defaults: dict[str, Any]) -> bool:
     if request.ec2 is not None:
         return request.ec2
@@ -119,6 +115,8 @@ def _knobs(
 ) -> tuple[Ec2Config, Cloud, dict[str, Any]]:
     """The knobs with the cloud's defaults, the cloud, and the knobs the user set (run config, --ec2-arg)."""
     user_args = {**config_args, **knobs.parse_ec2_args(request.ec2_args)}
+    if request.retry_errors is not None:
+        user_args["retry_errors"] = request.retry_errors
     built = knobs.build_config(user_args)
     env = request.environ
     region = built.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or knobs.DEFAULT_REGION
@@ -129,10 +127,10 @@ def _knobs(
 
 
 def _locate_task(
-    request: FleetRequest, task: str, defaults: dict[str, Any], extra: list[Path]
+    request: FleetRequest, task: str, defaults: dict[str, Any], extra: list[Path], setting_envs: list[str]
 ) -> tuple[tasks.Located, list[Path]]:
     """TASK and its selection, located; the extra trees, with the task's own directory if it needs one."""
-    if request.task_file or request.envs or request.main_tasks or request.side_tasks:
+    if request.task_file or setting_envs or request.main_tasks or request.side_tasks:
         raise BadInput("a plain Inspect task takes no --task-file or -e/-t/-s: those select a setting's tasks")
     if request.policy or defaults.get("policy"):
         raise BadInput("--policy applies to settings; a plain task takes its solver from -T arguments")
@@ -146,6 +144,21 @@ def _locate_task(
             )
         extra = [*extra, located.implicit_tree]
     return located, extra
+
+
+def _locate_solver(asked: InspectRequest, extra: list[Path]) -> list[Path]:
+    """--solver file.py[@name] ships as a task file does; jobs find it by its root
+    (worker/inspect_job.py), a registered solver by its name. The merged logs name it as
+    given, as a direct run does."""
+    solver = asked.job_options.get("solver")
+    if not isinstance(solver, str):
+        return extra
+    where = tasks.locate(solver, REPO_ROOT, extra)
+    if where.root == "registry":
+        return extra
+    asked.job_options.update(solver_path=where.spec, solver_root=where.root)
+    tree = where.implicit_tree
+    return extra if tree is None or tree in extra else [*extra, tree]
 
 
 def _revision(tasks: list[FleetTask], shipped: ShippedCode, version: code.CodeVersion) -> dict[str, Any] | None:
@@ -167,37 +180,42 @@ def _revision(tasks: list[FleetTask], shipped: ShippedCode, version: code.CodeVe
 
 def _plain_tasks(
     request: FleetRequest,
-    located: tasks.Located,
+    located: list[tuple[str, tasks.Located]],
     shipped: ShippedCode,
     task_args: dict[str, Any],
     defaults: dict[str, Any],
 ) -> _Tasks:
-    """A plain Inspect task, loaded once as a worker would: its samples under the selection."""
+    """Plain Inspect tasks, each loaded once as a worker would: their samples under the selection."""
     limit = tasks.parse_limit(request.limit or defaults.get("limit"))
     sample_id = tasks.parse_sample_ids([*request.sample_ids, *split_list(defaults.get("sample_id"))])
     if limit is not None and sample_id is not None:
         raise BadInput("use either --limit or --sample-id, not both")
-    task = str(request.task or defaults.get("task"))
-    probed = tasks.probe(located, shipped, task_args=task_args, limit=limit, sample_id=sample_id, display=task)
-    fleet_tasks = [
-        FleetTask(
-            name=p.name,
-            task_spec=p.spec,
-            task_root=located.root,
-            task_args=task_args,
-            sample_ids=p.sample_ids,
-            task_file=located.task_file,
-            limit=limit,
-            sample_id=sample_id,
+    fleet_tasks: list[FleetTask] = []
+    probed_all: list[tasks.ProbedTask] = []
+    for given, where in located:
+        probed = tasks.probe(where, shipped, task_args=task_args, limit=limit, sample_id=sample_id, display=given)
+        probed_all.extend(probed)
+        fleet_tasks.extend(
+            FleetTask(
+                name=p.name,
+                task_spec=p.spec,
+                task_root=where.root,
+                task_args=task_args,
+                sample_ids=p.sample_ids,
+                task_file=where.task_file,
+                limit=limit,
+                sample_id=sample_id,
+            )
+            for p in probed
         )
-        for p in probed
-    ]
-    task_epochs = {p.epochs for p in probed if p.epochs}
+    if len({t.key for t in fleet_tasks}) < len(fleet_tasks):
+        raise BadInput("a task is named twice: give each TASK once")
+    task_epochs = {p.epochs for p in probed_all if p.epochs}
     return _Tasks(
         fleet_tasks,
         default_epochs=task_epochs.pop() if len(task_epochs) == 1 else 1,
-        plain_sandboxes={kind for p in probed for kind in p.sandbox_types},
-        plain_compose={path for p in probed for path in p.compose_files},
+        plain_sandboxes={kind for p in probed_all for kind in p.sandbox_types},
+        plain_compose={path for p in probed_all for path in p.compose_files},
     )
 
 
@@ -208,6 +226,7 @@ def _settings_tasks(
     task_args: dict[str, Any],
     defaults: dict[str, Any],
     requirements: list[str],
+    setting_envs: list[str],
 ) -> _Tasks:
     """A setting run: env x main x side tasks of one or more settings, under a policy."""
     if request.limit or request.sample_ids:
@@ -215,7 +234,7 @@ def _settings_tasks(
     policy = request.policy or defaults.get("policy") or "honest"
     fleet_tasks = setting_plan.setting_tasks(
         task_file=request.task_file or defaults.get("task_file"),
-        envs=request.envs or defaults.get("envs") or (),
+        envs=setting_envs or defaults.get("envs") or (),
         mains=request.main_tasks,
         sides=request.side_tasks,
         policy=policy,
@@ -234,55 +253,71 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     assert request.runs_dir is not None and request.dotenv is not None
     preflight.check_runs_dir(request.runs_dir, env)
     defaults, config_args = load_run_config(request.config_path, request.attack)
-    task = request.task or defaults.get("task")
-    model = request.model or defaults.get("model") or "mockllm/model"
+    asked = inspect_request.read(request.inspect_options)
+    task_specs = list(request.tasks) or split_list(defaults.get("task")) or asked.run_tasks
+    fleet_models = inspect_request.models(request.models, defaults.get("model"), asked.run_model)
+    setting_envs, job_env = inspect_request.split_envs(request.envs)
+    env.update(job_env)  # they reach jobs as the fleet's other secrets do: through SSM
     cfg, cloud, user_args = _knobs(request, defaults, config_args)
+    if asked.worker_cap is not None:
+        cfg = replace(cfg, concurrency_per_worker=min(cfg.concurrency_per_worker or asked.worker_cap, asked.worker_cap))
     trees = preflight.check_extra_src(request.extra_src)
     extra = [tree.root for tree in trees]
     preflight.docker_auth_params(env)
     preflight.docker_registry(env)
     preflight.check_command(request.command)
-    task_args = {**(defaults.get("task_args") or {}), **parse_kv(request.task_args, "-T")}
-    model_args = {**(defaults.get("model_args") or {}), **parse_kv(request.model_args, "-M")}
+    task_args = {**(defaults.get("task_args") or {}), **asked.task_args, **parse_kv(request.task_args, "-T")}
+    model_args = {**(defaults.get("model_args") or {}), **asked.model_args, **parse_kv(request.model_args, "-M")}
     requirements = [
         *split_list(cfg.setting_requirements),
         *split_list(defaults.get("requirements")),
         *overlay.expand(request.requirements),
     ]
     reqs = setting_plan.plan_requirements(requirements)
-    located = None
-    if task:
-        located, extra = _locate_task(request, task, defaults, extra)
+    located: list[tuple[str, tasks.Located]] = []
+    for task in task_specs:
+        where, extra = _locate_task(request, task, defaults, extra, setting_envs)
+        located.append((task, where))
+    extra = _locate_solver(asked, extra)
     sources = SettingSources(extra_roots=tuple(extra))
     version = code.code_version(REPO_ROOT)
     shipped = ShippedCode.build(REPO_ROOT, version.sha, extra)
-    if located is not None:
+    if located:
         shipped.site = overlay.install(reqs, request.environ)  # the probe loads the task with them, as workers will
         chosen = _plain_tasks(request, located, shipped, task_args, defaults)
     else:
-        chosen = _settings_tasks(request, shipped, sources, task_args, defaults, requirements)
-    epochs = request.epochs if request.epochs is not None else int(defaults.get("epochs", chosen.default_epochs))
-    if request.sandbox:
+        chosen = _settings_tasks(request, shipped, sources, task_args, defaults, requirements, setting_envs)
+    epochs = request.epochs if request.epochs is not None else asked.run_epochs
+    epochs = epochs if epochs is not None else int(defaults.get("epochs", chosen.default_epochs))
+    external_sandbox = None
+    if request.sandbox and inspect_request.is_inspect_sandbox(request.sandbox):
+        inspect_request.check_sandbox_config(request.sandbox, [w.path for _, w in located if w.path])
+        asked.job_options["sandbox"] = request.sandbox  # Inspect's TYPE[:CONFIG], for every job
+        chosen.plain_sandboxes.add(request.sandbox.partition(":")[0])
+    elif request.sandbox:
         setting_plan.check_ref("--sandbox", request.sandbox, shipped)
+        external_sandbox = request.sandbox
     setup_digest = preflight.worker_setup_digest(cfg.worker_setup, extra)
     dotenv = credentials.read_dotenv(request.dotenv)
     values = credentials.secret_values(dotenv, env)
-    preflight.check_model(model)
-    secret_names = models.forward_names(
-        models.check_model(model, model_args, values), split_list(cfg.forward_env), values
-    )
+    model_secrets: list[str] = []
+    for model in fleet_models:
+        preflight.check_model(model)
+        model_secrets += models.check_model(model, model_args, values)
+    secret_names = models.forward_names(model_secrets, [*split_list(cfg.forward_env), *job_env], values)
     # Secrets too big for the SSM parameters that carry them are refused before anything is made.
     fleet_secrets.bundles(credentials.worker_secrets(dotenv, env, names=secret_names))
-    fleet_jobs = jobs.make_jobs(chosen.fleet_tasks, epochs, code_sha=version.sha, model=model, model_args=model_args)
+    grid = [replace(task, model=model) for task in chosen.fleet_tasks for model in fleet_models]
+    fleet_jobs = jobs.make_jobs(grid, epochs, code_sha=version.sha, model_args=model_args)
     time_limit = cfg.sample_time_limit if "sample_time_limit" in user_args else None
     fleet_id = cfg.resume or jobs.fleet_id(
         version.sha,
-        chosen.fleet_tasks,
+        grid,
         epochs,
-        model=model,
         model_args=model_args or None,
+        inspect=asked.identity,
         command=request.command,
-        sandbox=request.sandbox,
+        sandbox=external_sandbox,
         extra_src=[f"{t.name}:{t.digest}" for t in shipped.trees] or None,
         # A fresh fleet gets its own id, so nothing of an earlier run with the same inputs is reused.
         fresh=time.time_ns() if cfg.new_fleet else None,
@@ -299,20 +334,21 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     price = cloud.hourly_price(cfg)
     spec = FleetSpec(
         fleet_id=fleet_id,
-        tasks=chosen.fleet_tasks,
+        tasks=grid,
         jobs=fleet_jobs,
-        model=model,
+        model=",".join(fleet_models),
         model_args=model_args,
+        inspect_options=asked.job_options,
         epochs=epochs,
         code_sha=version.sha,
         config=cfg,
         policy=chosen.policy,
         time_limit=time_limit,
         command=request.command,
-        sandbox=request.sandbox,
+        sandbox=external_sandbox,
         setting_requirements=requirements,
         wheels=reqs.wheels,
-        revision=_revision(chosen.fleet_tasks, shipped, version),
+        revision=_revision(grid, shipped, version),
         secret_names=secret_names,
         hourly_price=price.usd,
         price_source=price.source,
@@ -327,6 +363,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         untracked=version.untracked,
         run_dir=request.runs_dir / fleet_id,
         runs_dir=request.runs_dir,
-        docker=fleet_docker(chosen.fleet_tasks, sources, chosen.plain_sandboxes, sorted(chosen.plain_compose)),
+        docker=fleet_docker(grid, sources, chosen.plain_sandboxes, sorted(chosen.plain_compose)),
+        inspect=asked,
         notes=[note for tree in trees if (note := tree.note())],
     )

@@ -22,6 +22,7 @@ from ...protocol.knob_rules import shown
 from .extra_src import ExtraTree, scan_tree
 
 MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.:@+/-]+")
+NO_MODEL = "none"  # Inspect's --model none: a task that calls no model
 MAX_COMMAND = 10_000
 # A registry as `docker login` takes it: host (a DNS name or IPv4) and an optional port.
 REGISTRY = re.compile(
@@ -45,7 +46,7 @@ def check_runs_dir(runs: Path, environ: dict[str, str]) -> None:
 
 
 def check_model(model: str) -> None:
-    if not MODEL_NAME.fullmatch(model):
+    if model != NO_MODEL and not MODEL_NAME.fullmatch(model):
         raise BadInput(f"--model {model!r}: write provider/model (e.g. anthropic/claude-sonnet-4-0, mockllm/model)")
 
 

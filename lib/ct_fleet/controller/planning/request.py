@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ...paths import REPO_ROOT, runs_dir
 
@@ -20,7 +21,7 @@ def _environ() -> dict[str, str]:
 
 @dataclass
 class FleetRequest:
-    task: str | None = None  # a plain Inspect task: file.py, file.py@name or a registered name
+    tasks: Sequence[str] = ()  # plain Inspect tasks: file.py, file.py@name or a registered name
     task_args: Sequence[str] = ()  # -T key=value
     model_args: Sequence[str] = ()  # -M key=value
     sample_ids: Sequence[str] = ()  # --sample-id ID[,ID...]
@@ -31,7 +32,7 @@ class FleetRequest:
     side_tasks: Sequence[str] = ()
     policy: str | None = None
     epochs: int | None = None
-    model: str | None = None
+    models: Sequence[str] = ()  # --model a,b (or repeated): every task runs with each
     command: str | None = None
     sandbox: str | None = None
     extra_src: Sequence[Path] = ()
@@ -40,6 +41,9 @@ class FleetRequest:
     attack: str | None = None
     ec2: bool | None = None  # None: the run config's `ec2:`, else CT_FLEET_EC2, else the local fleet
     ec2_args: Sequence[str] = ()  # key=value pairs, as on the command line
+    retry_errors: bool | None = None  # --retry-errors/--no-retry-errors (the knob retry_errors)
+    # Inspect's `eval` options the user set, by Inspect's names (ct_fleet.inspect_options)
+    inspect_options: Mapping[str, Any] = field(default_factory=dict)
     environ: Mapping[str, str] = field(default_factory=_environ)
     runs_dir: Path | None = None  # None: CT_FLEET_RUNS, else runs/ in the checkout
     dotenv: Path | None = None  # None: CT_FLEET_DOTENV, else .env in the checkout

@@ -24,6 +24,7 @@ class FleetSpec:
     code_sha: str
     config: Ec2Config
     model_args: dict[str, Any] = field(default_factory=dict)
+    inspect_options: dict[str, Any] = field(default_factory=dict)  # every job's, by Inspect's names
     policy: str | None = None  # setting runs
     time_limit: int | None = None  # Inspect's per-sample limit, only when the user set one
     command: str | None = None
@@ -54,6 +55,7 @@ class FleetSpec:
             fleet_id=self.fleet_id,
             model=self.model,
             model_args=dict(self.model_args),
+            inspect_options=dict(self.inspect_options),
             epochs=self.epochs,
             code_sha=self.code_sha,
             tasks=[t.manifest() for t in self.tasks],

@@ -68,6 +68,7 @@ class Located:
     probe_spec: str  # the same task in the shipped image on this machine
     task_file: str | None  # what a direct `inspect eval` from here records as task_file
     implicit_tree: Path | None = None  # a directory to ship because it holds the task file
+    path: Path | None = None  # the task file here (None: a registered name)
 
 
 def _split(spec: str) -> tuple[str, str | None]:
@@ -105,12 +106,12 @@ def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
     display = _cwd_relative(path)
     if path.is_relative_to(repo.resolve()):
         rel = path.relative_to(repo.resolve()).as_posix()
-        return Located("code", rel + suffix, rel + suffix, display)
+        return Located("code", rel + suffix, rel + suffix, display, path=path)
     for tree in extra_src:
         tree = tree.resolve()
         if path.is_relative_to(tree):
             rel = (Path(tree.name) / path.relative_to(tree)).as_posix()
-            return Located("extra", rel + suffix, rel + suffix, display)
+            return Located("extra", rel + suffix, rel + suffix, display, path=path)
     directory = path.parent
     if sum(len(files) for _, _, files in os.walk(directory)) > IMPLICIT_TREE_MAX_FILES:
         raise BadInput(
@@ -118,7 +119,7 @@ def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
             "put the task in a project directory and ship that with --extra-src DIR"
         )
     rel = (Path(directory.name) / path.relative_to(directory)).as_posix()
-    return Located("extra", rel + suffix, rel + suffix, display, implicit_tree=directory)
+    return Located("extra", rel + suffix, rel + suffix, display, implicit_tree=directory, path=path)
 
 
 def _run_probe(request: dict[str, Any], cwd: Path, shipped: ShippedCode, display: str) -> dict[str, Any]:

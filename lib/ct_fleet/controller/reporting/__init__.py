@@ -1,6 +1,7 @@
 """Reporting: how far a run is, what it cost, what it returns, its report, and fleets seen from any machine."""
 
 from .cost import cost_so_far
+from .merged import MergedResult, by_task, merged_model, merged_results, metrics_text, read_merged
 from .missing import dead_jobs, last_line, missing_jobs, rerun_command
 from .observe import FleetRow, cloud_status, fetch_results, log_keys
 from .progress import Progress, progress_of
@@ -13,6 +14,7 @@ from .status import (
     checked_fleet_id,
     controller_here,
     is_local_fleet,
+    local_fleets,
     local_status,
     remote_controller,
     s3_status,
@@ -25,6 +27,7 @@ __all__ = [
     "FleetRow",
     "FleetStatus",
     "JobStates",
+    "MergedResult",
     "Progress",
     "RunReport",
     "RunResult",
@@ -33,6 +36,7 @@ __all__ = [
     "UsageTotals",
     "checked_fleet_id",
     "build_report",
+    "by_task",
     "cloud_status",
     "controller_here",
     "cost_so_far",
@@ -43,10 +47,15 @@ __all__ = [
     "is_local_fleet",
     "keep_boot_logs",
     "last_line",
+    "local_fleets",
     "local_status",
     "log_keys",
+    "merged_model",
+    "merged_results",
+    "metrics_text",
     "missing_jobs",
     "progress_of",
+    "read_merged",
     "record_attempt",
     "record_phase",
     "record_worker",

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...errors import BadInput
 from ...protocol import run_layout
+from .merged import metrics_text
 from .run_report import Bar, RunReport, build_report
 from .usage import MODEL_PRICES
 
@@ -75,6 +76,7 @@ def render(report: RunReport) -> str:
 <h1>{_e(title)}</h1>
 <p>{report.jobs} jobs: {_e(outcomes)}; {len(report.workers)} workers, {len(report.lanes)} slots.
 Times are seconds since the run began.</p>
+<h2>Results</h2>{_results(report)}
 <h2>Workers x time</h2>{divs["timeline"]}
 <h2>Throughput</h2>{divs["throughput"]}
 <h2>Cost</h2>{divs["cost"]}
@@ -209,6 +211,48 @@ def _cost(go: Any, report: RunReport) -> Any:
         height=300, xaxis_title=f"seconds since the run began ({price})", yaxis_title="USD so far", margin={"t": 10}
     )
     return fig
+
+
+def _results(report: RunReport) -> str:
+    """Each task x model with its merged log's metrics: first, when the fleet ran several
+    models, a grid of tasks x models; then a table per task x model, a row per scorer."""
+    if not report.results:
+        return "<p>no tasks</p>"
+    parts = []
+    models = list(dict.fromkeys(r.model for r in report.results))
+    tasks = list(dict.fromkeys(r.task for r in report.results))
+    if len(models) > 1:
+        cell = {(r.task, r.model): metrics_text(r.metrics) if r.log else "no results" for r in report.results}
+        rows = [(task, *(cell.get((task, model), "-") for model in models)) for task in tasks]
+        parts.append(_table(["task", *models], rows))
+    for r in report.results:
+        what = f"{r.task} \u00b7 {r.model}" + (f" \u00b7 policy {r.policy}" if r.policy else "")
+        parts.append(f"<h3>{_e(what)}</h3>")
+        if r.log is None:
+            parts.append(f"<p>{r.jobs} jobs, no result merged.</p>")
+            continue
+        said = f"{r.status}" + (f" ({r.error})" if r.error else "")
+        parts.append(
+            f"<p>{_e(said)}: {r.completed} of {r.samples} samples scored without an error; "
+            f"{r.tokens} tokens. Log: <code>{_e(r.log)}</code></p>"
+        )
+        parts.append(_metrics_table(r.metrics))
+    return "\n".join(parts)
+
+
+def _metrics_table(metrics: dict[str, dict[str, float]]) -> str:
+    """A row per scorer, a column per metric any of them computed."""
+    if not metrics:
+        return "<p>no metrics</p>"
+    names = list(dict.fromkeys(name for values in metrics.values() for name in values))
+    head = "".join(f"<th>{_e(h)}</th>" for h in ["scorer", *names])
+    body = "".join(
+        f"<tr><td>{_e(scorer)}</td>"
+        + "".join(f'<td class="n">{values[name]:.4g}</td>' if name in values else "<td></td>" for name in names)
+        + "</tr>"
+        for scorer, values in metrics.items()
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _workers_table(report: RunReport) -> str:

@@ -1,6 +1,7 @@
 """The run report's data (runs/<fleet>/report.json), built from what runs/<fleet>/ holds
-after a run (timeline.py's records, the bootstrap logs, the results' headers), so the
-report of an EC2 fleet needs neither S3 nor the workers.
+after a run (timeline.py's records, the bootstrap logs, the results' headers, the merged
+logs' headers for each task x model's metrics), so the report of an EC2 fleet needs
+neither S3 nor the workers.
 
 Times are seconds since the run began (`started_at`, epoch seconds). The workers report
 no slot number, so a worker's jobs are packed into its slots as they ran: each job goes
@@ -19,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from ...evallog import read_header
 from ...protocol import Manifest, run_layout, steplog
+from .merged import by_task, merged_results, policy_of
 from .missing import rerun_command
 from .timeline import read_lines, read_phases
 from .usage import MODEL_PRICES, price_table, usage_cost
@@ -98,6 +100,24 @@ class CostPoint(BaseModel):
     model: float
 
 
+class TaskResult(BaseModel):
+    """A task x model of the fleet with its merged log's results (merged.py)."""
+
+    task: str
+    model: str
+    policy: str | None = Field(default=None, description="setting runs: the policy the task ran under")
+    jobs: int = Field(description="samples x epochs")
+    log: str | None = Field(
+        default=None, description="its merged Inspect log, relative to the run directory; None: no result of it merged"
+    )
+    status: str | None = Field(default=None, description="the merged log's: success, error, started (live)")
+    samples: int = Field(default=0, description="samples x epochs the merged run intends")
+    completed: int = Field(default=0, description="samples scored without an error")
+    error: str | None = Field(default=None, description="why the merged run is an error")
+    metrics: dict[str, dict[str, float]] = Field(default={}, description="scorer -> metric -> value")
+    tokens: int = 0
+
+
 class RunReport(BaseModel):
     schema_version: Literal[1] = REPORT_SCHEMA_VERSION
     fleet_id: str
@@ -114,6 +134,7 @@ class RunReport(BaseModel):
     cost: list[CostPoint] = Field(description="USD so far: EC2 instance time, model tokens (where priced)")
     failures: list[FailureClass]
     slowest: list[Bar]
+    results: list[TaskResult] = Field(default=[], description="each task x model with its merged log's metrics")
 
 
 def build_report(run_dir: Path, model_prices: Path = MODEL_PRICES) -> RunReport:
@@ -144,7 +165,32 @@ def build_report(run_dir: Path, model_prices: Path = MODEL_PRICES) -> RunReport:
         cost=_cost(run_dir, bars, workers, price, end, price_table(model_prices)),
         failures=_failures(manifest.fleet_id, bars),
         slowest=sorted((b for b in bars if b.outcome in FINAL), key=lambda b: -b.seconds)[:SLOWEST],
+        results=_results(manifest, run_dir),
     )
+
+
+def _results(manifest: Manifest, run_dir: Path) -> list[TaskResult]:
+    """Each task of the manifest (a task x model), with what its merged log says, if it has one."""
+    merged = by_task(manifest, merged_results(run_dir))
+    jobs = Counter(j.task for j in manifest.jobs)
+    rows = []
+    for task in manifest.tasks:
+        log = merged.get(task.key)
+        found = log.model_dump(exclude={"task", "model"}) if log else {}
+        if log:  # the report travels with its run directory (copied, fetched elsewhere)
+            found["log"] = (
+                Path(log.log).relative_to(run_dir).as_posix() if Path(log.log).is_relative_to(run_dir) else log.log
+            )
+        rows.append(
+            TaskResult(
+                task=task.name,
+                model=manifest.model_of(task),
+                policy=policy_of(manifest, task.setting),
+                jobs=jobs[task.key],
+                **found,
+            )
+        )
+    return rows
 
 
 def _dedup(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
+from .merged import merged_model
 from .result import RunResult, exit_status
 from .usage import total_tokens
 
@@ -18,12 +19,16 @@ SCHEMA_VERSION: Literal[1] = 1
 
 
 class TaskSummary(BaseModel):
+    """One merged Inspect log: a task x model of the fleet."""
+
     task: str
+    model: str = Field(description="the model the task ran with (its merged log's)")
     status: str = Field(description='the merged log\'s status: "success" or "error"')
     log: str = Field(description="path of the merged Inspect log")
     samples_expected: int = Field(description="samples x epochs")
     samples_present: int
-    successes: int
+    completed: int = Field(description="samples present without an error (scored)")
+    successes: int = Field(description="the same as completed, under its former name (kept for older scripts)")
     errors: int = Field(description="samples present with an error")
     missing: int = Field(description="samples x epochs with no result")
     metrics: dict[str, dict[str, float]] = Field(description="scorer -> metric -> value")
@@ -79,10 +84,12 @@ def run_summary(result: RunResult) -> RunSummary:
         tasks=[
             TaskSummary(
                 task=m.task,
+                model=merged_model(m),
                 status=m.status,
                 log=str(m.path),
                 samples_expected=m.samples_expected,
                 samples_present=m.samples_present,
+                completed=m.samples_present - len(m.errors),
                 successes=m.samples_present - len(m.errors),
                 errors=len(m.errors),
                 missing=len(m.missing),
