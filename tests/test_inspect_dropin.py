@@ -1,12 +1,12 @@
 """`ct-fleet eval` as a drop-in for `inspect eval`: the same command line, the same logs.
 
 One command line of two tasks x two models, with generate config, limits, a seed, an
-epochs reducer, a solver from a file with -S, a model role, --fail-on-error, tags and
-metadata, runs once direct (`inspect eval`) and once on the local fleet, against a
+epochs reducer, a solver from a file with -S, a model role, --fail-on-error, --env, tags
+and metadata, runs once direct (`inspect eval`) and once on the local fleet, against a
 loopback OpenAI-compatible server (tests/openai_stub.py). Each task x model's merged log
 must equal the direct run's log of that pair in samples, scores, metrics, config and
 generate config; the server must have seen the generate config from both; a sample that
-fails 2 times in 10 is a success under --fail-on-error 0.3, as it is in Inspect.
+fails 2 times in 8 is a success under --fail-on-error 0.3, as it is in Inspect.
 """
 
 from __future__ import annotations
@@ -39,16 +39,18 @@ def _samples(times: int, n: int):
 
 
 @task
-def sevens(n: int = 5):
+def sevens(n: int = 4):
     return Task(dataset=_samples(7, n), solver=generate(), scorer=match())
 
 
 @task
-def threes(n: int = 5):
+def threes(n: int = 4):
     return Task(dataset=_samples(3, n), solver=generate(), scorer=match())
 """
 
 SOLVERS = """
+import os
+
 from inspect_ai.model import get_model
 from inspect_ai.solver import solver
 
@@ -62,6 +64,7 @@ def graded(fail_id: int = 0):
         # the grader role is a model of its own: --model-role must reach every job
         checked = await get_model(role="grader").generate(f"What is {state.sample_id} times 2?")
         state.metadata["grader"] = checked.completion
+        state.metadata["flag"] = os.environ.get("DROPIN_FLAG")  # --env NAME=value reaches every job
         return state
 
     return solve
@@ -100,6 +103,8 @@ def _args(log_dir: Path) -> list[str]:
         "x,y",
         "--metadata",
         "owner=me",
+        "--env",
+        "DROPIN_FLAG=on",
         "--log-dir",
         str(log_dir),
     ]
@@ -126,6 +131,7 @@ def _samples(log: EvalLog) -> dict[tuple[str, int], Any]:
             s.output.completion if s.output else None,
             s.error.message.splitlines()[0] if s.error else None,
             s.metadata.get("grader"),
+            s.metadata.get("flag"),
         )
         for s in log.samples or []
     }
@@ -155,7 +161,7 @@ def runs(stub, tmp_path_factory: pytest.TempPathFactory):
     fleet_runs.mkdir()
     (fleet_runs / ".env").write_text("".join(f"{k}={v}\n" for k, v in secrets.items()))
     fleet = run_cli(
-        ["eval", *_args(fleet_dir), "--json", "--ec2-arg", "idle_timeout=5"],
+        ["eval", *_args(fleet_dir), "--json", "--ec2-arg", "idle_timeout=3", "--ec2-arg", "max_workers=1"],
         env=env_for(fleet_runs),
         cwd=project,
         timeout=600,
@@ -233,7 +239,7 @@ from echo_task import echoes
 
 kwargs = dict(model="none", epochs=Epochs(2, "max"), tags=["api"], message_limit=3, metadata={"who": "api"})
 direct = eval(echoes(n=4), log_dir="direct", display="none", **kwargs)[0]
-logs = run_fleet(echoes(n=4), ec2_args=["idle_timeout=5"], **kwargs)
+logs = run_fleet(echoes(n=4), ec2_args=["idle_timeout=3", "max_workers=1"], **kwargs)
 print(json.dumps({
     "count": len(logs),
     "fleet_id": logs.result.fleet_id,

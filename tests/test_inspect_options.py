@@ -111,7 +111,6 @@ JOB_EXAMPLES: dict[str, tuple[list[str], str, Any]] = {
     "sandbox_prebuilt": (["--sandbox-prebuilt"], "sandbox_prebuilt", True),
     "epochs_reducer": (["--epochs-reducer", "max"], "epochs", ["max"]),
     "no_epochs_reducer": (["--no-epochs-reducer"], "epochs", []),
-    "sample_shuffle": (["--sample-shuffle", "5"], "sample_shuffle", 5),
     "max_subprocesses": (["--max-subprocesses", "3"], "max_subprocesses", 3),
     "max_dataset_memory": (["--max-dataset-memory", "64"], "max_dataset_memory", 64),
     "message_limit": (["--message-limit", "10"], "message_limit", 10),
@@ -247,6 +246,14 @@ def test_fleet_options_get_their_fleet_meaning(tmp_path: Path):
     assert inspect_request.read(_options()).log_dir is None  # Inspect's default ./logs is not asked for
 
 
+@pytest.mark.parametrize("args,shuffle", [([], None), (["--sample-shuffle", "5"], 5), (["--sample-shuffle"], True)])
+def test_sample_shuffle_shuffles_before_the_selection_not_in_a_job(args: list[str], shuffle: Any):
+    asked = inspect_request.read(_options(*args))
+    assert asked.sample_shuffle == shuffle
+    # a job names its one sample: Inspect refuses sample_id with sample_shuffle
+    assert "sample_shuffle" not in inspect_options.eval_kwargs(asked.job_options)
+
+
 def test_task_and_model_config_files_are_task_and_model_args(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(tmp_path)
     Path("t.yaml").write_text("level: 2\n")
@@ -295,6 +302,7 @@ def test_inspects_parsers_refuse_what_inspect_refuses():
         (["web"], ["web"], {}),
         (["toyarena:web", "lab"], ["toyarena:web", "lab"], {}),
         (["FOO=bar", "web", "X=a=b"], ["web"], {"FOO": "bar", "X": "a=b"}),
+        (["FLAG=on", "N=007"], [], {"FLAG": "True", "N": "7"}),  # read as YAML, as inspect eval --env does
     ],
 )
 def test_env_takes_a_settings_env_or_inspects_name_value(values, envs, variables):
@@ -407,3 +415,19 @@ def test_eval_arguments_a_fleet_cannot_take_are_refused(kwargs: dict[str, Any], 
 
     with pytest.raises(BadInput, match=said):
         from_eval_args("t.py", **kwargs)
+
+
+def test_the_probe_shuffles_as_inspect_does_before_it_selects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from inspect_ai.dataset import MemoryDataset, Sample
+
+    from ct_fleet.controller.planning.probe import probe
+
+    (tmp_path / "many.py").write_text(
+        "from inspect_ai import Task, task\nfrom inspect_ai.dataset import MemoryDataset, Sample\n\n"
+        "@task\ndef many():\n    return Task(dataset=MemoryDataset([Sample(id=i, input='x') for i in range(1, 21)]))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    answer = probe({"spec": "many.py@many", "limit": 5, "shuffle": 7})
+    expected = MemoryDataset([Sample(id=i, input="x") for i in range(1, 21)])
+    expected.shuffle(7)
+    assert answer["tasks"][0]["sample_ids"] == [s.id for s in expected][:5] != [1, 2, 3, 4, 5]

@@ -20,7 +20,9 @@ def report(job_id: str) -> DoneMessage:
 
 def reported(sqs, url: str, wait: int) -> list[str]:
     return [
-        r.job_id or "" for m in queues.receive(sqs, url, max_messages=10, wait=wait) for r in decode_reports(m["Body"])
+        r.job_id or ""
+        for m in queues.receive(sqs, url, max_messages=10, wait=wait)
+        for r in decode_reports(m["Body"])[0]
     ]
 
 

@@ -60,7 +60,7 @@ _GENERATE = (
 
 _JOB_OPTIONS = (
     "model_base_url model_role solver s solver_config tags metadata approval review sentinel sentinel_arg "
-    "no_sandbox_cleanup sandbox_prebuilt epochs_reducer no_epochs_reducer sample_shuffle max_subprocesses "
+    "no_sandbox_cleanup sandbox_prebuilt epochs_reducer no_epochs_reducer max_subprocesses "
     "max_dataset_memory message_limit token_limit turn_limit cost_limit model_cost_config time_limit working_limit "
     "fail_on_error no_fail_on_error continue_on_fail retry_on_error score_on_error no_log_realtime log_images "
     "log_model_api log_refusals log_buffer log_shared no_score no_score_display log_level log_level_transcript "
@@ -99,6 +99,7 @@ HANDLING: dict[str, Handling] = {
     "no_ansi": _fleet("no colour or cursor movement in the fleet's output"),
     "max_samples": _fleet("samples at once per worker (caps --ec2-arg concurrency_per_worker)"),
     "max_sandboxes": _fleet("sandboxed samples at once per worker (caps --ec2-arg concurrency_per_worker)"),
+    "sample_shuffle": _fleet("shuffles each task's samples before --limit selects them; a job runs its one sample"),
     "max_tasks": _fleet("every task x model shares one work queue: the fleet runs them all at once"),
     "model_spec": _refused("one model with its own generate config: give it with --model, -M and the generate options"),
     "detach": _refused("a fleet outlives its command already: Ctrl-C and answer 'leave', then rerun to resume"),
@@ -123,7 +124,7 @@ HANDLING: dict[str, Handling] = {
 
 # Fleet options that travel with the job options all the same: a run config's job part,
 # and what the merged header records as a direct run's would (max_tasks).
-RECORDED = ("run_config", "max_tasks")
+RECORDED = ("run_config", "max_tasks", "sample_shuffle")
 
 # Options whose value may name a config file: read here into its content (a dict), which
 # Inspect's parsers take in place of the file on a worker, where the file is not.
@@ -262,17 +263,13 @@ def eval_kwargs(options: Mapping[str, Any], *, epochs: int = 1) -> dict[str, Any
     direct = (
         "model_base_url log_level tags approval review notification max_subprocesses max_dataset_memory message_limit "
         "turn_limit time_limit working_limit cost_limit model_cost_config continue_on_fail score_on_error "
-        "log_model_api log_refusals log_buffer log_shared log_level_transcript debug_errors sample_shuffle"
+        "log_model_api log_refusals log_buffer log_shared log_level_transcript debug_errors"
     ).split()
     for name in direct:
         if o.get(name) is not None:
             kwargs[name] = _policy_config(name, o[name]) if name in ("approval", "review") else o[name]
     if isinstance(kwargs.get("tags"), str):
         kwargs["tags"] = parse_comma_separated(kwargs["tags"])
-    if kwargs.get("sample_shuffle") is not None:
-        shuffle = int(kwargs.pop("sample_shuffle"))
-        if shuffle:
-            kwargs["sample_shuffle"] = True if shuffle == -1 else shuffle
     extra = {
         "model_roles": _model_roles(o),
         "metadata": parse_cli_args(tuple(o["metadata"])) if o.get("metadata") else None,
@@ -323,6 +320,24 @@ def _with_run_config(content: Mapping[str, Any], kwargs: dict[str, Any], epochs:
     if isinstance(merged.get("epochs"), int) and reducer:
         merged["epochs"] = Epochs(epochs, reducer)
     return merged
+
+
+def env_values(pairs: list[str]) -> dict[str, str]:
+    """--env NAME=value pairs as `inspect eval` sets them: each value read as YAML, then
+    made a string again (`on` becomes `True`, as it does for a direct run)."""
+    from .inspect_private import parse_cli_args
+
+    return {name: str(value) for name, value in parse_cli_args(pairs, preserve_quoted_commas=True).items()}
+
+
+def shuffle_of(value: Any) -> bool | int | None:
+    """--sample-shuffle's click value as eval() takes it: -1 (bare) shuffles at random, 0 not at all."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return True
+    seed = int(value)
+    return True if seed == -1 else (seed or None)
 
 
 def check(options: Mapping[str, Any]) -> None:

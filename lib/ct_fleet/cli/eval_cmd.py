@@ -370,6 +370,7 @@ def _report(result: RunResult, console: Console) -> None:
         + (f" ({result.adopted_workers} adopted)" if result.adopted_workers else "")
         + f", {result.elapsed:.1f}s; enqueued {result.enqueued}, attempts {result.attempts}, "
         f"redeliveries {result.redeliveries}, duplicates dropped {result.duplicates}"
+        + (f", messages not of this fleet dropped {result.dropped_messages}" if result.dropped_messages else "")
         + (f", EC2 cost ${result.cost:.2f}" if result.cost else ""),
         highlight=False,
     )

@@ -28,6 +28,7 @@ from rich.markup import escape
 from ..cloud import login_hint
 from ..controller.fleet import stop_signals
 from ..errors import BadInput
+from ..protocol import BadManifest
 from ..services import session
 from .console import OutlivesItsReader, err
 from .crash import write_crash_report
@@ -74,6 +75,16 @@ class CtFleetGroup(click.Group):
                 return super().invoke(ctx)
         except BadInput as exc:
             err.print(f"[bold red]error:[/] {escape(_one_line(exc))}", highlight=False, soft_wrap=True)
+            sys.exit(BadInput.exit_code)
+        except BadManifest as exc:
+            # A fleet's record changed by hand or damaged: bad input, not a bug.
+            err.print(
+                f"error: {_one_line(exc)} (a damaged or hand-edited manifest.json: remove its run directory, "
+                "and rerun the eval command that made the fleet)",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
             sys.exit(BadInput.exit_code)
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx else "ct-fleet"

@@ -31,9 +31,9 @@ from .keys import (
     secrets_prefix,
 )
 from .knobs import Ec2Config
-from .manifest import MANIFEST_SCHEMA, Manifest, ManifestJob, ManifestTask
+from .manifest import MANIFEST_SCHEMA, BadManifest, Manifest, ManifestJob, ManifestTask
 from .masking import mask
-from .messages import SCHEMA, DoneMessage, Outcome, WorkMessage, decode_reports, encode_reports
+from .messages import SCHEMA, BadMessage, DoneMessage, Outcome, WorkMessage, decode_reports, encode_reports
 
 __all__ = [
     "MANIFEST_SCHEMA",
@@ -50,6 +50,8 @@ __all__ = [
     "WorkMessage",
     "artifact_key",
     "done_marker_key",
+    "BadManifest",
+    "BadMessage",
     "decode_reports",
     "encode_reports",
     "extra_src_key",

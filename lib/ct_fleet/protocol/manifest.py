@@ -16,10 +16,16 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from .keys import result_key
 from .messages import TaskRoot, WorkMessage
 
 MANIFEST_SCHEMA = 3
+
+
+class BadManifest(ValueError):
+    """A manifest that does not read as one: hand-edited, damaged, or of another version."""
 
 
 @dataclass(frozen=True)
@@ -121,22 +127,35 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Manifest":
-        """Raises ValueError when the document is not a manifest of this schema."""
+        """Raises BadManifest (a ValueError) when the document is not a manifest of this schema."""
         if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
-            raise ValueError(f"not a schema-{MANIFEST_SCHEMA} fleet manifest")
+            raise BadManifest(f"not a schema-{MANIFEST_SCHEMA} fleet manifest")
         names = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in names}
         try:
-            values["jobs"] = [ManifestJob(**j) for j in data["jobs"]]
-            values["tasks"] = [ManifestTask(**t) for t in data["tasks"]]
-            return cls(**values)
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed fleet manifest: {exc}") from None
+            manifest: Manifest = _ADAPTER.validate_python({k: v for k, v in data.items() if k in names})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "manifest"
+            raise BadManifest(f"malformed fleet manifest: {where}: {first.get('msg', 'invalid')}") from None
+        keys = {t.key for t in manifest.tasks}
+        if not manifest.tasks or len(keys) < len(manifest.tasks):
+            raise BadManifest("malformed fleet manifest: no tasks, or a task key twice")
+        stray = next((j for j in manifest.jobs if j.task not in keys), None)
+        if stray is not None:
+            raise BadManifest(f"malformed fleet manifest: job {stray.job_id} names no task of the fleet")
+        if manifest.epochs < 1:
+            raise BadManifest("malformed fleet manifest: epochs must be at least 1")
+        return manifest
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Manifest":
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise ValueError(f"fleet manifest is not JSON: {exc}") from None
+            raise BadManifest(f"fleet manifest is not JSON: {exc}") from None
         return cls.from_dict(data)
+
+
+# Every field checked against its type: a manifest is read back from S3 and from runs/,
+# where anything holding the worker role, or a hand edit, may have changed it.
+_ADAPTER: TypeAdapter[Manifest] = TypeAdapter(Manifest)

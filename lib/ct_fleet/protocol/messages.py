@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
 
 SCHEMA = 2
 # SQS's default MaximumMessageSize (the queues are created with it), which is also the
@@ -29,9 +31,43 @@ Outcome = Literal["success", "sample_error", "failed", "retry", "skipped_duplica
 FATAL = "fatal"
 
 
-def _from_dict(cls: type, data: dict[str, Any]) -> Any:
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+class BadMessage(ValueError):
+    """A queue body that is not a message of this protocol: anyone holding the worker role
+    can put anything on the queues, so a reader counts it and moves on, never crashes."""
+
+
+M = TypeVar("M")
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
+
+
+def _from_dict(cls: type[M], data: object) -> M:
+    """One message, its fields checked against their types (unknown fields ignored)."""
+    if not isinstance(data, dict):
+        raise BadMessage(f"expected a JSON object, got {type(data).__name__}")
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    try:
+        message: M = _adapter(cls).validate_python({k: v for k, v in data.items() if k in names})
+        return message
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "message"
+        raise BadMessage(f"{where}: {first.get('msg', 'invalid')}") from None
+
+
+def _loads(body: str | bytes) -> object:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        raise BadMessage("not JSON") from None
 
 
 # Where a work message's task_spec is read from on the worker: "code" (relative to the
@@ -70,8 +106,8 @@ class WorkMessage:
 
     @classmethod
     def from_json(cls, body: str) -> "WorkMessage":
-        message: WorkMessage = _from_dict(cls, json.loads(body))
-        return message
+        """Raises BadMessage when the body is not a work message."""
+        return _from_dict(cls, _loads(body))
 
 
 @dataclass(frozen=True)
@@ -102,8 +138,8 @@ class DoneMessage:
 
     @classmethod
     def from_json(cls, body: str) -> "DoneMessage":
-        message: DoneMessage = _from_dict(cls, json.loads(body))
-        return message
+        """Raises BadMessage when the body is not a report."""
+        return _from_dict(cls, _loads(body))
 
 
 # Reports per SQS message: well under SQS's 256 KB with errors trimmed to 2,000 characters.
@@ -121,9 +157,27 @@ def encode_reports(reports: list[DoneMessage]) -> list[str]:
     return bodies
 
 
-def decode_reports(body: str) -> list[DoneMessage]:
-    """The reports in one done-queue message: a batch, or a single report."""
-    data = json.loads(body)
-    if data.get("type") == "batch":
-        return [_from_dict(DoneMessage, r) for r in data.get("reports", [])]
-    return [_from_dict(DoneMessage, data)]
+def decode_reports(body: str) -> tuple[list[DoneMessage], list[str]]:
+    """The reports in one done-queue message (a batch, or a single report), and why each
+    part that is not a report is not: a forged or broken part never hides the others."""
+    try:
+        data = _loads(body)
+        if not isinstance(data, dict):
+            raise BadMessage(f"expected a JSON object, got {type(data).__name__}")
+    except BadMessage as exc:
+        return [], [str(exc)]
+    if data.get("type") != "batch":
+        try:
+            return [_from_dict(DoneMessage, data)], []
+        except BadMessage as exc:
+            return [], [str(exc)]
+    parts = data.get("reports")
+    if not isinstance(parts, list):
+        return [], [f"reports: expected a list, got {type(parts).__name__}"]
+    reports, problems = [], []
+    for part in parts:
+        try:
+            reports.append(_from_dict(DoneMessage, part))
+        except BadMessage as exc:
+            problems.append(str(exc))
+    return reports, problems

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from ..evallog import problem, read_header, sample_error
-from ..protocol import START_CONCURRENCY, DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
+from ..protocol import START_CONCURRENCY, BadMessage, DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
 from ..protocol.knobs import Ec2Config
 from ..protocol.stop import MARKER_POLL, is_stop
 from ..sandbox import cleanup, digests
@@ -140,6 +140,7 @@ class Worker:
         self.done_url = self.sqs.get_queue_url(QueueName=names["done"])["QueueUrl"]
         self.concurrency = Concurrency(settings.max_concurrency)
         self.in_flight: dict[str, InFlight] = {}
+        self.malformed = 0  # work messages dropped as not jobs of this fleet
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.draining = threading.Event()  # a rebalance recommendation: no new jobs
@@ -293,7 +294,13 @@ class Worker:
         received_at = time.time()
         handle = msg["ReceiptHandle"]
         receive_count = int(msg.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
-        job = WorkMessage.from_json(msg["Body"])
+        try:
+            job = WorkMessage.from_json(msg["Body"])
+            if job.fleet_id != self.s.fleet_id:
+                raise BadMessage(f"a job of fleet {job.fleet_id!r}")
+        except BadMessage as exc:
+            self._drop_malformed(handle, str(exc))
+            return
         with self.lock:
             self.in_flight[handle] = InFlight(job.job_id, handle, received_at)
         try:
@@ -332,6 +339,20 @@ class Worker:
                 self.in_flight.pop(handle, None)
                 self.last_job_end = time.monotonic()
             self.slot_freed.set()
+
+    def _drop_malformed(self, handle: str, why: str) -> None:
+        """A work message that is not a job of this fleet: deleted (retrying cannot make it
+        one), its slot freed at once, and said the first few times."""
+        self.malformed += 1
+        if self.malformed <= 3:
+            log.warning("dropped a work message that is not a job of this fleet: %s", why[:300])
+        try:
+            queues.delete_batch(self.sqs, self.work_url, [handle])
+        except Exception:
+            log.exception("could not delete the dropped work message; it will reach the dead-letter queue")
+        with self.lock:
+            self.in_flight.pop(handle, None)
+        self.slot_freed.set()
 
     # -- background duties -------------------------------------------------------------
     def _keep_hidden(self) -> None:

@@ -27,6 +27,9 @@ from . import job_images, phases
 from .local_results import LocalResults
 from .tracker import JobTracker
 
+# Dropped done-queue messages said in full before they are only counted.
+BAD_MESSAGES_SAID = 3
+
 if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
@@ -58,8 +61,9 @@ class ResultCollector:
         self.usage = UsageTotals()
         self.local = LocalResults(run_dir)
         self.downloads = ThreadPoolExecutor(max_workers=8)
-        self.in_flight: dict[str, Future[bool]] = {}
+        self.in_flight: dict[str, Future[bool | None]] = {}
         self.bad_results: dict[str, int] = {}  # job id -> unreadable results fetched so far
+        self.bad_messages = 0  # done-queue messages dropped as not this fleet's reports
         self.retried_errors = 0  # errored results a rerun set aside to run again
         self._merge_preloaded = False
 
@@ -87,10 +91,40 @@ class ResultCollector:
         return done
 
     def take(self, messages: Sequence[MessageTypeDef]) -> None:
-        """One receive's done-queue messages (each a batch of reports)."""
+        """One receive's done-queue messages (each a batch of reports). What is not a report
+        of this fleet is counted and said, never acted on (the queue is deleted as read)."""
         for msg in messages:
-            for report in decode_reports(msg.get("Body", "")):
-                self.on_report(report)
+            reports, problems = decode_reports(msg.get("Body", ""))
+            for problem in problems:
+                self._not_a_report(problem)
+            for report in reports:
+                why = self._foreign(report)
+                if why:
+                    self._not_a_report(why)
+                else:
+                    self.on_report(report)
+
+    def _foreign(self, report: DoneMessage) -> str | None:
+        """Why a well-formed report is still not one of this fleet's, if it is not."""
+        if report.fleet_id != self.spec.fleet_id:
+            return f"a report of fleet {report.fleet_id!r}"
+        if report.type == "done" and (report.job_id not in self.jobs or report.outcome is None):
+            return (
+                f"a report of job {report.job_id!r}, not a job of this fleet"
+                if report.outcome
+                else "a report with no outcome"
+            )
+        return None
+
+    def _not_a_report(self, why: str) -> None:
+        """The first few are said in full, then only counted (the run's end says the count)."""
+        self.bad_messages += 1
+        if self.bad_messages <= BAD_MESSAGES_SAID:
+            self.warn(
+                f"a done-queue message that is not a report of this fleet was dropped: {mask(why[:300], self.secrets.values())}"
+            )
+        elif self.bad_messages == BAD_MESSAGES_SAID + 1:
+            self.warn("more done-queue messages that are not reports were dropped; the run's end counts them")
 
     def on_report(self, msg: DoneMessage) -> None:
         if msg.type == "heartbeat":
@@ -117,13 +151,15 @@ class ResultCollector:
                 self._merge_preloaded = True
                 threading.Thread(target=importlib.import_module, args=("ct_fleet.merge",), daemon=True).start()
 
-    def fetch(self, job_id: str) -> bool:
-        """Download the job's result; True when it reads in full (and is now the local copy)."""
+    def fetch(self, job_id: str) -> bool | None:
+        """Download the job's result; True when it reads in full (and is now the local copy),
+        None when there is none at all (a worker reports a result only once it is stored)."""
         key = result_key(self.spec.fleet_id, job_id)
         digest = store.download_result(self.s3, self.bucket, key, run_layout.job_log(self.run_dir, job_id))
         if digest is not None:
             self.local.remember(job_id, digest)
-        return digest is not None
+            return True
+        return None if not store.exists(self.s3, self.bucket, key) else False
 
     def collect(self, wait: bool = False) -> None:
         """Account for the downloads that finished (all of them, with wait)."""
@@ -132,9 +168,12 @@ class ResultCollector:
                 continue
             del self.in_flight[job_id]
             ok = fut.result()
-            self.state.fetched(job_id, ok)
+            self.state.fetched(job_id, bool(ok))
             if ok:
                 self._count_usage(job_id)
+            elif ok is None:
+                # Believed only with its result there: the job runs on, its real report to come.
+                self._not_a_report(f"a report of a result for job {job_id} with no result stored")
             else:
                 self.rerun(job_id, "the uploaded log does not read in full")
 

@@ -144,6 +144,7 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
             registry = parameter_exists(cloud.client("ssm"), docker_auth_params(dict(planned.environ))[0]) is not False
             env = fleet_env(spec, cloud, secrets, extra_keys, wheel_keys, planned.environ, registry_auth=registry)
             result = fleet.run(tarball, env)
+            result.dropped_messages = fleet.results.bad_messages
         except BaseException as exc:
             leave_running = bool(getattr(exc, "leave_running", False))
             raise

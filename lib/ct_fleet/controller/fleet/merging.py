@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from ...inspect_options import shuffle_of
 from ...protocol import Manifest, ManifestTask, run_layout
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ def eval_overrides(manifest: Manifest, task: ManifestTask) -> dict[str, Any]:
         config = {"limit": task.limit, "sample_id": None}
     elif task.sample_id is not None:
         config = {"sample_id": list(task.sample_id), "limit": None}
+    shuffle = shuffle_of(manifest.inspect_options.get("sample_shuffle"))
+    if shuffle is not None:
+        config["sample_shuffle"] = shuffle
     # A direct run of several models runs as many tasks at once, and records it.
     models = manifest.models
     max_tasks = manifest.inspect_options.get("max_tasks") or (len(models) if len(models) > 1 else None)

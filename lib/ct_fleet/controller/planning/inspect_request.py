@@ -56,6 +56,7 @@ class InspectRequest:
     run_epochs: int | None = None
     log_dir: Path | None = None
     log_format: str = "eval"
+    sample_shuffle: bool | int | None = None  # the probe shuffles before it selects
     worker_cap: int | None = None  # --max-samples / --max-sandboxes: samples at once per worker
     display: str | None = None
     no_ansi: bool = False
@@ -92,6 +93,7 @@ def read(options: Mapping[str, Any]) -> InspectRequest:
     if any(cap < 1 for cap in caps):
         raise BadInput("--max-samples and --max-sandboxes take a count of 1 or more (samples at once per worker)")
     request.worker_cap = min(caps) if caps else None
+    request.sample_shuffle = inspect_options.shuffle_of(options.get("sample_shuffle"))
     request.display = options.get("display")
     request.no_ansi = bool(options.get("no_ansi"))
     inspect_options.check(jobs)
@@ -116,17 +118,12 @@ def models(given: Sequence[str], config_model: Any, run_model: str | None) -> li
 
 def split_envs(values: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """-e/--env values: a setting's env ([setting:]env), or NAME=value for every job (Inspect's --env)."""
-    envs: list[str] = []
-    variables: dict[str, str] = {}
-    for value in values:
-        name, sep, text = value.partition("=")
-        if not sep:
-            envs.append(value)
-            continue
-        if not name.isidentifier():
-            raise BadInput(f"--env {value}: write NAME=value with NAME a variable name, or an environment name")
-        variables[name] = text
-    return envs, variables
+    envs = [value for value in values if "=" not in value]
+    pairs = [value for value in values if "=" in value]
+    for pair in pairs:
+        if not pair.partition("=")[0].isidentifier():
+            raise BadInput(f"--env {pair}: write NAME=value with NAME a variable name, or an environment name")
+    return envs, inspect_options.env_values(pairs)
 
 
 # Sandbox types Inspect registers itself: TYPE[:CONFIG] of these is Inspect's form, never

@@ -184,6 +184,7 @@ def _plain_tasks(
     shipped: ShippedCode,
     task_args: dict[str, Any],
     defaults: dict[str, Any],
+    shuffle: bool | int | None,
 ) -> _Tasks:
     """Plain Inspect tasks, each loaded once as a worker would: their samples under the selection."""
     limit = tasks.parse_limit(request.limit or defaults.get("limit"))
@@ -193,7 +194,9 @@ def _plain_tasks(
     fleet_tasks: list[FleetTask] = []
     probed_all: list[tasks.ProbedTask] = []
     for given, where in located:
-        probed = tasks.probe(where, shipped, task_args=task_args, limit=limit, sample_id=sample_id, display=given)
+        probed = tasks.probe(
+            where, shipped, task_args=task_args, limit=limit, sample_id=sample_id, display=given, shuffle=shuffle
+        )
         probed_all.extend(probed)
         fleet_tasks.extend(
             FleetTask(
@@ -284,7 +287,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     shipped = ShippedCode.build(REPO_ROOT, version.sha, extra)
     if located:
         shipped.site = overlay.install(reqs, request.environ)  # the probe loads the task with them, as workers will
-        chosen = _plain_tasks(request, located, shipped, task_args, defaults)
+        chosen = _plain_tasks(request, located, shipped, task_args, defaults, asked.sample_shuffle)
     else:
         chosen = _settings_tasks(request, shipped, sources, task_args, defaults, requirements, setting_envs)
     epochs = request.epochs if request.epochs is not None else asked.run_epochs

@@ -8,7 +8,7 @@ image and whose sys.path is a worker's (the code's lib, examples/settings, the u
 in that throwaway process, not in the controller.
 
 Request: {"spec": ..., "task_args": {...}, "limit": N | [start, stop] | null,
-"sample_id": [patterns] | null}. Answer, written to the file named on the command line:
+"sample_id": [patterns] | null, "shuffle": true | seed | null}. Answer, written to the file named on the command line:
 {"tasks": [{"name", "sample_ids", "epochs", "registry_name", "sandbox_types", "compose_files",
 "id_clash"}]} with each task's selected ids in dataset order, with their types, the compose
 files its Docker sandboxes use (absolute paths, found as Inspect finds them), and the first
@@ -74,8 +74,11 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
     limit = request.get("limit")
     tasks = load_tasks([request["spec"]], request.get("task_args") or {})
     answers = []
+    shuffle = request.get("shuffle")
     for task in tasks:
         dataset = task.dataset
+        if shuffle and not dataset.shuffled:  # --sample-shuffle: before the selection, as Inspect's loader does
+            dataset.shuffle(None if shuffle is True else int(shuffle))
         # Inspect numbers samples without an id from 1 before it selects (eval's run setup).
         for index, sample in enumerate(dataset):
             if sample.id is None:

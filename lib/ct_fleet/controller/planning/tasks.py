@@ -194,13 +194,20 @@ def probe(
     limit: int | list[int] | None,
     sample_id: list[str] | None,
     display: str,
+    shuffle: bool | int | None = None,
 ) -> list[ProbedTask]:
     """Load the task from the shipped image and list its selected sample ids."""
     # Relative to the root it ships in: Inspect's loader globs a file given without @name.
     cwd = {"code": shipped.image, "extra": shipped.extra_dir}.get(located.root, shipped.image)
     if located.root == "code" and not (shipped.image / _split(located.spec)[0]).exists():
         raise BadInput(f"task {display}: not tracked by git, so it would not ship (git add it)")
-    request = {"spec": located.probe_spec, "task_args": task_args, "limit": limit, "sample_id": sample_id}
+    request = {
+        "spec": located.probe_spec,
+        "task_args": task_args,
+        "limit": limit,
+        "sample_id": sample_id,
+        "shuffle": shuffle,
+    }
     answers = _run_probe(request, cwd, shipped, display)["tasks"]
     if not answers and located.root == "registry":
         raise BadInput(f"task {display}: no such task (not a file here, and no installed package registers it)")
