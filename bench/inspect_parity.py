@@ -168,11 +168,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ct-parity-") as tmp:
         root = Path(tmp)
         stub, base_url = _stub(root)
+        project = root / "project"  # the tasks' directory ships: logs and runs stay out of it
+        project.mkdir()
         try:
-            (root / "arith.py").write_text(TASKS)
-            (root / "solvers.py").write_text(SOLVERS)
-            (root / "gen.yaml").write_text("temperature: 0.2\nmax_tokens: 100\nseed: 3\n")
-            (root / "task.yaml").write_text("level: 3\nn: 5\n")
+            (project / "arith.py").write_text(TASKS)
+            (project / "solvers.py").write_text(SOLVERS)
+            (project / "gen.yaml").write_text("temperature: 0.2\nmax_tokens: 100\nseed: 3\n")
+            (project / "task.yaml").write_text("level: 3\nn: 5\n")
             secrets = {"STUBAI_API_KEY": KEY, "STUBAI_BASE_URL": base_url}
             env = {k: v for k, v in os.environ.items() if not k.startswith("INSPECT_")}
             inspect = Path(sys.executable).with_name("inspect")
@@ -186,7 +188,7 @@ def main() -> int:
                 started = time.monotonic()
                 direct = subprocess.run(
                     [str(inspect), "eval", *words, "--log-dir", str(direct_dir), "--display", "none"],
-                    cwd=root,
+                    cwd=project,
                     env={**env, **secrets},
                     capture_output=True,
                     text=True,
@@ -204,7 +206,7 @@ def main() -> int:
                         "--ec2-arg",
                         "idle_timeout=5",
                     ],
-                    cwd=root,
+                    cwd=project,
                     env={**env, "CT_FLEET_RUNS": str(runs), "CT_FLEET_DOTENV": str(runs / ".env")},
                     capture_output=True,
                     text=True,
