@@ -142,3 +142,28 @@ def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, 
     pairs = merged_pairs(runs)
     assert len(pairs) == 3 and ("web:fix_login", 1) not in pairs
     assert_nothing_running(runs)
+
+
+@pytest.mark.faults
+def test_a_result_that_is_another_jobs_never_counts(good_results: Path, tmp_path: Path):
+    """A log that reads in full but holds another sample (a worker's mix-up, or anything
+    holding the worker role writing to the bucket) is set aside and its job run again."""
+    runs = tmp_path / "runs"
+    logs = sorted(good_results.glob("*.evaljob"))
+    victim_sample = "web:fix_login"
+    # entry names say the sample: samples/{id}_epoch_{n}.json
+    other = next(p for p in logs if not any(victim_sample in n for n in zipfile.ZipFile(p).namelist()))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    # The first attempt of the victim's job writes another job's (valid) log; the next, its own.
+    command = (
+        f'if [ "$CT_SAMPLE_ID" = {victim_sample} ] && [ ! -e {marks}/"$CT_JOB_ID" ]; then '
+        f'touch {marks}/"$CT_JOB_ID"; cp {other} "$CT_OUTPUT"; else {copy_command(good_results)}; fi'
+    )
+    proc = start(runs, "--task-file", "smoke", *LOCAL, "--command", command, *FAST, *ONE_WORKER)
+    code, out, err = finish(proc)
+    assert code == 0, out + err
+    assert "is not the job's: it holds sample" in err and "running it again" in err
+    pairs = merged_pairs(runs)
+    assert len(pairs) == 4 and len(set(pairs)) == 4  # each (sample, epoch) once: nothing counted twice
+    assert_nothing_running(runs)

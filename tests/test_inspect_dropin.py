@@ -72,7 +72,14 @@ def graded(fail_id: int = 0):
 
 MODELS = "openai-api/stubai/alpha,openai-api/stubai/beta"
 # One worker (one warm runner's start) with the slots two would have.
-ONE_WORKER_FOUR_SLOTS = ["--ec2-arg", "idle_timeout=3", "--ec2-arg", "max_workers=1", "--ec2-arg", "concurrency_per_worker=4"]
+ONE_WORKER_FOUR_SLOTS = [
+    "--ec2-arg",
+    "idle_timeout=3",
+    "--ec2-arg",
+    "max_workers=1",
+    "--ec2-arg",
+    "concurrency_per_worker=4",
+]
 
 
 def _args(log_dir: Path) -> list[str]:

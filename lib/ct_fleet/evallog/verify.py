@@ -18,9 +18,10 @@ from . import header as _header  # noqa: F401  (registers zstd with zipfile befo
 from .layout import HEADER_JSON, SAMPLE_NAME, SUMMARIES_JSON
 
 
-def problem(path: Path, expect: tuple[str | int, int] | None = None) -> str | None:
+def problem(path: Path, expect: tuple[str | int, int] | None = None, task: str | None = None) -> str | None:
     """None when the log reads in full (and, with `expect`, holds just that sample id and
-    epoch: a job's result, not another's); else one line saying what is wrong with it."""
+    epoch, and with `task`, is a log of that task: a job's result, not another's); else one
+    line saying what is wrong with it."""
     try:
         with zipfile.ZipFile(path) as zf:
             names = {info.filename for info in zf.infolist()}
@@ -31,6 +32,8 @@ def problem(path: Path, expect: tuple[str | int, int] | None = None) -> str | No
                 return "header.json does not describe a finished eval"
             if not isinstance(head.get("eval"), dict) or not head["eval"].get("task"):
                 return "header.json names no task"
+            if task is not None and head["eval"]["task"] != task:
+                return f"is a log of task {str(head['eval']['task'])[:100]!r}, not {task!r}"
             samples = sorted(n for n in names if SAMPLE_NAME.match(n))
             if not samples:
                 return "no sample in the log"

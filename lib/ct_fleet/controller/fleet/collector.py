@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...cloud import Cloud
-from ...evallog import read_header, sample_error
+from ...evallog import problem, read_header, sample_error
 from ...protocol import DoneMessage, WorkMessage, decode_reports, mask, result_key, run_layout
 from ...services import queues, store
 from ..planning import FleetSpec
@@ -54,6 +54,7 @@ class ResultCollector:
         self.run_dir = run_dir
         self.state = state
         self.jobs = {job.job_id: job for job in spec.jobs}
+        self.task_names = {task.key: task.name for task in spec.tasks}
         self.secrets = secrets
         self.warn = warn
         self.send_again = send_again
@@ -73,7 +74,7 @@ class ResultCollector:
         self.restore_set_aside()
         local = {p.stem for p in run_layout.job_logs(self.run_dir) if p.stem in self.jobs}
         # Each result is checked to be this job's own (its sample and epoch), not only readable.
-        problems = {job_id: self.local.verify(job_id, self._identity(job_id)) for job_id in local}
+        problems = {job_id: self.local.verify(job_id, *self._identity(job_id)) for job_id in local}
         done = {job_id for job_id, found in problems.items() if found is None}
         for job_id in sorted(local - done):
             self.warn(f"local result of job {job_id} does not count ({problems[job_id]}); fetching it again")
@@ -94,9 +95,9 @@ class ResultCollector:
         """One receive's done-queue messages (each a batch of reports). What is not a report
         of this fleet is counted and said, never acted on (the queue is deleted as read)."""
         for msg in messages:
-            reports, problems = decode_reports(msg.get("Body", ""))
-            for problem in problems:
-                self._not_a_report(problem)
+            reports, malformed = decode_reports(msg.get("Body", ""))
+            for why in malformed:
+                self._not_a_report(why)
             for report in reports:
                 why = self._foreign(report)
                 if why:
@@ -156,10 +157,16 @@ class ResultCollector:
         None when there is none at all (a worker reports a result only once it is stored)."""
         key = result_key(self.spec.fleet_id, job_id)
         digest = store.download_result(self.s3, self.bucket, key, run_layout.job_log(self.run_dir, job_id))
-        if digest is not None:
-            self.local.remember(job_id, digest)
-            return True
-        return None if not store.exists(self.s3, self.bucket, key) else False
+        if digest is None:
+            return None if not store.exists(self.s3, self.bucket, key) else False
+        # A log that reads is still not this job's result unless it holds the job's sample of its task.
+        wrong = problem(run_layout.job_log(self.run_dir, job_id), *self._identity(job_id))
+        if wrong is not None:
+            self.warn(f"result of job {job_id} is not the job's: it {wrong}")
+            run_layout.job_log(self.run_dir, job_id).unlink(missing_ok=True)
+            return False
+        self.local.remember(job_id, digest)
+        return True
 
     def collect(self, wait: bool = False) -> None:
         """Account for the downloads that finished (all of them, with wait)."""
@@ -213,9 +220,10 @@ class ResultCollector:
                 self.state.dead_lettered(WorkMessage.from_json(msg["Body"]).job_id)
             queues.delete_batch(self.sqs, dlq_url, [m["ReceiptHandle"] for m in messages])
 
-    def _identity(self, job_id: str) -> tuple[str | int, int]:
+    def _identity(self, job_id: str) -> tuple[tuple[str | int, int], str]:
+        """What the job's result must hold: its (sample id, epoch), of its task."""
         job = self.jobs[job_id]
-        return job.sample_id, job.epoch
+        return (job.sample_id, job.epoch), self.task_names[job.task]
 
     def _errored(self, job_id: str) -> bool:
         header = read_header(run_layout.job_log(self.run_dir, job_id))

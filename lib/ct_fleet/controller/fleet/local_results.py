@@ -25,13 +25,13 @@ class LocalResults:
     def path(self, job_id: str) -> Path:
         return run_layout.job_log(self.run_dir, job_id)
 
-    def verify(self, job_id: str, expect: tuple[str | int, int] | None = None) -> str | None:
+    def verify(self, job_id: str, expect: tuple[str | int, int] | None = None, task: str | None = None) -> str | None:
         """None (and the file's digest kept) when the local copy reads in full (and holds the
-        `expect`ed sample and epoch), else the problem."""
+        `expect`ed sample and epoch of `task`), else the problem."""
         path = self.path(job_id)
         if not path.is_file():
             return "no local copy"
-        found = problem(path, expect)
+        found = problem(path, expect, task)
         if found is None:
             self.remember(job_id)
         return found
