@@ -99,9 +99,9 @@ class ResultCollector:
             for why in malformed:
                 self._not_a_report(why)
             for report in reports:
-                why = self._foreign(report)
-                if why:
-                    self._not_a_report(why)
+                foreign = self._foreign(report)
+                if foreign:
+                    self._not_a_report(foreign)
                 else:
                     self.on_report(report)
 
