@@ -9,6 +9,7 @@ setting, policy, sample and epoch), so the fleet spends its time on the faults.
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 
 from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
 from ct_fleet.evallog import zipio
+from ct_fleet.protocol import queue_names
 from fleet_helpers import (
     FAST,
     LOCAL,
@@ -144,10 +146,38 @@ def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, 
     assert_nothing_running(runs)
 
 
+def embedded_sqs(run_dir: Path):
+    port = (run_dir / "moto.port").read_text().strip()
+    return boto3.client(
+        "sqs",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region_name="us-east-1",
+        aws_access_key_id=EMBEDDED_ACCESS_KEY,
+        aws_secret_access_key=EMBEDDED_SECRET_KEY,
+    )
+
+
+# Done-queue bodies an adversarial pass sent (each crashed the controller once).
+BAD_REPORTS = [
+    "not json",
+    "[]",
+    "5",
+    '"x"',
+    '{"type": "batch", "reports": "abc"}',
+    '{"type": "batch", "reports": [1]}',
+    '{"type": "batch", "reports": null}',
+    '{"type": "done"}',
+    '{"type": "done", "fleet_id": "f", "instance_id": "i", "worker_id": "w", "job_id": 7, "outcome": "success"}',
+    '{"type": "done", "fleet_id": "f", "instance_id": "i", "worker_id": "w", "receive_count": "many"}',
+]
+
+
 @pytest.mark.faults
-def test_a_result_that_is_another_jobs_never_counts(good_results: Path, tmp_path: Path):
-    """A log that reads in full but holds another sample (a worker's mix-up, or anything
-    holding the worker role writing to the bucket) is set aside and its job run again."""
+def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_completes(good_results: Path, tmp_path: Path):
+    """Anything holding the worker role can write to the queues and the bucket. Junk and
+    forged reports on the done queue, junk on the work queue, and a result that reads in
+    full but holds another sample: each is said, dropped, and never counts; the run ends
+    complete, each (sample, epoch) once."""
     runs = tmp_path / "runs"
     logs = sorted(good_results.glob("*.evaljob"))
     victim_sample = "web:fix_login"
@@ -155,15 +185,46 @@ def test_a_result_that_is_another_jobs_never_counts(good_results: Path, tmp_path
     other = next(p for p in logs if not any(victim_sample in n for n in zipfile.ZipFile(p).namelist()))
     marks = tmp_path / "marks"
     marks.mkdir()
-    # The first attempt of the victim's job writes another job's (valid) log; the next, its own.
+    # The victim's first attempt writes another job's (valid) log; the next, its own.
     command = (
         f'if [ "$CT_SAMPLE_ID" = {victim_sample} ] && [ ! -e {marks}/"$CT_JOB_ID" ]; then '
         f'touch {marks}/"$CT_JOB_ID"; cp {other} "$CT_OUTPUT"; else {copy_command(good_results)}; fi'
     )
-    proc = start(runs, "--task-file", "smoke", *LOCAL, "--command", command, *FAST, *ONE_WORKER)
+    proc = start(
+        runs, "--task-file", "smoke", *LOCAL, "--command", command, *FAST, *ONE_WORKER, CT_FLEET_PAUSE_AT="enqueue"
+    )
+    marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-enqueue")), None), timeout=300)
+    run_dir = marker.parent
+    fleet_id = run_dir.name
+    sqs = embedded_sqs(run_dir)
+    names = queue_names(fleet_id)
+    done_url = sqs.get_queue_url(QueueName=names["done"])["QueueUrl"]
+    work_url = sqs.get_queue_url(QueueName=names["work"])["QueueUrl"]
+    real_job = json.loads((run_dir / "manifest.json").read_text())["jobs"][0]["job_id"]
+    report = {"type": "done", "instance_id": "i", "worker_id": "w", "outcome": "success"}
+    forged = [
+        {**report, "fleet_id": "000000000000", "job_id": real_job},  # another fleet's
+        {**report, "fleet_id": fleet_id, "job_id": "nosuchjob"},  # no job of this fleet
+    ]
+    # a success no worker reported, five times, before the job ran: no result is stored
+    forged_success = [json.dumps({**report, "fleet_id": fleet_id, "job_id": real_job})] * 5
+    for body in [*BAD_REPORTS, *map(json.dumps, forged), *forged_success]:
+        sqs.send_message(QueueUrl=done_url, MessageBody=body)
+    for body in ("not json", "[]", json.dumps({"fleet_id": fleet_id, "job_id": 5}), "{" * 5000):
+        sqs.send_message(QueueUrl=work_url, MessageBody=body)
+    marker.unlink()
     code, out, err = finish(proc)
     assert code == 0, out + err
+    assert "not a report of this fleet was dropped" in err and "not JSON" in err
+    dropped = int(re.search(r"messages not of this fleet dropped (\d+)", out).group(1))  # type: ignore[union-attr]
+    # each forged success is dropped once its result is found missing, or counted a duplicate
+    # while the first is checked: never a rerun, never a dead letter
+    base = len(BAD_REPORTS) + len(forged)
+    assert base + 1 <= dropped <= base + 5, out
     assert "is not the job's: it holds sample" in err and "running it again" in err
+    assert "unreadable" not in err and not re.search(r"\b[1-9]\d* dead", out)
     pairs = merged_pairs(runs)
     assert len(pairs) == 4 and len(set(pairs)) == 4  # each (sample, epoch) once: nothing counted twice
+    worker_log = "".join(p.read_text() for p in run_dir.glob("instances/*/var/log/linuxbench-bootstrap.log"))
+    assert worker_log.count("dropped a work message that is not a job of this fleet") == 3  # then counted
     assert_nothing_running(runs)

@@ -65,6 +65,7 @@ class ResultCollector:
         self.in_flight: dict[str, Future[bool | None]] = {}
         self.bad_results: dict[str, int] = {}  # job id -> unreadable results fetched so far
         self.bad_messages = 0  # done-queue messages dropped as not this fleet's reports
+        self.not_its_own: dict[str, str] = {}  # job id -> what its fetched result holds instead
         self.retried_errors = 0  # errored results a rerun set aside to run again
         self._merge_preloaded = False
 
@@ -162,7 +163,7 @@ class ResultCollector:
         # A log that reads is still not this job's result unless it holds the job's sample of its task.
         wrong = problem(run_layout.job_log(self.run_dir, job_id), *self._identity(job_id))
         if wrong is not None:
-            self.warn(f"result of job {job_id} is not the job's: it {wrong}")
+            self.not_its_own[job_id] = f"is not the job's: it {wrong}"
             run_layout.job_log(self.run_dir, job_id).unlink(missing_ok=True)
             return False
         self.local.remember(job_id, digest)
@@ -182,10 +183,11 @@ class ResultCollector:
                 # Believed only with its result there: the job runs on, its real report to come.
                 self._not_a_report(f"a report of a result for job {job_id} with no result stored")
             else:
-                self.rerun(job_id, "the uploaded log does not read in full")
+                self.rerun(job_id, "the uploaded log does not read in full", self.not_its_own.pop(job_id, None))
 
-    def rerun(self, job_id: str, why: str) -> None:
-        """A result that does not read in full: drop it and run the job again, a few times at most."""
+    def rerun(self, job_id: str, why: str, said: str | None = None) -> None:
+        """A result that does not read in full (or, `said`, is not the job's): drop it and run
+        the job again, a few times at most."""
         self.bad_results[job_id] = self.bad_results.get(job_id, 0) + 1
         self.s3.delete_object(Bucket=self.bucket, Key=result_key(self.spec.fleet_id, job_id))
         count = self.bad_results[job_id]
@@ -193,7 +195,7 @@ class ResultCollector:
             self.warn(f"result of job {job_id} unreadable {count} times ({why}); giving up on it")
             self.state.abandon(job_id, "infra", f"result unreadable {count} times: {why}")
             return
-        self.warn(f"result of job {job_id} is unreadable ({why}); running it again")
+        self.warn(f"result of job {job_id} {said or f'is unreadable ({why})'}; running it again")
         self.send_again(job_id)
 
     def intact(self) -> bool:
