@@ -15,19 +15,18 @@ the controller, without the workers.
   0.1 s), and a fleet's done queue is drained as it fills, so a deep queue would measure
   moto, not the controller.
 
-The results are real one-sample logs (split out of one real toyarena eval by _common.py):
-`distinct` of them, each cloned under its own (sample id, epoch), put under the job keys in
-turn. The live path checks that a result reads in full (evallog.is_readable), not whose it
-is (a resume does that), so a job's bytes need not name it; cloning 100,000 of them
-(~6 ms each) would cost more than the run they feed.
+The results are real one-sample logs (split out of one real toyarena eval by _common.py),
+one per job, cloned under the job's own (sample id, epoch): the controller counts a result
+only when it holds its job's sample (~6 ms a clone, spread over the cores).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -63,23 +62,30 @@ def plan(n: int, *, fleet_id: str, workers: int, check_interval: int = 15) -> Fl
     return FleetSpec(fleet_id, [task], jobs, MODEL, epochs, CODE_SHA, cfg, policy="honest")
 
 
-def result_bodies(distinct: int, work_dir: Path) -> list[bytes]:
-    """`distinct` real one-sample logs, cloned under distinct (sample id, epoch) pairs."""
-    tpl = c.templates()
-    out = []
-    for i in range(distinct):
-        sid = c.SMOKE_IDS[i % len(c.SMOKE_IDS)]
-        path = work_dir / f"result-{i}.eval"
-        c.clone(tpl[sid], path, sid, i // len(c.SMOKE_IDS) + 1)
-        out.append(path.read_bytes())
+def _clone_one(args: tuple[str | int, int, Path]) -> bytes:
+    sid, epoch, work_dir = args
+    path = work_dir / f"result-{os.getpid()}-{epoch}-{abs(hash(sid))}.eval"
+    c.clone(c.templates()[str(sid)], path, str(sid), epoch)
+    try:
+        return path.read_bytes()
+    finally:
         path.unlink()
-    return out
+
+
+def result_bodies(jobs: list[Job], work_dir: Path) -> list[bytes]:
+    """Each job's result: a real one-sample log cloned under the job's (sample id, epoch)."""
+    args = [(job.sample_id, job.epoch, work_dir) for job in jobs]
+    if len(args) < 200:
+        return [_clone_one(a) for a in args]
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return list(pool.map(_clone_one, args, chunksize=64))
 
 
 def seed(
     clients: dict[str, Any], spec: FleetSpec, bodies: list[bytes], *, workers: int, threads: int = 16
 ) -> tuple[queues.FleetQueues, list[str]]:
-    """Bucket, queues, manifest, W worker instances and every job's result; (queues, instance ids)."""
+    """Bucket, queues, manifest, W worker instances and every job's result (`bodies`, in the
+    order of spec.jobs: result_bodies); (queues, instance ids)."""
     s3, sqs, ec2 = clients["s3"], clients["sqs"], clients["ec2"]
     store.ensure_bucket(s3, BUCKET, create=True)
     q = queues.ensure_queues(sqs, spec.fleet_id, visibility_timeout=600, max_receive_count=3)
@@ -90,7 +96,7 @@ def seed(
 
     def put(start: int) -> None:
         for i in range(start, len(keys), threads):
-            s3.put_object(Bucket=BUCKET, Key=keys[i], Body=bodies[i % len(bodies)])
+            s3.put_object(Bucket=BUCKET, Key=keys[i], Body=bodies[i])
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         list(pool.map(put, range(threads)))

@@ -259,7 +259,6 @@ def main() -> int:
     )
     ap.add_argument("--per-message", type=int, default=25, help="done reports per SQS message")
     ap.add_argument("--backlog", type=int, default=40, help="most messages waiting on the done queue")
-    ap.add_argument("--distinct", type=int, default=64, help="distinct one-sample logs put under the job keys")
     ap.add_argument("--displays", default="none,live,plain", help="displays to run at the first size")
     ap.add_argument("--out", type=Path, help="write every run's report (with its RSS samples) here, as JSON")
     ap.add_argument("--quick", action="store_true", help="1,000 results")
@@ -269,7 +268,6 @@ def main() -> int:
     sizes = [int(s) for s in args.jobs.split(",")]
     console = Console(width=max(Console().width, 140))
     tmp = c.bench_tmp("throughput")
-    bodies_out = _stream.result_bodies(args.distinct, tmp)
     server = MotoServer(log_path=tmp / "moto.log").start()
     reports = []
     get_ms: dict[int, float] = {}
@@ -281,7 +279,7 @@ def main() -> int:
             fleet_id = f"benchtput{n:07d}"
             spec = _stream.plan(n, fleet_id=fleet_id, workers=args.workers)
             t0 = time.monotonic()
-            _, ids = _stream.seed(clients, spec, bodies_out, workers=args.workers)
+            _, ids = _stream.seed(clients, spec, _stream.result_bodies(spec.jobs, tmp), workers=args.workers)
             console.print(f"[dim]seeded {n:,} results and {len(ids)} instances in {time.monotonic() - t0:.0f}s[/]")
             stream = _stream.report_bodies(spec, ids, per_message=args.per_message)
             get_ms[n] = bare_get_cpu_ms(clients["s3"], fleet_id, spec)

@@ -33,7 +33,7 @@ def fleet(aws_env: dict[str, str], tmp_path: Path) -> dict[str, Any]:
     aws.reset()
     clients = {name: aws.client(name) for name in ("s3", "sqs", "ec2")}
     spec = _stream.plan(N, fleet_id=f"tput{uuid.uuid4().hex[:8]}", workers=WORKERS)
-    bodies = _stream.result_bodies(2, tmp_path)
+    bodies = _stream.result_bodies(spec.jobs, tmp_path)
     q, ids = _stream.seed(clients, spec, bodies, workers=WORKERS, threads=4)
     return {"clients": clients, "spec": spec, "queues": q, "instances": ids, "endpoint": aws_env["AWS_ENDPOINT_URL"]}
 
