@@ -175,7 +175,14 @@ def runs(stub, tmp_path_factory: pytest.TempPathFactory):
         cwd=project,
         timeout=600,
     )
-    return {"direct": direct, "fleet": fleet, "direct_dir": direct_dir, "fleet_dir": fleet_dir, "calls": direct_calls}
+    return {
+        "direct": direct,
+        "fleet": fleet,
+        "direct_dir": direct_dir,
+        "fleet_dir": fleet_dir,
+        "calls": direct_calls,
+        "project": project,
+    }
 
 
 def test_the_fleet_run_succeeds_under_fail_on_error_as_inspect_does(runs):
@@ -219,63 +226,47 @@ def test_the_model_server_saw_the_generate_config(runs, stub):
         assert sent == {"temperature": 0.3, "seed": 7, "max_tokens": 64}
 
 
-ECHO_TASK = """
-from inspect_ai import Task, task
-from inspect_ai.dataset import MemoryDataset, Sample
-from inspect_ai.scorer import match
-from inspect_ai.solver import solver
-
-
-@solver
-def echo():
-    async def solve(state, generate):
-        state.output.completion = state.target.text if int(state.sample_id) % 2 else "wrong"
-        return state
-
-    return solve
-
-
-@task
-def echoes(n: int = 2):
-    return Task(dataset=MemoryDataset([Sample(id=i, input=str(i), target=str(i)) for i in range(1, n + 1)]), solver=echo(), scorer=match())
-"""
-
 API_SCRIPT = """
 import json, sys
-from inspect_ai import Epochs, eval
+from inspect_ai import Epochs
+from inspect_ai.solver import SolverSpec
 from ct_fleet import run_fleet
-from echo_task import echoes
 
-kwargs = dict(model="none", epochs=Epochs(2, "max"), tags=["api"], message_limit=3, metadata={"who": "api"})
-direct = eval(echoes(n=3), log_dir="direct", display="none", **kwargs)[0]
-logs = run_fleet(echoes(n=3), ec2_args=["idle_timeout=3", "max_workers=1", "concurrency_per_worker=4"], **kwargs)
+logs = run_fleet(
+    ["grid.py@sevens", "grid.py@threes"],
+    model=["openai-api/stubai/alpha", "openai-api/stubai/beta"],
+    model_roles={"grader": "openai-api/stubai/judge"},
+    solver=SolverSpec("solvers.py@graded", {"fail_id": 3}),
+    temperature=0.3, seed=7, max_tokens=64, message_limit=6, fail_on_error=0.4,
+    epochs=Epochs(2, "max"), tags=["x", "y"], metadata={"owner": "me"},
+    ec2_args=["resume=" + sys.argv[1]],
+    retry_errors=False,  # sample 3 errs by design: keep its results
+)
 print(json.dumps({
-    "count": len(logs),
     "fleet_id": logs.result.fleet_id,
-    "status": [logs[0].status, direct.status],
-    "samples": [logs[0].results.total_samples, direct.results.total_samples],
-    "scores": [logs[0].results.model_dump()["scores"], direct.results.model_dump()["scores"]],
-    "config": [logs[0].eval.config.model_dump(), direct.eval.config.model_dump()],
-    "task": [logs[0].eval.task_args, direct.eval.task_args, logs[0].eval.metadata, direct.eval.metadata],
-    "header_only": logs[0].samples is None,
+    "resumed": logs.result.resumed,
+    "header_only": all(log.samples is None for log in logs),
+    "logs": sorted([log.eval.task, log.eval.model, log.status, log.results.model_dump()["scores"]] for log in logs),
 }))
 """
 
 
-def test_run_fleet_takes_what_eval_takes_and_returns_its_logs(tmp_path: Path):
-    (tmp_path / "echo_task.py").write_text(ECHO_TASK)
-    (tmp_path / "api.py").write_text(API_SCRIPT)
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    env = {k: v for k, v in env_for(runs).items() if not k.startswith("INSPECT_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO / "lib")])
+def test_run_fleet_takes_what_eval_takes_and_returns_the_merged_logs(runs, tmp_path: Path):
+    """The same fleet planned from eval()'s arguments (task names, a list of models, a
+    SolverSpec, Epochs, generate config, ...) is the CLI's fleet: resumed, with nothing to
+    run, it returns the merged logs' headers and the fleet's result."""
+    fleet_id = json.loads(runs["fleet"].stdout)["fleet_id"]
+    (runs["project"] / "api.py").write_text(API_SCRIPT)
+    env = {k: v for k, v in env_for(runs["project"] / "runs").items() if not k.startswith("INSPECT_")}
+    env["PYTHONPATH"] = str(REPO / "lib")
     proc = subprocess.run(
-        [sys.executable, "api.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "api.py", fleet_id], cwd=runs["project"], env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["count"] == 1 and got["header_only"] and got["fleet_id"]
-    assert got["status"] == ["success", "success"] and got["samples"] == [6, 6]
-    assert got["scores"][0] == got["scores"][1]  # max over 2 epochs of 3 samples, 2 of them right
-    assert got["config"][0] == got["config"][1]
-    assert got["task"] == [{"n": 3}, {"n": 3}, {"who": "api"}, {"who": "api"}]
+    assert got["fleet_id"] == fleet_id and got["resumed"] == 24 and got["header_only"]
+    want = sorted(
+        [log.eval.task, log.eval.model, log.status, log.results.model_dump()["scores"]]
+        for log in (read_eval_log(str(p), header_only=True) for p in runs["fleet_dir"].glob("*.eval"))
+    )
+    assert got["logs"] == json.loads(json.dumps(want)) and len(want) == 4
