@@ -23,6 +23,19 @@ FAST = ["--ec2-arg", "idle_timeout=3", "--ec2-arg", "retry_backoff=1"]
 # For fleets whose tests are not about several workers: each local worker pays its own warm
 # runner's start (inspect_ai imported, a warm-up eval), the largest part of a small fleet's CPU.
 ONE_WORKER = ["--ec2-arg", "max_workers=1"]
+# Done-queue bodies an adversarial pass sent (each crashed the controller once).
+BAD_REPORTS = [
+    "not json",
+    "[]",
+    "5",
+    '"x"',
+    '{"type": "batch", "reports": "abc"}',
+    '{"type": "batch", "reports": [1]}',
+    '{"type": "batch", "reports": null}',
+    '{"type": "done"}',
+    '{"type": "done", "fleet_id": "f", "instance_id": "i", "worker_id": "w", "job_id": 7, "outcome": "success"}',
+    '{"type": "done", "fleet_id": "f", "instance_id": "i", "worker_id": "w", "receive_count": "many"}',
+]
 # Tests that are not about Docker run toyarena in Inspect's local sandbox (the default is Docker).
 LOCAL = ["-T", "sandbox=local"]
 

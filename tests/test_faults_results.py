@@ -20,6 +20,7 @@ from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
 from ct_fleet.evallog import zipio
 from ct_fleet.protocol import queue_names
 from fleet_helpers import (
+    BAD_REPORTS,
     FAST,
     LOCAL,
     ONE_WORKER,
@@ -57,10 +58,11 @@ def damage(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def embedded_s3(run_dir: Path):
+def embedded_client(run_dir: Path, service: str):
+    """A client of the embedded cloud a local fleet runs on (its moto server's port is in run_dir)."""
     port = (run_dir / "moto.port").read_text().strip()
     return boto3.client(
-        "s3",
+        service,
         endpoint_url=f"http://127.0.0.1:{port}",
         region_name="us-east-1",
         aws_access_key_id=EMBEDDED_ACCESS_KEY,
@@ -89,7 +91,7 @@ def test_a_result_damaged_before_the_merge_is_fetched_again_or_rerun(good_result
     local_only, both = sorted((run_dir / "jobs").glob("*.evaljob"))[:2]
     damage(local_only)
     damage(both)
-    embedded_s3(run_dir).put_object(
+    embedded_client(run_dir, "s3").put_object(
         Bucket="lb-fleet-results-migrated", Key=f"{run_dir.name}/{both.stem}.eval", Body=b"not a log at all"
     )
     marker.unlink()  # the run goes on: the check before the merge
@@ -146,32 +148,6 @@ def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, 
     assert_nothing_running(runs)
 
 
-def embedded_sqs(run_dir: Path):
-    port = (run_dir / "moto.port").read_text().strip()
-    return boto3.client(
-        "sqs",
-        endpoint_url=f"http://127.0.0.1:{port}",
-        region_name="us-east-1",
-        aws_access_key_id=EMBEDDED_ACCESS_KEY,
-        aws_secret_access_key=EMBEDDED_SECRET_KEY,
-    )
-
-
-# Done-queue bodies an adversarial pass sent (each crashed the controller once).
-BAD_REPORTS = [
-    "not json",
-    "[]",
-    "5",
-    '"x"',
-    '{"type": "batch", "reports": "abc"}',
-    '{"type": "batch", "reports": [1]}',
-    '{"type": "batch", "reports": null}',
-    '{"type": "done"}',
-    '{"type": "done", "fleet_id": "f", "instance_id": "i", "worker_id": "w", "job_id": 7, "outcome": "success"}',
-    '{"type": "done", "fleet_id": "f", "instance_id": "i", "worker_id": "w", "receive_count": "many"}',
-]
-
-
 @pytest.mark.faults
 def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_completes(good_results: Path, tmp_path: Path):
     """Anything holding the worker role can write to the queues and the bucket. Junk and
@@ -196,7 +172,7 @@ def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_complet
     marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-enqueue")), None), timeout=300)
     run_dir = marker.parent
     fleet_id = run_dir.name
-    sqs = embedded_sqs(run_dir)
+    sqs = embedded_client(run_dir, "sqs")
     names = queue_names(fleet_id)
     done_url = sqs.get_queue_url(QueueName=names["done"])["QueueUrl"]
     work_url = sqs.get_queue_url(QueueName=names["work"])["QueueUrl"]
