@@ -17,6 +17,7 @@ import psutil
 from inspect_ai.log import read_eval_log
 
 from cli_forker import FORKER, ForkedRun
+from ct_fleet.protocol.run_layout import paused_marker
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--ec2-arg", "idle_timeout=3", "--ec2-arg", "retry_backoff=1"]
@@ -170,6 +171,18 @@ def wait_for(predicate, timeout: float = 120, every: float = 0.3):
             return value
         time.sleep(every)
     raise AssertionError("condition not met in time")
+
+
+def paused_at(runs: Path, phase: str, timeout: float = 300) -> Path:
+    """The marker of a controller under `runs` held at `phase` (CT_FLEET_PAUSE_AT), once it is there:
+    its parent is the fleet's run directory; deleting it lets the run go on."""
+
+    def marker() -> Path | None:
+        dirs = runs.iterdir() if runs.is_dir() else ()
+        return next((m for d in dirs if (m := paused_marker(d, phase)).exists()), None)
+
+    found: Path = wait_for(marker, timeout=timeout)
+    return found
 
 
 def assert_nothing_running(runs: Path, within: float = 60) -> None:

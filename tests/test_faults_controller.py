@@ -28,6 +28,7 @@ from fleet_helpers import (
     finish,
     fleet_dir,
     merged_pairs,
+    paused_at,
     processes_in,
     start,
     stat,
@@ -57,7 +58,7 @@ def test_killed_controller_is_adopted_by_a_rerun(tmp_path: Path):
     first.communicate()
     assert processes_in(runs, "ct_fleet.worker"), "workers should outlive the controller"
     second = start(runs, *args, CT_FAULT_GATE=str(gate), CT_FLEET_PAUSE_AT="tracking")
-    marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-tracking")), None), timeout=300)
+    marker = paused_at(runs, "tracking")
     gate.touch()
     marker.unlink()
     code, out, err = finish(second)

@@ -20,6 +20,7 @@ from fleet_helpers import (
     finish,
     fleet_instances,
     fleet_secrets_left,
+    paused_at,
     start,
     start_ec2,
     wait_for,
@@ -54,7 +55,7 @@ def test_a_deleted_queue_or_manifest_stops_the_run_with_its_reason(tmp_path: Pat
         CT_FAULT_SLEEP="20",
         CT_FLEET_PAUSE_AT="tracking",
     )
-    marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-tracking")), None), timeout=300)
+    marker = paused_at(runs, "tracking")
     run_dir, fleet_id = marker.parent, marker.parent.name
     if what == "manifest":
         embedded_client(run_dir, "s3").delete_object(
@@ -78,7 +79,7 @@ def test_two_identical_commands_at_once_one_runs_one_is_refused(tmp_path: Path):
     runs = tmp_path / "runs"
     args = ["-e", "web", "-t", "fix_login", *FAST, *LOCAL]
     first = start(runs, *args, CT_FLEET_PAUSE_AT="tracking")
-    marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-tracking")), None), timeout=300)
+    marker = paused_at(runs, "tracking")
     second = start(runs, *args)
     code, out, err = finish(second, timeout=120)
     assert code == 2, out + err
@@ -109,7 +110,7 @@ def test_a_second_controller_elsewhere_is_refused_then_adopts_once_the_first_is_
     # done long before, so it waits idle (the end-of-run signal, not this, ends it).
     args = ["-e", "ops", "-t", "enable_tls", *LOCAL, "--ec2-arg", "max_workers=1", "--ec2-arg", "idle_timeout=900"]
     first = start_ec2(one, *args, CT_FLEET_PAUSE_AT="tracking")
-    marker = wait_for(lambda: next(iter(one["runs"].glob("*/paused-at-tracking")), None), timeout=300)
+    marker = paused_at(one["runs"], "tracking")
     fleet_id = marker.parent.name
     second = start_ec2(two, *args)
     out, err = second.communicate(timeout=120)

@@ -28,8 +28,8 @@ from fleet_helpers import (
     finish,
     fleet_dir,
     merged_pairs,
+    paused_at,
     start,
-    wait_for,
 )
 
 
@@ -86,7 +86,7 @@ def test_a_result_damaged_before_the_merge_is_fetched_again_or_rerun(good_result
         *ONE_WORKER,
         CT_FLEET_PAUSE_AT="verify",
     )
-    marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-verify")), None), timeout=300)
+    marker = paused_at(runs, "verify")
     run_dir = marker.parent
     local_only, both = sorted((run_dir / "jobs").glob("*.evaljob"))[:2]
     damage(local_only)
@@ -169,7 +169,7 @@ def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_complet
     proc = start(
         runs, "--task-file", "smoke", *LOCAL, "--command", command, *FAST, *ONE_WORKER, CT_FLEET_PAUSE_AT="enqueue"
     )
-    marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-enqueue")), None), timeout=300)
+    marker = paused_at(runs, "enqueue")
     run_dir = marker.parent
     fleet_id = run_dir.name
     sqs = embedded_client(run_dir, "sqs")

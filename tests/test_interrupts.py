@@ -25,6 +25,7 @@ from fleet_helpers import (
     env_for,
     fleet_instances,
     fleet_secrets_left,
+    paused_at,
     processes_in,
     run_cli,
     start_ec2,
@@ -62,7 +63,7 @@ def account(base_account, tmp_path: Path):
 
 
 def paused_fleet(account, phase: str) -> str:
-    marker = wait_for(lambda: next(iter(account["runs"].glob(f"*/paused-at-{phase}")), None), timeout=300)
+    marker = paused_at(account["runs"], phase)
     return marker.parent.name
 
 

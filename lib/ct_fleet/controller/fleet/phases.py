@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from ...protocol.run_layout import paused_marker
 from ..reporting import record_phase
 
 ENQUEUE = "enqueue"  # queues and manifest exist, work messages sent, nothing launched
@@ -40,7 +41,7 @@ def reached(phase: str, run_dir: Path) -> None:
     if at != phase or phase in _paused:
         return
     _paused.add(phase)
-    marker = run_dir / f"paused-at-{phase}"
+    marker = paused_marker(run_dir, phase)
     marker.write_text(str(os.getpid()))
     deadline = time.monotonic() + most
     try:
