@@ -105,16 +105,6 @@ def read_input(path: Path) -> tuple[dict[str, Any], str, list[tuple[dict[str, An
         raise Unreadable(f"unreadable .eval ({type(ex).__name__}: {str(ex)[:200]})") from None
 
 
-def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], RawMember]]] | None:
-    """Read one input's header and summaries; None (with a warning) if it is unusable."""
-    try:
-        header, _, samples = read_input(path)
-    except Unreadable as exc:
-        logger.warning("skipping %s: %s", path, exc)
-        return None
-    return header, samples
-
-
 _Row = tuple[dict[str, Any], RawMember, str | None, datetime, int]
 
 
