@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from ct_fleet.controller.planning import FleetRequest, plan_fleet
-from ct_fleet.controller.planning.task_args import merge_policy, parse_task_args
+from ct_fleet.controller.planning.task_args import merge_policy, parse_kv
 from ct_fleet.errors import BadInput
 
 
 def test_values_parse_like_inspects_task_args():
-    assert parse_task_args(["sandbox=local", "n=3", "flag=true", "envs=web,ops", "q='a,b'", "max-n=1"]) == {
+    assert parse_kv(["sandbox=local", "n=3", "flag=true", "envs=web,ops", "q='a,b'", "max-n=1"], "-T") == {
         "sandbox": "local",
         "n": 3,
         "flag": True,
@@ -22,14 +22,14 @@ def test_values_parse_like_inspects_task_args():
         "q": "a,b",
         "max_n": 1,
     }
-    assert parse_task_args(["url=http://x/?a=b"]) == {"url": "http://x/?a=b"}
-    assert parse_task_args([]) == {}
+    assert parse_kv(["url=http://x/?a=b"], "-T") == {"url": "http://x/?a=b"}
+    assert parse_kv([], "-T") == {}
 
 
 @pytest.mark.parametrize("pair", ["sandbox", "=local", "two words=1", "1x=2"])
 def test_a_malformed_pair_is_bad_input(pair: str):
     with pytest.raises(BadInput, match="write -T key=value"):
-        parse_task_args([pair])
+        parse_kv([pair], "-T")
 
 
 def test_the_policy_comes_first_and_only_from_policy():
@@ -89,11 +89,11 @@ def test_the_setting_refuses_what_its_task_does_not_take(tmp_path: Path, pair: s
 )
 def test_values_that_amplify_or_overflow_are_refused(pair: str, message: str):
     with pytest.raises(BadInput, match=re.escape(message)):
-        parse_task_args([pair])
+        parse_kv([pair], "-T")
 
 
 def test_text_that_is_not_yaml_stays_the_text_typed():
-    assert parse_task_args(["x=a: [1", "d=2024-13-01", "q='9999999999999999999999999'"]) == {
+    assert parse_kv(["x=a: [1", "d=2024-13-01", "q='9999999999999999999999999'"], "-T") == {
         "x": "a: [1",
         "d": "2024-13-01",
         "q": "9999999999999999999999999",

@@ -45,10 +45,6 @@ def parse_kv(pairs: Sequence[str], flag: str) -> dict[str, Any]:
     return args
 
 
-def parse_task_args(pairs: Sequence[str]) -> dict[str, Any]:
-    return parse_kv(pairs, "-T")
-
-
 def merge_policy(policy: str, task_args: dict[str, Any]) -> dict[str, Any]:
     """The task_args a job runs with: the policy first, then the -T pairs."""
     if "policy" in task_args:
