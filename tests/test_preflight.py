@@ -131,9 +131,7 @@ def test_run_config_attack_keys_win(tmp_path: Path):
 
 
 def test_cost_estimate_and_cost_so_far(tmp_path: Path):
-    est = estimate.estimate(
-        jobs=100, workers=5, concurrency=10, seconds_per_job=600, source="x", price=0.68, baked_ami=True
-    )
+    est = estimate.estimate(jobs=100, workers=5, concurrency=10, seconds_per_job=600, source="x", price=0.68)
     # 100 jobs on 50 slots = 2 waves of 10 min, plus boot: ~0.35 h per worker.
     assert est.hours == pytest.approx((1200 + 65) / 3600)
     assert est.total == pytest.approx(5 * est.hours * 0.68)

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from ...protocol import START_CONCURRENCY, run_layout
 
-BOOT_SECONDS = {True: 65, False: 240}  # baked AMI vs stock Ubuntu with a full install
+# A baked worker AMI's boot to its first job; the estimate assumes one (stock Ubuntu with
+# the full install takes about 240 s).
+BOOT_SECONDS = 65
 FIRST_LAUNCH_CAP = 24
 
 
@@ -72,10 +74,9 @@ def estimate(
     seconds_per_job: float,
     source: str,
     price: float,
-    baked_ami: bool,
     price_source: str = "",
 ) -> Estimate:
     waves = math.ceil(jobs / max(1, workers * concurrency))
-    hours = (waves * seconds_per_job + BOOT_SECONDS[baked_ami]) / 3600
+    hours = (waves * seconds_per_job + BOOT_SECONDS) / 3600
     total = workers * hours * price
     return Estimate(jobs, workers, concurrency, seconds_per_job, source, hours, price, total, price_source)

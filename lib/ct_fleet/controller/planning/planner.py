@@ -19,10 +19,10 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from ...cloud import Cloud, open_cloud
+from ...error_lines import shown
 from ...errors import BadInput
 from ...paths import REPO_ROOT
 from ...protocol import START_CONCURRENCY, Ec2Config, knobs
-from ...protocol.knob_rules import shown
 from ...services import secrets as fleet_secrets
 from ...settings import DEFAULT_SETTING, SettingSources
 from . import code, credentials, estimate, inspect_request, jobs, models, overlay, preflight, setting_plan, sizes, tasks
@@ -79,7 +79,6 @@ class PlannedFleet:
             source=source,
             price=self.spec.hourly_price,
             price_source=self.spec.price_source,
-            baked_ami=True,
         )
 
 
