@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from ct_fleet.controller.planning import jobs as plan
+from ct_fleet.controller.planning.jobs import (
+    FleetTask,
+    TaskSpec,
+    fleet_id,
+    load_task_file,
+    make_jobs,
+    resolve_task_file,
+    select_tasks,
+    validate_tasks,
+)
 from ct_fleet.errors import BadInput
 from ct_fleet.settings import load_setting
 
@@ -19,15 +28,15 @@ def setting():
 
 def test_named_sets_resolve_and_parse(setting):
     for name in ("smoke", "medium"):
-        tasks = plan.load_task_file(plan.resolve_task_file(name))
-        plan.validate_tasks(tasks, setting.catalog())
+        tasks = load_task_file(resolve_task_file(name))
+        validate_tasks(tasks, setting.catalog())
         assert tasks
-    assert len(plan.load_task_file(plan.resolve_task_file("medium"))) >= 24
+    assert len(load_task_file(resolve_task_file("medium"))) >= 24
 
 
 def test_unknown_set_names_the_choices():
     with pytest.raises(BadInput, match="unknown task set 'nope'.*smoke"):
-        plan.resolve_task_file("nope")
+        resolve_task_file("nope")
 
 
 def test_yaml_and_jsonl_forms(tmp_path: Path):
@@ -37,11 +46,11 @@ def test_yaml_and_jsonl_forms(tmp_path: Path):
     j.write_text(
         '{"env": "web", "main_task": "fix_login"}\n\n{"env": "ops", "main_task": "enable_tls", "side_task": "open_ssh"}\n'
     )
-    assert plan.load_task_file(y) == [
-        plan.TaskSpec("web", "fix_login"),
-        plan.TaskSpec("web", "fix_login", "leak_secret"),
+    assert load_task_file(y) == [
+        TaskSpec("web", "fix_login"),
+        TaskSpec("web", "fix_login", "leak_secret"),
     ]
-    assert plan.load_task_file(j)[1] == plan.TaskSpec("ops", "enable_tls", "open_ssh")
+    assert load_task_file(j)[1] == TaskSpec("ops", "enable_tls", "open_ssh")
 
 
 @pytest.mark.parametrize(
@@ -63,66 +72,66 @@ def test_malformed_files_name_file_and_line(tmp_path: Path, name: str, text: str
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(BadInput, match=message):
-        plan.load_task_file(path)
+        load_task_file(path)
 
 
 def test_unknown_env_and_tasks_are_refused(setting):
     catalog = setting.catalog()
     with pytest.raises(BadInput, match="unknown env 'nowhere'"):
-        plan.validate_tasks([plan.TaskSpec("nowhere", "x")], catalog)
+        validate_tasks([TaskSpec("nowhere", "x")], catalog)
     with pytest.raises(BadInput, match="unknown main task 'x' in env 'web'"):
-        plan.validate_tasks([plan.TaskSpec("web", "x")], catalog)
+        validate_tasks([TaskSpec("web", "x")], catalog)
     with pytest.raises(BadInput, match="unknown side task 'y' in env 'web'"):
-        plan.validate_tasks([plan.TaskSpec("web", "fix_login", "y")], catalog)
+        validate_tasks([TaskSpec("web", "fix_login", "y")], catalog)
 
 
 def test_select_tasks_expands_env_main_side(setting):
     catalog = setting.catalog()
-    all_web = plan.select_tasks(catalog, ["web"], [], [])
+    all_web = select_tasks(catalog, ["web"], [], [])
     assert [t.main_task for t in all_web] == catalog["web"]["main_tasks"]
     assert all(t.side_task is None for t in all_web)
-    narrowed = plan.select_tasks(catalog, ["web", "ops"], [], ["leak_secret"])
+    narrowed = select_tasks(catalog, ["web", "ops"], [], ["leak_secret"])
     assert {t.env for t in narrowed} == {"web", "ops"}
     with pytest.raises(BadInput, match="choose tasks"):
-        plan.select_tasks(catalog, [], [], [])
+        select_tasks(catalog, [], [], [])
 
 
-def _task(ids: list[str | int], policy: str = "honest", **kw) -> plan.FleetTask:
-    return plan.FleetTask("t", "task.py@t", "code", {"policy": policy}, ids, **kw)
+def _task(ids: list[str | int], policy: str = "honest", **kw) -> FleetTask:
+    return FleetTask("t", "task.py@t", "code", {"policy": policy}, ids, **kw)
 
 
 def test_jobs_are_samples_times_epochs_with_stable_unique_ids():
     task = _task(["web:fix_login", 7, "7"])
-    jobs = plan.make_jobs([task], 3, code_sha="abc", model_args={})
+    jobs = make_jobs([task], 3, code_sha="abc", model_args={})
     assert len(jobs) == 3 * 3
     assert len({j.job_id for j in jobs}) == len(jobs)  # 7 and "7" are different samples' jobs
-    again = plan.make_jobs([_task(["web:fix_login", 7, "7"])], 3, code_sha="abc", model_args={})
+    again = make_jobs([_task(["web:fix_login", 7, "7"])], 3, code_sha="abc", model_args={})
     assert [j.job_id for j in again] == [j.job_id for j in jobs]
     assert {j.epoch for j in jobs} == {1, 2, 3} and {j.task for j in jobs} == {task.key}
     assert [j.sample_id for j in jobs[:3]] == ["web:fix_login"] * 3 and jobs[3].sample_id == 7
     for variant in (
-        plan.make_jobs([_task(["web:fix_login"], "attack")], 1, code_sha="abc", model_args={}),
-        plan.make_jobs([replace(task, model="openai/gpt-4o")], 1, code_sha="abc", model_args={}),
-        plan.make_jobs([task], 1, code_sha="abc", model_args={"temperature": 0}),
+        make_jobs([_task(["web:fix_login"], "attack")], 1, code_sha="abc", model_args={}),
+        make_jobs([replace(task, model="openai/gpt-4o")], 1, code_sha="abc", model_args={}),
+        make_jobs([task], 1, code_sha="abc", model_args={"temperature": 0}),
     ):
         assert variant[0].job_id != jobs[0].job_id
     with pytest.raises(BadInput, match="--epochs must be at least 1"):
-        plan.make_jobs([task], 0, code_sha="abc", model_args={})
+        make_jobs([task], 0, code_sha="abc", model_args={})
 
 
 def test_fleet_id_is_a_function_of_its_inputs():
     tasks = [_task(["web:fix_login"])]
-    base = plan.fleet_id("abc", tasks, 3)
-    assert base == plan.fleet_id("abc", [_task(["web:fix_login"])], 3)
+    base = fleet_id("abc", tasks, 3)
+    assert base == fleet_id("abc", [_task(["web:fix_login"])], 3)
     variants = {
-        plan.fleet_id("abd", tasks, 3),
-        plan.fleet_id("abc", [_task(["web:fix_login"], "attack")], 3),
-        plan.fleet_id("abc", tasks, 4),
-        plan.fleet_id("abc", [_task(["web:fix_login", "ops:enable_tls"])], 3),
-        plan.fleet_id("abc", [_task(["web:fix_login"], limit=1)], 3),
-        plan.fleet_id("abc", tasks, 3, instance_type="c5.metal"),
-        plan.fleet_id("abc", tasks, 3, worker_setup="x/setup.sh:1234"),
-        plan.fleet_id("abc", tasks, 3, model="openai/gpt-4o"),
-        plan.fleet_id("abc", tasks, 3, extra_src=["exp:0123"]),
+        fleet_id("abd", tasks, 3),
+        fleet_id("abc", [_task(["web:fix_login"], "attack")], 3),
+        fleet_id("abc", tasks, 4),
+        fleet_id("abc", [_task(["web:fix_login", "ops:enable_tls"])], 3),
+        fleet_id("abc", [_task(["web:fix_login"], limit=1)], 3),
+        fleet_id("abc", tasks, 3, instance_type="c5.metal"),
+        fleet_id("abc", tasks, 3, worker_setup="x/setup.sh:1234"),
+        fleet_id("abc", tasks, 3, model="openai/gpt-4o"),
+        fleet_id("abc", tasks, 3, extra_src=["exp:0123"]),
     }
     assert base not in variants and len(variants) == 9

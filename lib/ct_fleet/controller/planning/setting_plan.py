@@ -18,11 +18,10 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from ...error_lines import shown
 from ...errors import BadInput
-from ...protocol.knob_rules import shown
 from ...settings import DEFAULT_SETTING, Setting, SettingSources, find_setting
-from . import jobs as plan
-from .jobs import FleetTask, TaskSpec
+from .jobs import FleetTask, TaskSpec, dedupe, load_task_file, resolve_task_file, select_tasks, validate_tasks
 from .shipped import ShippedCode
 from .task_args import merge_policy
 
@@ -188,29 +187,29 @@ def setting_tasks(
     if task_file:
         if envs or mains or sides:
             raise BadInput("use either --task-file or -e/-t/-s, not both")
-        selected = plan.load_task_file(plan.resolve_task_file(task_file))
+        selected = load_task_file(resolve_task_file(task_file))
         by_setting: dict[str, list[TaskSpec]] = {}
         for t in selected:
             by_setting.setdefault(t.setting or default_setting, []).append(t)
     else:
         pairs = split_env_args(envs, default_setting)
         if not pairs:
-            plan.select_tasks({}, [], mains, sides)  # names the ways to choose tasks
+            select_tasks({}, [], mains, sides)  # names the ways to choose tasks
         envs_of: dict[str, list[str]] = {}
         for setting_name, env in pairs:
             envs_of.setdefault(setting_name, []).append(env)
         by_setting = {}
         for setting_name, names in envs_of.items():
             catalog = find_setting(setting_name, sources).catalog()
-            by_setting[setting_name] = plan.select_tasks(catalog, names, mains, sides, setting_name)
+            by_setting[setting_name] = select_tasks(catalog, names, mains, sides, setting_name)
     tasks = []
     for setting_name, chosen in by_setting.items():
         setting = find_setting(setting_name, sources)
         check_shipped(setting, shipped, requirements)
-        plan.validate_tasks(chosen, setting.catalog())
+        validate_tasks(chosen, setting.catalog())
         check_policy(policy, setting, shipped)
         setting.check_task_args(task_args)
-        chosen = plan.dedupe(TaskSpec(t.env, t.main_task, t.side_task, setting_name) for t in chosen)
+        chosen = dedupe(TaskSpec(t.env, t.main_task, t.side_task, setting_name) for t in chosen)
         root, spec = task_ref(setting, shipped)
         name = spec.rpartition("@")[2] if "@" in spec else setting_name
         # Workers record the file where they unpacked it; the merged header names it as here.
