@@ -197,7 +197,7 @@ def test_a_sandbox_that_cannot_build_names_the_tool_s_cause():
 
 def test_many_failures_alike_are_a_few_lines_with_counts():
     """40 errored samples: a line per kind with its count, not 20 repeated reprs."""
-    from ct_fleet.summaries import grouped
+    from ct_fleet.error_lines import grouped
 
     rows = [{"dead": False, "error_class": "fatal", "error": "RuntimeError('boom ' * 50)" * 3} for _ in range(40)]
     rows += [{"dead": False, "error_class": "fatal", "error": f"other {i}"} for i in range(5)]
@@ -211,7 +211,7 @@ def test_many_failures_alike_are_a_few_lines_with_counts():
 
 def test_messages_differing_only_in_ids_are_one_kind():
     """Each worker names itself, each temp dir is new: still one problem, shown by its first."""
-    from ct_fleet.summaries import grouped
+    from ct_fleet.error_lines import grouped
 
     messages = [f"worker i-0{n:016x} died: no space in /tmp/ct-job-{n:07d}x" for n in range(30)]
     messages += [f"job {n:016x} of eval {'Ab3' * 7}{n} sandbox {n:08x}-1111-2222-3333-{n:012x} gone" for n in range(5)]

@@ -1,4 +1,5 @@
-"""Many similar errors said in a few lines: one line per distinct message, with its count.
+"""Values and error messages said in one line: a value as an error may show it (`shown`),
+a message clipped (`clipped`), many similar messages grouped by kind (`grouped`, `one_line`).
 
 Forty samples failing the same way are one problem, not forty; a reader needs the kinds
 and how many of each, the most common first, and not the same repr twenty times over.
@@ -9,9 +10,18 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 KINDS = 3  # distinct messages named; the rest are counted
 WIDTH = 240  # characters of one message
+
+
+def shown(raw: Any) -> str:
+    """A value as a one-line message may show it: control characters escaped, long ones cut."""
+    text = str(raw)
+    if not text.isprintable():
+        text = repr(text)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def clipped(message: str, width: int = WIDTH) -> str:

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ..controller.reporting import Progress, merged_model, metrics_text, total_tokens
-from ..summaries import clipped
+from ..error_lines import clipped
 
 
 def _duration(seconds: float | None) -> str:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import PositiveInt, TypeAdapter, ValidationError
 
+from ..error_lines import shown
 from ..errors import BadInput
 from ..protocol import run_layout
-from ..protocol.knob_rules import shown
 from ..services import store
 from .base import Cloud
 from .context import CloudContext

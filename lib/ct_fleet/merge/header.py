@@ -10,8 +10,8 @@ from typing import Any
 
 from inspect_ai.log import EvalError, EvalLog, EvalStats
 
+from ..error_lines import one_line
 from ..inspect_private import deserializing_context
-from ..summaries import one_line
 from .results import should_fail
 from .scan import Group
 from .spool import Spool

@@ -15,6 +15,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 
+from ..error_lines import shown
+
 SQS_MAX_VISIBILITY = 43200  # seconds; SQS's ceiling for VisibilityTimeout and ChangeMessageVisibility
 WEEK = 7 * 24 * 3600
 
@@ -213,11 +215,3 @@ def reason(exc: ValidationError) -> str:
         return words[kind]
     message = str(error["msg"])
     return message.removeprefix("Value error, ")
-
-
-def shown(raw: Any) -> str:
-    """A value as a one-line message may show it: control characters escaped, long ones cut."""
-    text = str(raw)
-    if not text.isprintable():
-        text = repr(text)
-    return text if len(text) <= 60 else text[:57] + "..."

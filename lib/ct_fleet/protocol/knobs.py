@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from ..error_lines import shown
 from ..errors import BadInput
 from . import knob_rules as r
 
@@ -331,7 +332,7 @@ def check_value(name: str, raw: Any, where: str = "--ec2-arg", cls: type[Ec2Conf
     try:
         return _adapter(cls, name).validate_python(raw)
     except ValidationError as exc:
-        raise BadInput(f"{where} {name}={r.shown(raw)}: {r.reason(exc)}") from None
+        raise BadInput(f"{where} {name}={shown(raw)}: {r.reason(exc)}") from None
 
 
 def _coerce(key: str, raw: Any, where: str, cls: type[Ec2Config]) -> Any:
@@ -365,7 +366,7 @@ def parse_ec2_args(pairs: Iterable[str], cls: type[Ec2Config] = Ec2Config) -> di
         if key in given:
             # Which one was meant is a guess either way; a silent last-wins hides a typo.
             raise BadInput(
-                f"--ec2-arg {key} is given twice ({key}={r.shown(given[key])} and {key}={r.shown(raw)}): keep one"
+                f"--ec2-arg {key} is given twice ({key}={shown(given[key])} and {key}={shown(raw)}): keep one"
             )
         given[key] = raw
     return values
@@ -480,5 +481,5 @@ def from_worker_env(env: Mapping[str, str], cls: type[Ec2Config] = Ec2Config) ->
         try:
             values[f.name] = TypeAdapter(hints[f.name]).validate_python(raw)
         except ValidationError as exc:
-            raise BadInput(f"fleet.env {name}={r.shown(raw)}: {r.reason(exc)}") from None
+            raise BadInput(f"fleet.env {name}={shown(raw)}: {r.reason(exc)}") from None
     return cls(**values).for_cloud("aws", DEFAULT_REGION)

@@ -15,10 +15,10 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from ...error_lines import shown
 from ...errors import BadInput
 from ...protocol import knob_rules as ec2_rules
 from ...protocol.keys import DOCKER_PARAM_PREFIX
-from ...protocol.knob_rules import shown
 from .extra_src import ExtraTree, scan_tree
 
 MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.:@+/-]+")

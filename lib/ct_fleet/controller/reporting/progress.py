@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...summaries import one_line
+from ...error_lines import one_line
 from .missing import last_line
 from .states import JobStates
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...summaries import grouped
+from ...error_lines import grouped
 
 if TYPE_CHECKING:
     from ...merge import MergedTask
