@@ -1,7 +1,7 @@
 """The IAM policies: the evaluator, the proof against recorded calls, and two offline linters.
 
 Tiers:
-- unit tests of lib/ct_fleet/iam_eval.py;
+- unit tests of tests/iam_eval.py, the small policy evaluator they use;
 - the call tables below (every AWS call the code makes, per side, with its code path and
   resources) checked against policies/*.json with the request context the code builds:
   what must be allowed is, what must not be is denied, and a policy grants nothing the

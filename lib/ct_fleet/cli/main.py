@@ -1,4 +1,5 @@
-"""The `ct-fleet` command group: one function per command, in a module per command.
+"""The `ct-fleet` command group: the commands live in cli/ modules by concern (eval_cmd,
+fleet_cmds, merge_cmd, ...), registered here.
 
 Every command turns BadInput (and click's usage errors) into one line on stderr and exit
 status 2. Tracebacks are for bugs only: an unexpected exception prints one line naming
