@@ -8,6 +8,7 @@ Regenerate with `bin/gen-reference` (python -m ct_fleet.cli.reference docs/refer
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 import typing
 from collections.abc import Iterator
@@ -32,9 +33,15 @@ Every command and every fleet knob, as their definitions declare them (the same 
 """
 
 
+def _prose(text: str) -> str:
+    """Markdown text as it reads: <fleet> outside code spans escaped, not taken for HTML."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(part if i % 2 else part.replace("<", "&lt;").replace(">", "&gt;") for i, part in enumerate(parts))
+
+
 def _cell(text: object) -> str:
     """One Markdown table cell: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return _prose(" ".join(str(text).split()).replace("|", "\\|"))
 
 
 def _help(text: str | None) -> str:
@@ -44,7 +51,7 @@ def _help(text: str | None) -> str:
         if para.startswith("\b\n"):
             out.append("```\n" + inspect.cleandoc(para[2:]) + "\n```")
         else:
-            out.append(" ".join(para.split()))
+            out.append(_prose(" ".join(para.split())))
     return "\n\n".join(p for p in out if p)
 
 
