@@ -17,7 +17,11 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference.md"
 
 
 def test_the_reference_page_is_current():
-    assert PAGE.read_text() == render(), f"docs/reference.md is stale: run {REGENERATE} and commit it"
+    page, now = PAGE.read_text(), render()
+    first = next(
+        (f"-{a}\n+{b}" for a, b in zip(page.splitlines(), now.splitlines(), strict=False) if a != b), "its length"
+    )
+    assert page == now, f"docs/reference.md is stale: run {REGENERATE} and commit it (first difference: {first})"
 
 
 def test_the_page_follows_a_new_knob_and_a_new_command():
