@@ -35,14 +35,12 @@ import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..evallog.zipio import RawMember
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+from .spool_rows import Kept, id_order, member_blob, micros, stat_key, typed_id, untyped_id
 
 _SCHEMA = """
 CREATE TABLE inputs (path BLOB PRIMARY KEY, size INTEGER, mtime INTEGER, ino INTEGER) WITHOUT ROWID;
@@ -98,71 +96,6 @@ _CACHE_KIB = 8 * 1024
 _BATCH = 512  # rows sent to sqlite per call
 
 
-def _typed(sample_id: str | int) -> bytes:
-    """A sample id with its type (Inspect ids are str or int)."""
-    return pickle.dumps(sample_id, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _untyped(blob: bytes) -> str | int:
-    value: str | int = pickle.loads(blob)
-    return value
-
-
-def _id_order(typed: bytes) -> str:
-    """A text key that sorts ids as sorted() sorts (0, int) and (1, str): ints first, by
-    value (by how many digits, then the digits; negative ones reversed), then strs."""
-    value = _untyped(typed)
-    if not isinstance(value, int):
-        return "1" + value
-    digits = str(abs(value))
-    if value < 0:
-        return f"0n{_MAX_DIGITS - len(digits):08d}{digits.translate(_NINES_COMPLEMENT)}"
-    return f"0p{len(digits):08d}{digits}"
-
-
-_MAX_DIGITS = 10**8 - 1
-_NINES_COMPLEMENT = str.maketrans("0123456789", "9876543210")
-
-
-def micros(ts: datetime) -> int:
-    """A timestamp as integer microseconds: exact, and ordered as the datetimes are."""
-    delta = ts - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-@dataclass(frozen=True, slots=True)
-class Kept:
-    """One kept sample, as the writer and the results need it."""
-
-    sample_id: str | int
-    epoch: int
-    error: str | None
-    path: str
-    summary: bytes  # compact JSON of the sample summary
-    member_blob: bytes
-
-    @property
-    def member(self) -> RawMember:
-        return RawMember(*pickle.loads(self.member_blob))
-
-
-def _stat(path: Path | str) -> tuple[bytes, int | None, int | None, int | None]:
-    """(path's bytes, size, mtime, inode) of an input; Nones for one that cannot be read
-    (it is read anyway, and skipped as unreadable)."""
-    path = path if isinstance(path, Path) else Path(path)  # Path() normalises a str ("a//b" is "a/b")
-    try:
-        st = path.stat()
-    except OSError:
-        return os.fsencode(path), None, None, None
-    return os.fsencode(path), st.st_size, st.st_mtime_ns, st.st_ino
-
-
-def _member_blob(m: RawMember) -> bytes:
-    """A RawMember's fields as a pickled tuple (a slotted dataclass pickles several times slower)."""
-    fields = (m.name, m.header_offset, m.compress_type, m.compress_size, m.file_size, m.crc, m.date_time)
-    return pickle.dumps((*fields, m.external_attr, m.create_system), protocol=pickle.HIGHEST_PROTOCOL)
-
-
 class Spool:
     def __init__(self) -> None:
         self._dir = tempfile.mkdtemp(prefix="ct-fleet-merge-")
@@ -173,7 +106,7 @@ class Spool:
         )
         for pragma in ("journal_mode = OFF", "synchronous = OFF", "temp_store = FILE", f"cache_size = -{_CACHE_KIB}"):
             self.db.execute(f"PRAGMA {pragma}")
-        self.db.create_function("id_order", 1, _id_order, deterministic=True)
+        self.db.create_function("id_order", 1, id_order, deterministic=True)
         self.db.executescript(_SCHEMA)
         self.db.execute("BEGIN")
         self._files: list[tuple[Any, ...]] = []
@@ -206,7 +139,7 @@ class Spool:
         self.db.execute("DELETE FROM temp.current")
         self.db.executemany(
             "INSERT OR IGNORE INTO temp.current (path, size, mtime, ino) VALUES (?, ?, ?, ?)",
-            (_stat(p) for p in inputs),
+            (stat_key(p) for p in inputs),
         )
         if self.db.execute(_CHANGED).fetchone()[0]:
             return None
@@ -249,13 +182,13 @@ class Spool:
                 grp,
                 str(sample_id),
                 epoch,
-                _typed(sample_id),
+                typed_id(sample_id),
                 file,
                 int(error is None),
                 micros(completed),
                 error,
                 summary,
-                _member_blob(member),
+                member_blob(member),
             )
         )
         if len(self._records) >= _BATCH:
@@ -283,7 +216,7 @@ class Spool:
         else:
             self.db.executemany(
                 "INSERT OR IGNORE INTO intended (sid, sample_id) VALUES (?, ?)",
-                ((str(sid), _typed(sid)) for sid in sample_ids),
+                ((str(sid), typed_id(sid)) for sid in sample_ids),
             )
             self.db.execute(
                 """
@@ -301,7 +234,7 @@ class Spool:
         column = "sample_id" if typed else "sid"
         rows = self.db.execute(f"SELECT {column} FROM intended ORDER BY pos")
         while batch := rows.fetchmany(_BATCH):
-            yield [_untyped(value) for (value,) in batch] if typed else [value for (value,) in batch]
+            yield [untyped_id(value) for (value,) in batch] if typed else [value for (value,) in batch]
 
     def max_epoch(self, grp: int) -> int | None:
         self._flush()
@@ -326,7 +259,7 @@ class Spool:
         """
         for epoch in range(1, epochs + 1):
             for typed, ep, error, path, summ, member in self.db.execute(query, (grp, epoch)):
-                yield Kept(_untyped(typed), ep, error, path, summ, member)
+                yield Kept(untyped_id(typed), ep, error, path, summ, member)
 
     def kept_by_sample(self, grp: int, epochs: int) -> Iterator[tuple[int, str | int, int, str | None, bytes]]:
         """(dataset position, id, epoch, error, summary) of the kept records, sample by
@@ -339,7 +272,7 @@ class Spool:
             ORDER BY i.pos, r.epoch
         """
         for pos, typed, epoch, error, summary in self.db.execute(query, (grp, epochs)):
-            yield pos, _untyped(typed), epoch, error, summary
+            yield pos, untyped_id(typed), epoch, error, summary
 
     def count_kept(self, grp: int, epochs: int) -> tuple[int, int]:
         """(kept records, kept records with an error)."""
@@ -363,7 +296,7 @@ class Spool:
         """
         for epoch in range(1, epochs + 1):
             for (typed,) in self.db.execute(query, (grp, epoch)):
-                yield _untyped(typed), epoch
+                yield untyped_id(typed), epoch
 
     def errors(self, grp: int, epochs: int) -> Iterator[tuple[str | int, int, str]]:
         """(id, epoch, message) of the kept records with an error, in output order."""
@@ -375,7 +308,7 @@ class Spool:
         """
         for epoch in range(1, epochs + 1):
             for typed, error in self.db.execute(query, (grp, epoch)):
-                yield _untyped(typed), epoch, error or ""
+                yield untyped_id(typed), epoch, error or ""
 
     def count_contributing(self, grp: int, epochs: int) -> int:
         """How many files a kept record comes from."""

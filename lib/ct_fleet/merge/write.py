@@ -16,7 +16,8 @@ from ..inspect_private import to_json_safe
 from .header import SAMPLE_IDS
 from .reduced import Reduction
 from .scan import Group
-from .spool import Kept, Spool
+from .spool import Spool
+from .spool_rows import Kept
 from .util import json_array, timestamp
 
 
