@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import select
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,15 +14,13 @@ from rich.markup import escape
 
 from .. import inspect_options
 from ..controller.fleet import FleetInterrupted, RunHooks, execute
-from ..controller.planning import FleetRequest, PlannedFleet, plan_fleet
+from ..controller.planning import FleetRequest, plan_fleet
 from ..controller.reporting import RunResult, exit_status, interrupted_summary, run_summary
 from ..errors import BadInput
 from ..protocol import knobs
+from . import prompts
 from .console import console, err
-from .display import LiveProgress, dead_table, estimate_table, money, summary_table
-
-# Long enough to read and answer; short enough that an unattended laptop stops its bill.
-PROMPT_SECONDS = 60
+from .display import LiveProgress, dead_table, money, summary_table
 
 
 def _knob_help() -> str:
@@ -218,20 +215,20 @@ def eval_command(
     human = err if as_json else console
     if planned.inspect.no_ansi:
         human.no_color = err.no_color = True
-    if (planned.cloud.bills or planned.spec.config.estimate) and not _confirm_cost(planned, human):
+    if (planned.cloud.bills or planned.spec.config.estimate) and not prompts.confirm_cost(planned, human):
         return
-    if planned.large and not _confirm_large(planned):
+    if planned.large and not prompts.confirm_large(planned):
         return
     hooks = RunHooks(
-        info=lambda text: _say(human, text),
-        warn=lambda text: _say(err, f"[yellow]warning:[/] {escape(text)}"),
+        info=lambda text: prompts.say(human, text),
+        warn=lambda text: prompts.say(err, f"[yellow]warning:[/] {escape(text)}"),
     )
     fleet_id, run_dir = planned.spec.fleet_id, planned.run_dir
     try:
         with LiveProgress(human) as live:
             if planned.inspect.display != "none":
                 hooks.on_progress = live.update
-            hooks.leave_running_on_interrupt = lambda: _ask_leave_running(live)
+            hooks.leave_running_on_interrupt = lambda: prompts.ask_leave_running(live)
             result = execute(planned, hooks)
     except FleetInterrupted as exc:
         again = f"rerun with --ec2-arg resume={fleet_id}" if planned.spec.config.new_fleet else "rerun the same command"
@@ -299,66 +296,6 @@ def build_eval_command() -> click.Command:
             param.help = f"{param.help or ''} [{label}: {handling.note}]"
         command.params.append(param)
     return command
-
-
-def _say(out: Console, text: str) -> None:
-    try:
-        out.print(text, highlight=False, soft_wrap=True)
-    except OSError:
-        pass  # the terminal was closed (at the Ctrl-C prompt, say): stopping the fleet matters more
-
-
-def _confirm_cost(planned: PlannedFleet, out: Console) -> bool:
-    """Show the estimate; launch only when confirmed (or auto_confirm). estimate=true stops here."""
-    cfg = planned.spec.config
-    est = planned.estimate()
-    out.print(estimate_table(est, cfg.instance_type))
-    if cfg.estimate:
-        return False
-    if cfg.auto_confirm:
-        return True
-    if not sys.stdin.isatty():
-        raise BadInput("cannot ask for confirmation without a terminal: pass --ec2-arg auto_confirm=true")
-    return click.confirm(
-        f"launch up to {est.workers} {cfg.instance_type} worker(s) for about ${est.total:.2f}?", default=False
-    )
-
-
-def _confirm_large(planned: PlannedFleet) -> bool:
-    """Many jobs (often a typo in --epochs) run only when confirmed, or with auto_confirm."""
-    jobs = len(planned.spec.jobs)
-    if planned.spec.config.auto_confirm:
-        return True
-    if not sys.stdin.isatty():
-        raise BadInput(f"{jobs:,} jobs is a large run: confirm with --ec2-arg auto_confirm=true")
-    return click.confirm(f"start {jobs:,} jobs?", default=False)
-
-
-def _ask_leave_running(live: LiveProgress) -> bool:
-    """Ctrl-C with workers up: stop them (the default), or leave them for a later resume.
-
-    Stop, unless "leave" is typed within PROMPT_SECONDS: without a terminal, on no answer
-    (the laptop was walked away from: workers would bill until someone comes back), on
-    a closed terminal, or on any other answer.
-    """
-    if not sys.stdin.isatty():
-        return False
-    live.stop()  # a redrawing table would bury the question
-    err.print(
-        f"\ninterrupted: stop the fleet, or leave its workers running for a later resume? "
-        f"[stop/leave] (stop in {PROMPT_SECONDS}s): ",
-        end="",
-        highlight=False,
-        markup=False,
-    )
-    try:
-        ready, _, _ = select.select([sys.stdin], [], [], PROMPT_SECONDS)
-        answer = sys.stdin.readline() if ready else ""
-    except (OSError, ValueError):  # the terminal is gone: that is an answer too
-        return False
-    if not ready:
-        err.print("no answer: stopping", highlight=False)
-    return answer.strip().lower() == "leave"
 
 
 def _report(result: RunResult, console: Console) -> None:
