@@ -7,13 +7,16 @@ from dataclasses import fields
 import pytest
 
 from ct_fleet.errors import BadInput
+from ct_fleet.protocol import knob_parsing
 from ct_fleet.protocol import knobs as config
 
 
 def test_values_are_typed():
-    got = config.parse_ec2_args(["max_workers=3", "spot=true", "max_cost=2.5", "ami=none", "instance_type=c5.metal"])
+    got = knob_parsing.parse_ec2_args(
+        ["max_workers=3", "spot=true", "max_cost=2.5", "ami=none", "instance_type=c5.metal"]
+    )
     assert got == {"max_workers": 3, "spot": True, "max_cost": 2.5, "ami": None, "instance_type": "c5.metal"}
-    assert config.parse_ec2_args(["auto_confirm=No"]) == {"auto_confirm": False}
+    assert knob_parsing.parse_ec2_args(["auto_confirm=No"]) == {"auto_confirm": False}
 
 
 @pytest.mark.parametrize(
@@ -59,21 +62,21 @@ def test_values_are_typed():
 )
 def test_bad_args_are_refused(arg: str, message: str):
     with pytest.raises(BadInput, match=message):
-        config.parse_ec2_args([arg])
+        knob_parsing.parse_ec2_args([arg])
 
 
 def test_values_from_yaml_keep_their_types():
-    assert config.from_mapping({"max_workers": 4, "spot": True, "max_cost": 2}, "run.yml") == {
+    assert knob_parsing.from_mapping({"max_workers": 4, "spot": True, "max_cost": 2}, "run.yml") == {
         "max_workers": 4,
         "spot": True,
         "max_cost": 2.0,
     }
     with pytest.raises(BadInput, match=r"run.yml: max_workers=True: expected a number"):
-        config.from_mapping({"max_workers": True}, "run.yml")
+        knob_parsing.from_mapping({"max_workers": True}, "run.yml")
     with pytest.raises(BadInput, match=r"instance_type=3: expected text"):
-        config.from_mapping({"instance_type": 3}, "run.yml")
+        knob_parsing.from_mapping({"instance_type": 3}, "run.yml")
     with pytest.raises(BadInput, match=r"max_workers: expected a single value, not a list"):
-        config.from_mapping({"max_workers": [1, 2]}, "run.yml")
+        knob_parsing.from_mapping({"max_workers": [1, 2]}, "run.yml")
 
 
 @pytest.mark.parametrize(
@@ -86,20 +89,20 @@ def test_values_from_yaml_keep_their_types():
 )
 def test_rules_between_knobs(args: list[str], message: str):
     with pytest.raises(BadInput, match=message):
-        config.build_config(config.parse_ec2_args(args)).for_cloud("aws", "us-east-1")
+        knob_parsing.build_config(knob_parsing.parse_ec2_args(args)).for_cloud("aws", "us-east-1")
 
 
 def test_knobs_between_rules_accept_the_defaults_and_small_test_values():
     config.Ec2Config().for_cloud("aws", "us-east-1")
-    config.build_config(config.parse_ec2_args(["visibility_timeout=4", "heartbeat_interval=2"])).for_cloud(
+    knob_parsing.build_config(knob_parsing.parse_ec2_args(["visibility_timeout=4", "heartbeat_interval=2"])).for_cloud(
         "aws", "us-east-1"
     )
 
 
 def test_later_layers_win():
-    run_level = config.from_mapping({"max_workers": 5, "spot": "true"}, "run.yml")
-    attack = config.from_mapping({"max_workers": 7}, "run.yml: attack a")
-    cfg = config.build_config(run_level, attack)
+    run_level = knob_parsing.from_mapping({"max_workers": 5, "spot": "true"}, "run.yml")
+    attack = knob_parsing.from_mapping({"max_workers": 7}, "run.yml: attack a")
+    cfg = knob_parsing.build_config(run_level, attack)
     assert cfg.max_workers == 7 and cfg.spot is True
 
 

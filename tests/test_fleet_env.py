@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ct_fleet.errors import BadInput
-from ct_fleet.protocol import Ec2Config, FleetEnv, knobs
+from ct_fleet.protocol import Ec2Config, FleetEnv, knob_parsing, knobs
 from ct_fleet.protocol import knob_rules as rules
 from ct_fleet.worker.loop import WorkerSettings
 
@@ -72,12 +72,12 @@ class WithSlack(Ec2Config):
 
 def test_a_knob_declared_once_is_in_help_validation_fleet_env_and_the_worker(tmp_path: Path) -> None:
     assert "slack_seconds=7: seconds of slack a worker allows (part of the fleet id)" in knobs.help_table(WithSlack)
-    assert knobs.parse_ec2_args(["slack_seconds=9"], WithSlack) == {"slack_seconds": 9}
+    assert knob_parsing.parse_ec2_args(["slack_seconds=9"], WithSlack) == {"slack_seconds": 9}
     with pytest.raises(BadInput, match=r"slack_seconds=99: must be at most 60"):
-        knobs.parse_ec2_args(["slack_seconds=99"], WithSlack)
+        knob_parsing.parse_ec2_args(["slack_seconds=99"], WithSlack)
     with pytest.raises(BadInput, match="unknown --ec2-arg 'slack_seconds'"):
-        knobs.parse_ec2_args(["slack_seconds=9"])  # not a knob of the real config
-    cfg = knobs.build_config({"slack_seconds": 9}, cls=WithSlack).for_cloud("aws", "us-east-1")
+        knob_parsing.parse_ec2_args(["slack_seconds=9"])  # not a knob of the real config
+    cfg = knob_parsing.build_config({"slack_seconds": 9}, cls=WithSlack).for_cloud("aws", "us-east-1")
     assert knobs.identity(cfg)["slack_seconds"] == 9
     env = FleetEnv(FLEET_ID="f", knobs=cfg).to_env()
     assert env["SLACK_SECONDS"] == "9"

@@ -15,7 +15,8 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from ..errors import BadInput
-from .knobs import DEFAULT_REGION, Ec2Config, check_worker_types, from_worker_env, to_worker_env
+from .knob_env import check_worker_types, from_worker_env, to_worker_env
+from .knobs import DEFAULT_REGION, Ec2Config
 
 # Concurrent samples a worker starts with; it adapts from there up to CONCURRENCY.
 START_CONCURRENCY = 10

@@ -3,17 +3,17 @@
 A knob is one field of Ec2Config. Its declaration holds everything about it: the type,
 the rule a value must pass (protocol/knob_rules.py), the help `--help` shows, the
 default (or one default per cloud, where the field's default is None), whether the
-fleet id covers it, and the fleet.env name under which it reaches workers. Parsing,
-validation, `--help`, the fleet id, fleet.env (protocol/fleet_env.py) and the worker's
-settings all read these declarations; nothing else lists knobs.
+fleet id covers it, and the fleet.env name under which it reaches workers. Parsing
+(protocol/knob_parsing.py), validation, `--help`, the fleet id, fleet.env
+(protocol/knob_env.py, fleet_env.py) and the worker's settings all read these
+declarations; nothing else lists knobs.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any
 
@@ -335,62 +335,6 @@ def check_value(name: str, raw: Any, where: str = "--ec2-arg", cls: type[Ec2Conf
         raise BadInput(f"{where} {name}={shown(raw)}: {r.reason(exc)}") from None
 
 
-def _coerce(key: str, raw: Any, where: str, cls: type[Ec2Config]) -> Any:
-    if isinstance(raw, str):
-        raw = raw.strip()
-        if raw.lower() in ("none", "null", ""):
-            raw = None
-    if raw is None and type(None) not in typing.get_args(typing.get_type_hints(cls)[key]):
-        raise BadInput(f"{where} {key} needs a value (see `ct-fleet eval --help`)")
-    return check_value(key, raw, where, cls)
-
-
-def _check_key(key: str, cls: type[Ec2Config]) -> None:
-    names = knob_names(cls)
-    if key not in names:
-        close = difflib.get_close_matches(key, names, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise BadInput(f"unknown --ec2-arg {key!r}{hint}; see `ct-fleet eval --help` for the list")
-
-
-def parse_ec2_args(pairs: Iterable[str], cls: type[Ec2Config] = Ec2Config) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    given: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip()
-        if not sep:
-            raise BadInput(f"--ec2-arg {pair!r}: write key=value")
-        _check_key(key, cls)
-        values[key] = _coerce(key, raw, "--ec2-arg", cls)  # a bad value is named for itself first
-        if key in given:
-            # Which one was meant is a guess either way; a silent last-wins hides a typo.
-            raise BadInput(
-                f"--ec2-arg {key} is given twice ({key}={shown(given[key])} and {key}={shown(raw)}): keep one"
-            )
-        given[key] = raw
-    return values
-
-
-def from_mapping(mapping: object, where: str, cls: type[Ec2Config] = Ec2Config) -> dict[str, Any]:
-    """ec2_args from a YAML run config: same keys and types as --ec2-arg."""
-    if not isinstance(mapping, dict):
-        raise BadInput(f"{where}: ec2_args must be a mapping of key: value")
-    values = {}
-    for key, raw in mapping.items():
-        _check_key(str(key), cls)
-        values[str(key)] = _coerce(str(key), raw, f"{where}:", cls)
-    return values
-
-
-def build_config(*layers: Mapping[str, Any], cls: type[Ec2Config] = Ec2Config) -> Ec2Config:
-    """Later layers win: run config, then the attack's ec2_args, then the command line."""
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        merged.update(layer)
-    return cls(**merged)
-
-
 def check_config(cfg: Ec2Config) -> None:
     """Rules between knobs, on the final config (per-cloud defaults filled in)."""
     margin = VISIBILITY_HEARTBEATS * cfg.heartbeat_interval
@@ -439,47 +383,3 @@ def identity(cfg: Ec2Config, **values: Any) -> dict[str, Any]:
             if value is not None:
                 out[f.name] = value
     return out
-
-
-def to_worker_env(cfg: Ec2Config) -> dict[str, str]:
-    """The knobs that reach workers, as fleet.env text: NAME -> value (empty ones left out)."""
-    out: dict[str, str] = {}
-    for f in knob_fields(type(cfg)):
-        name = info(f).worker
-        value = getattr(cfg, f.name)
-        if name is None or value is None or value == "":
-            continue
-        out[name] = ("true" if value else "false") if isinstance(value, bool) else str(value)
-    return out
-
-
-def check_worker_types(cfg: Ec2Config) -> None:
-    """Each knob that reaches workers holds a value of its own type: a wrong one would reach
-    the worker as its str()."""
-    hints = typing.get_type_hints(type(cfg))
-    for f in knob_fields(type(cfg)):
-        name = info(f).worker
-        if name is None:
-            continue
-        value = getattr(cfg, f.name)
-        try:
-            TypeAdapter(hints[f.name]).validate_python(value, strict=True)
-        except ValidationError:
-            raise BadInput(f"fleet setting {name}={value!r} is not of type {hints[f.name]}") from None
-
-
-def from_worker_env(env: Mapping[str, str], cls: type[Ec2Config] = Ec2Config) -> Ec2Config:
-    """Knobs back from fleet.env on a worker, each as its type (the controller checked the
-    rules); an absent one takes the EC2 default (a step rerun by hand with a partial fleet.env)."""
-    hints = typing.get_type_hints(cls)
-    values: dict[str, Any] = {}
-    for f in knob_fields(cls):
-        name = info(f).worker
-        raw = env.get(name) if name else None
-        if raw is None or raw == "":
-            continue
-        try:
-            values[f.name] = TypeAdapter(hints[f.name]).validate_python(raw)
-        except ValidationError as exc:
-            raise BadInput(f"fleet.env {name}={shown(raw)}: {r.reason(exc)}") from None
-    return cls(**values).for_cloud("aws", DEFAULT_REGION)

@@ -22,7 +22,7 @@ from ...cloud import Cloud, open_cloud
 from ...error_lines import shown
 from ...errors import BadInput
 from ...paths import REPO_ROOT
-from ...protocol import START_CONCURRENCY, Ec2Config, knobs
+from ...protocol import START_CONCURRENCY, Ec2Config, knob_parsing, knobs
 from ...services import secrets as fleet_secrets
 from ...settings import DEFAULT_SETTING, SettingSources
 from . import code, credentials, estimate, inspect_request, jobs, models, overlay, preflight, setting_plan, sizes, tasks
@@ -113,10 +113,10 @@ def _knobs(
     request: FleetRequest, defaults: dict[str, Any], config_args: dict[str, Any]
 ) -> tuple[Ec2Config, Cloud, dict[str, Any]]:
     """The knobs with the cloud's defaults, the cloud, and the knobs the user set (run config, --ec2-arg)."""
-    user_args = {**config_args, **knobs.parse_ec2_args(request.ec2_args)}
+    user_args = {**config_args, **knob_parsing.parse_ec2_args(request.ec2_args)}
     if request.retry_errors is not None:
         user_args["retry_errors"] = request.retry_errors
-    built = knobs.build_config(user_args)
+    built = knob_parsing.build_config(user_args)
     env = request.environ
     region = built.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or knobs.DEFAULT_REGION
     cloud = open_cloud(ec2=use_ec2(request, defaults), region=region)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BadInput
-from ...protocol import knobs as config
+from ...protocol import knob_parsing as config
 from . import safe_yaml, schemas
 
 MAX_BYTES = 1 << 20
