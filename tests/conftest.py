@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import signal
 import subprocess
@@ -19,47 +21,13 @@ from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY,
 REPO = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"
 
-# The modules that take longest (fleets, cold Inspect evals; measured with --durations),
-# about longest first. They are collected first, so that with bin/test's `--dist loadfile
+# Seconds per test module, as the last whole suite that passed measured them (written by
+# pytest_sessionfinish below; commit it with the change that moved the figures). Modules
+# are collected longest first, so that with bin/test's `--dist loadfile
 # --no-loadscope-reorder` each pytest worker starts on a long one and the last modules
-# left to hand out are short: the workers finish at about the same time. Order only: a
-# module not listed runs after these, in the usual order.
-HEAVY_FIRST = [
-    "test_faults_fleet.py",
-    "test_faults_workers.py",
-    "test_plain_tasks.py",
-    "test_inspect_dropin.py",
-    "test_interrupts.py",
-    "test_faults_controller.py",
-    "test_faults_results.py",
-    "test_ec2_capacity.py",
-    "test_warm_runner.py",
-    "test_local_run.py",
-    "test_live_view.py",
-    "test_throughput_stream.py",
-    "test_job_failures.py",
-    "test_setting_plugins.py",
-    "test_e2e.py",
-    "test_ec2_mode.py",
-    "test_task_inputs.py",
-    "test_faults_drill.py",
-    "test_model_fleet.py",
-    "test_poisoned_queues.py",
-    "test_bad_inputs.py",
-    "test_setting.py",
-    "test_policies.py",
-    # Modules of 10-35 s, which, left to the alphabetical rest, ran last on one worker
-    # while the others had finished (measured per test on a clean clone, 2026-12-05).
-    "test_user_data.py",
-    "test_task_names.py",
-    "test_external_sandbox.py",
-    "test_ami.py",
-    "test_end_of_run.py",
-    "test_requirements.py",
-    "test_merge.py",
-    "test_faultproxy.py",
-    "test_aws_integration.py",
-]
+# left to hand out are short: the workers finish at about the same time. A module with no
+# figure yet goes first, taken for long until measured.
+DURATIONS = Path(__file__).with_name("durations.json")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,9 +39,40 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _recorded_seconds() -> dict[str, float]:
+    try:
+        seconds: dict[str, float] = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return seconds
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: n for n, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: modules stay whole
+    seconds = _recorded_seconds()
+    items.sort(key=lambda item: -seconds.get(item.path.name, math.inf))  # stable: modules stay whole
+
+
+_module_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Under xdist this runs in the controller too, with every worker's reports.
+    module = Path(report.nodeid.split("::")[0]).name
+    _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After a whole suite that passed, keep each module's seconds for the next run's order."""
+    config = session.config
+    if hasattr(config, "workerinput") or exitstatus != 0:
+        return  # an xdist worker saw only its share; a failed run's figures are not the suite's
+    if config.option.keyword or config.option.markexpr or config.option.lf:
+        return
+    every = {path.name for path in DURATIONS.parent.glob("test_*.py")}
+    if not every <= _module_seconds.keys():
+        return  # a part of the suite
+    ordered = sorted(((name, round(_module_seconds[name], 1)) for name in every), key=lambda kv: -kv[1])
+    DURATIONS.write_text(json.dumps(dict(ordered), indent=1) + "\n")
 
 
 @pytest.fixture(scope="session")
