@@ -6,8 +6,8 @@ import pytest
 
 from ct_fleet.controller.fleet import JobTracker
 from ct_fleet.controller.fleet.scaling import Decision, decide
-from ct_fleet.controller.planning import first_launch_count
 from ct_fleet.protocol import DoneMessage
+from ct_fleet.protocol.sizing import first_launch_count
 
 
 def report(

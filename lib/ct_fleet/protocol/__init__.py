@@ -8,7 +8,9 @@
 - steplog: the bash step lines (lib/bash/ct.sh) of worker and AMI logs, and their parser
 - stop: the end-of-run signal (a stop message on the work queue, a marker in S3)
 - masking: secret values out of text that is reported or shown
-- knobs (+ knob_rules): every fleet knob, defined once
+- knobs: every fleet knob, defined once (knob_rules: their value rules; knob_parsing: values
+  from --ec2-arg and run configs; knob_env: to and from fleet.env)
+- sizing: how many workers a fleet starts with
 - run_layout: the names in a run directory, runs/<fleet_id>/
 """
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from ...cloud import Cloud
 from ...protocol import START_CONCURRENCY, DoneMessage
+from ...protocol.sizing import first_launch_count
 from ...services import instances, launching
 from ...services import secrets as fleet_secrets
 from ...services.launching import Launched
-from ..planning import FleetSpec, first_launch_count
+from ..planning import FleetSpec
 from ..reporting import cost_so_far, record_worker
 from . import boot_logs, interrupts, phases, scaling
 from .capacity import Capacity

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..planning import first_launch_count
+from ...protocol.sizing import first_launch_count
 
 SCALE_UP_LOAD = 0.85
 

@@ -7,7 +7,7 @@ nothing is created, launched or uploaded.
 from .code import upload_extra_src, upload_wheel
 from .credentials import launched_by, read_dotenv, secret_values, worker_secrets
 from .docker_needs import DockerNeeds
-from .estimate import Estimate, first_launch_count, record_durations
+from .estimate import Estimate, record_durations
 from .eval_args import fleet_fields, from_eval_args
 from .jobs import FleetTask, Job, TaskSpec
 from .models import needs as model_needs
@@ -29,7 +29,6 @@ __all__ = [
     "docker_auth_params",
     "docker_registry",
     "dotenv_path",
-    "first_launch_count",
     "fleet_fields",
     "from_eval_args",
     "record_durations",

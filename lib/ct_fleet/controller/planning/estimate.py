@@ -1,4 +1,4 @@
-"""What a fleet will cost, estimated before launch, and the workers it starts with.
+"""What a fleet will cost, estimated before launch.
 
 Durations come from earlier fleets of the same setting and policy when there are any (each
 run records them in runs/<fleet>/durations.json), else from sample_time_limit, which makes
@@ -14,19 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...protocol import START_CONCURRENCY, run_layout
+from ...protocol import run_layout
 
 # A baked worker AMI's boot to its first job; the estimate assumes one (stock Ubuntu with
 # the full install takes about 240 s).
 BOOT_SECONDS = 65
-FIRST_LAUNCH_CAP = 24
-
-
-def first_launch_count(pending: int, *, max_workers: int | None, concurrency_per_worker: int | None) -> int:
-    """The workers a fleet starts with: up to 24, fewer when max_workers or the pending work
-    (at the starting concurrency) is smaller."""
-    per_worker = min(START_CONCURRENCY, concurrency_per_worker or START_CONCURRENCY)
-    return max(1, min(FIRST_LAUNCH_CAP, max_workers or 1, math.ceil(pending / per_worker)))
 
 
 def record_durations(run_dir: Path, group: tuple[str, str], seconds: Sequence[float]) -> None:

@@ -22,7 +22,7 @@ from ...cloud import Cloud, open_cloud
 from ...error_lines import shown
 from ...errors import BadInput
 from ...paths import REPO_ROOT
-from ...protocol import START_CONCURRENCY, Ec2Config, knob_parsing, knobs
+from ...protocol import START_CONCURRENCY, Ec2Config, knob_parsing, knobs, sizing
 from ...services import secrets as fleet_secrets
 from ...settings import DEFAULT_SETTING, SettingSources
 from . import code, credentials, estimate, inspect_request, jobs, models, overlay, preflight, setting_plan, sizes, tasks
@@ -71,7 +71,7 @@ class PlannedFleet:
         )
         return estimate.estimate(
             jobs=len(self.spec.jobs),
-            workers=estimate.first_launch_count(
+            workers=sizing.first_launch_count(
                 len(self.spec.jobs), max_workers=cfg.max_workers, concurrency_per_worker=cfg.concurrency_per_worker
             ),
             concurrency=min(START_CONCURRENCY, cfg.concurrency_per_worker or START_CONCURRENCY),
