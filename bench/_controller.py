@@ -34,9 +34,8 @@ from rich.console import Console
 from ct_fleet.cli.display import LiveProgress
 from ct_fleet.cloud import Cloud
 from ct_fleet.controller.fleet import tracking
-from ct_fleet.controller.fleet.capacity import Capacity
 from ct_fleet.controller.fleet.run import FleetRun
-from ct_fleet.controller.planning import FleetSpec
+from ct_fleet.controller.planning import Capacity, FleetSpec
 from ct_fleet.controller.reporting import Progress
 from ct_fleet.services import queues
 

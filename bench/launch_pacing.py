@@ -36,8 +36,8 @@ import _common as c
 sys.path.insert(0, str(c.REPO / "tests"))
 
 from ct_fleet.cloud.moto_server import MotoServer
-from ct_fleet.controller.fleet.capacity import Capacity
 from ct_fleet.controller.fleet.launcher import fleet_launcher
+from ct_fleet.controller.planning import Capacity
 from ct_fleet.protocol import Ec2Config
 from ct_fleet.services import launching, session
 from ct_fleet.services import secrets as fleet_secrets

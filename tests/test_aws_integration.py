@@ -311,8 +311,8 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
     import time
 
     from ct_fleet.cloud import AwsCloud
-    from ct_fleet.controller.fleet import FleetRun, survey
-    from ct_fleet.controller.planning import FleetSpec, FleetTask, Job
+    from ct_fleet.controller.fleet import FleetRun
+    from ct_fleet.controller.planning import FleetSpec, FleetTask, Job, survey
 
     ec2, ssm = aws_client("ec2"), aws_client("ssm")
     fid, profile = _fid(), f"p-{_fid()}"

@@ -32,8 +32,8 @@ import pytest
 
 from ct_fleet.cloud import AwsCloud
 from ct_fleet.cloud.local_instances import LocalInstanceRunner
-from ct_fleet.controller.fleet import Capacity, FleetRun
-from ct_fleet.controller.planning import FleetSpec, preflight
+from ct_fleet.controller.fleet import FleetRun
+from ct_fleet.controller.planning import Capacity, FleetSpec, preflight
 from ct_fleet.errors import BadInput
 from ct_fleet.protocol import Ec2Config, FleetEnv, artifact_key, knobs, log_key, steplog
 from ct_fleet.protocol.user_data import USER_DATA_LIMIT, render_user_data

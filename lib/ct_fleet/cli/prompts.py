@@ -38,7 +38,7 @@ def confirm_cost(planned: PlannedFleet, out: Console) -> bool:
     if not sys.stdin.isatty():
         raise BadInput("cannot ask for confirmation without a terminal: pass --ec2-arg auto_confirm=true")
     # Scaling may grow the fleet past its first launch: the question names both.
-    most = max(est.workers, cfg.max_workers or 1)
+    most = max(est.workers, planned.max_workers)
     grow = f", growing to at most {most} as the queue needs," if most > est.workers else ""
     return click.confirm(
         f"launch {est.workers} {cfg.instance_type} worker(s){grow} for about ${est.total:.2f}?", default=False

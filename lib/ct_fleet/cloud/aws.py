@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 class AwsCloud(Cloud):
     kind = "aws"
     bills = True
+    answers_before_start = True
     requires_shipped_refs = True
 
     def __init__(self, region: str = "us-east-1", endpoint_url: str | None = None) -> None:
@@ -60,6 +61,7 @@ class AwsCloud(Cloud):
         credentials.apply_aws_credentials(dotenv, env)
         credentials.require_credentials(env)
         self._checked = self._context(env)
+        self.context = self._checked  # planning's reads (account, capacity) use these credentials
 
     def start(self, run_dir: Path, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> CloudContext:
         """The credentials the operator docs' rules choose (shell, else .env), as a context."""

@@ -28,6 +28,8 @@ class Cloud:
     kind = "cloud"  # the key of its per-cloud knob defaults (protocol/knobs.py)
     # Does a run cost money (cost estimate, confirmation, cost column, max_cost)?
     bills = False
+    # Does it answer before start() (the account checks and the capacity survey run in planning)?
+    answers_before_start = False
     # Must --policy/--sandbox modules resolve from what ships (repo + --extra-src)?
     requires_shipped_refs = False
 

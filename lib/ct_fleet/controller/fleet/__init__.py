@@ -2,14 +2,12 @@
 
 - execute (execution.py): start the cloud, run, close; run_fleet plans and executes
 - FleetRun (run.py): resume, enqueue, track, tear down, merge
-- survey (capacity.py): the pools and the quota, before anything is created
 - WorkerPool (pool.py): launch (launcher.py: across pools), boot diagnosis, replacement and scale-up, termination
 - ResultCollector (collector.py): done reports, verified downloads, reruns, dead letters
 - JobTracker (tracker.py): every job's state from the reports, pure; scaling.py: when to add workers
 """
 
 from .boot_logs import DETERMINISTIC_STEPS
-from .capacity import Capacity, survey
 from .execution import FleetLogs, RunHooks, execute, run_fleet
 from .interrupts import FleetInterrupted, stop_signals
 from .merging import merge_fleet
@@ -20,7 +18,6 @@ from .tracker import JobTracker
 
 __all__ = [
     "DETERMINISTIC_STEPS",
-    "Capacity",
     "FleetInterrupted",
     "FleetRun",
     "JobTracker",
@@ -31,6 +28,5 @@ __all__ = [
     "FleetLogs",
     "run_fleet",
     "stop_signals",
-    "survey",
     "sweep_orphan_secrets",
 ]

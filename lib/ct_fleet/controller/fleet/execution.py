@@ -30,12 +30,13 @@ from ..planning import (
     from_eval_args,
     launched_by,
     plan_fleet,
+    survey,
     upload_extra_src,
     upload_wheel,
     worker_secrets,
 )
 from ..reporting import Progress, RunResult, keep_boot_logs, model_prices, write_report
-from . import capacity, interrupts, phases, sweep
+from . import interrupts, phases, sweep
 from .docker import DockerLease, prepare
 from .lease import LocalLock
 from .merging import publish
@@ -97,8 +98,10 @@ def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult
     try:
         if planned.docker.required and cloud.instances_run_here():
             docker = prepare(planned.docker, run_dir / run_layout.DOCKER_LOG, hooks.info)
-        cloud.prepare_account(cfg)
-        fit = capacity.survey(cloud, cfg, spec.fleet_id, hooks.warn)
+        fit = planned.capacity
+        if fit is None:  # a cloud that answers only once started (the embedded one)
+            cloud.prepare_account(cfg)
+            fit = survey(cloud, cfg, spec.fleet_id, hooks.warn)
         swept = sweep.sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
         if swept:
             hooks.warn(

@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 from ...protocol import Ec2Config
 from ...services import instances, launching
 from ...services.launching import Launched, Outcome, Pool
-from .capacity import Capacity
+from ..planning import Capacity
 
 # EC2's answers per pool that mean "not here, not now": try other pools, later.
 CAPACITY = frozenset(

@@ -18,10 +18,9 @@ from ...protocol.sizing import first_launch_count
 from ...services import instances, launching
 from ...services import secrets as fleet_secrets
 from ...services.launching import Launched
-from ..planning import FleetSpec
+from ..planning import Capacity, FleetSpec
 from ..reporting import cost_so_far, record_worker
 from . import boot_logs, interrupts, phases, scaling
-from .capacity import Capacity
 from .launcher import PoolLauncher, fleet_launcher
 
 STRAGGLER_GRACE = 30

@@ -18,10 +18,9 @@ from ...cloud import Cloud
 from ...protocol import FleetEnv, Manifest, run_layout
 from ...protocol.user_data import render_user_data
 from ...services import queues, stop, store
-from ..planning import FleetSpec, Job, record_durations
+from ..planning import Capacity, FleetSpec, Job, record_durations
 from ..reporting import Progress, RunResult, dead_jobs, missing_jobs
 from . import liveness, merging, phases, tracking
-from .capacity import Capacity
 from .collector import ResultCollector
 from .interrupts import FleetInterrupted, Terminated
 from .lease import S3Lease

@@ -4,6 +4,7 @@ nothing is created, launched or uploaded.
     planned = plan_fleet(FleetRequest(task_file="smoke", policy="honest", epochs=3))
 """
 
+from .capacity import Capacity, survey
 from .code import upload_extra_src, upload_wheel
 from .credentials import launched_by, read_dotenv, secret_values, worker_secrets
 from .docker_needs import DockerNeeds
@@ -18,6 +19,7 @@ from .request import FleetRequest, dotenv_path
 from .spec import FleetSpec
 
 __all__ = [
+    "Capacity",
     "DockerNeeds",
     "Estimate",
     "FleetRequest",
@@ -38,6 +40,7 @@ __all__ = [
     "plan_fleet",
     "read_dotenv",
     "secret_values",
+    "survey",
     "upload_extra_src",
     "upload_wheel",
     "use_ec2",

@@ -26,6 +26,7 @@ from ...protocol import START_CONCURRENCY, Ec2Config, knob_parsing, knobs, sizin
 from ...services import secrets as fleet_secrets
 from ...settings import DEFAULT_SETTING, SettingSources
 from . import code, credentials, estimate, inspect_request, jobs, models, overlay, preflight, setting_plan, sizes, tasks
+from .capacity import Capacity, survey
 from .docker_needs import DockerNeeds, fleet_docker
 from .inspect_request import InspectRequest, split_list
 from .jobs import FleetTask
@@ -54,11 +55,19 @@ class PlannedFleet:
     docker: DockerNeeds = field(default_factory=DockerNeeds)
     inspect: InspectRequest = field(default_factory=lambda: InspectRequest(job_options={}))
     notes: list[str] = field(default_factory=list)  # warnings to show before the run starts
+    # The pools and the quota, surveyed in planning where the cloud answers before it starts
+    # (EC2); the embedded cloud's is surveyed once it runs.
+    capacity: Capacity | None = None
 
     @property
     def large(self) -> bool:
         """So many jobs that the user is asked to confirm (a typo in --epochs costs hours)."""
         return len(self.spec.jobs) > jobs.LARGE_RUN_JOBS
+
+    @property
+    def max_workers(self) -> int:
+        """The most workers the fleet may grow to: max_workers, or fewer when the quota fits fewer."""
+        return self.capacity.max_workers if self.capacity else self.spec.config.max_workers or 1
 
     def estimate(self) -> estimate.Estimate:
         """The cost estimate shown before launch (durations of earlier fleets when known)."""
@@ -72,7 +81,7 @@ class PlannedFleet:
         return estimate.estimate(
             jobs=len(self.spec.jobs),
             workers=sizing.first_launch_count(
-                len(self.spec.jobs), max_workers=cfg.max_workers, concurrency_per_worker=cfg.concurrency_per_worker
+                len(self.spec.jobs), max_workers=self.max_workers, concurrency_per_worker=cfg.concurrency_per_worker
             ),
             concurrency=min(START_CONCURRENCY, cfg.concurrency_per_worker or START_CONCURRENCY),
             seconds_per_job=seconds,
@@ -334,6 +343,8 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         check_resume(request.runs_dir / fleet_id, [job.job_id for job in fleet_jobs], version.sha)
     cloud.check_credentials(dotenv, env)
     price = cloud.hourly_price(cfg)
+    notes = [note for tree in trees if (note := tree.note())]
+    fit = _survey(cloud, cfg, fleet_id, notes)
     spec = FleetSpec(
         fleet_id=fleet_id,
         tasks=grid,
@@ -367,5 +378,15 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         runs_dir=request.runs_dir,
         docker=fleet_docker(grid, sources, chosen.plain_sandboxes, sorted(chosen.plain_compose)),
         inspect=asked,
-        notes=[note for tree in trees if (note := tree.note())],
+        notes=notes,
+        capacity=fit,
     )
+
+
+def _survey(cloud: Cloud, cfg: Ec2Config, fleet_id: str, notes: list[str]) -> Capacity | None:
+    """On a cloud that answers before it starts: the account has what a fleet needs (bucket,
+    AMI) and the pools and quota fit a worker, before the cost question. Reads only."""
+    if not cloud.answers_before_start:
+        return None
+    cloud.prepare_account(cfg)
+    return survey(cloud, cfg, fleet_id, notes.append)
