@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...cloud import Cloud
 from ...errors import BadInput
-from ...protocol import run_layout
+from ...protocol import FleetEnv, run_layout
 from ...services.secrets import parameter_exists
 from ..planning import (
+    Capacity,
     FleetRequest,
     FleetSpec,
     PlannedFleet,
@@ -88,80 +90,130 @@ def _copy_whole(src: Path, dest: Path) -> Path:
 
 
 def _execute(planned: PlannedFleet, hooks: RunHooks, tarball: Path) -> RunResult:
-    spec, cloud, run_dir, shipped = planned.spec, planned.cloud, planned.run_dir, planned.shipped
-    cfg = spec.config
-    secrets = worker_secrets(planned.dotenv, dict(planned.environ), names=spec.secret_names)
-    phases.begin(run_dir, planned.environ)
-    cloud.start(run_dir, planned.dotenv, planned.environ)
+    """The run's steps, from the cloud's start to the report; the cloud closes on every way out."""
+    cloud = planned.cloud
+    secrets = worker_secrets(planned.dotenv, dict(planned.environ), names=planned.spec.secret_names)
+    phases.begin(planned.run_dir, planned.environ)
+    cloud.start(planned.run_dir, planned.dotenv, planned.environ)
     leave_running = False
     docker: DockerLease | None = None
     try:
         if planned.docker.required and cloud.instances_run_here():
-            docker = prepare(planned.docker, run_dir / run_layout.DOCKER_LOG, hooks.info)
-        fit = planned.capacity
-        if fit is None:  # a cloud that answers only once started (the embedded one)
-            cloud.prepare_account(cfg)
-            fit = survey(cloud, cfg, spec.fleet_id, hooks.warn)
-        swept = sweep.sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
-        if swept:
-            hooks.warn(
-                f"deleted {sum(swept.values())} secret(s) left by stopped fleet(s) {', '.join(sorted(swept))} "
-                "(their controller died before its teardown)"
-            )
+            docker = prepare(planned.docker, planned.run_dir / run_layout.DOCKER_LOG, hooks.info)
+        fit = _ready_account(planned, hooks)
         # Local instances inherit this environment: without the secrets, so that jobs get
         # them only the way EC2 workers do, through SSM.
-        cloud.attach_runner(run_dir / run_layout.INSTANCES, planned.environ, withhold=secrets)
-        sts = cloud.client("sts")
-        by = launched_by(sts, cloud.context.profile if cloud.context else None)
-        account = sts.get_caller_identity()["Account"]
-        s3 = cloud.client("s3")
-        extra_keys = [
-            upload_extra_src(s3, cfg.bucket, tree.name, run_layout.extra_tarball(run_dir, tree.name), tree.digest)
-            for tree in shipped.trees
-        ]
-        wheel_keys = [upload_wheel(s3, cfg.bucket, wheel) for wheel in spec.wheels]
-        what = f"policy {spec.policy}" if spec.policy else f"model {spec.model}"
-        hooks.info(
-            f"fleet {spec.fleet_id}: {len(spec.jobs)} jobs ({_describe_tasks(spec)} x {spec.epochs} epochs), "
-            f"{what}, {cloud.kind} cloud, up to {fit.max_workers} workers x {cfg.concurrency_per_worker}"
-        )
-        link = cloud.console_link(spec.fleet_id)
-        if link:
-            hooks.info(f"EC2 console: {link}")
-        fleet = FleetRun(
-            cloud,
-            spec,
-            run_dir,
-            launched_by=by,
-            account=account,
-            secrets=secrets,
-            extra_src=extra_keys,
-            on_progress=hooks.on_progress,
-            warn=hooks.warn,
-            leave_running_on_interrupt=hooks.leave_running_on_interrupt,
-            capacity=fit,
-        )
+        cloud.attach_runner(planned.run_dir / run_layout.INSTANCES, planned.environ, withhold=secrets)
+        caller = _caller(cloud)  # before any upload: credentials that STS refuses stop here
+        extra_keys, wheel_keys = _upload_inputs(planned)
+        _announce(planned, fit, hooks)
+        fleet = _fleet_run(planned, hooks, fit, caller, secrets, extra_keys)
         try:
-            # One look here spares every worker an SSM read at boot (an AWS CLI start, and
-            # SSM's 40 reads a second when hundreds launch at once) when there is nothing to read.
-            registry = parameter_exists(cloud.client("ssm"), docker_auth_params(dict(planned.environ))[0]) is not False
-            env = fleet_env(spec, cloud, secrets, extra_keys, wheel_keys, planned.environ, registry_auth=registry)
+            env = _worker_env(planned, secrets, extra_keys, wheel_keys)
             result = fleet.run(tarball, env)
             result.dropped_messages = fleet.results.bad_messages
         except BaseException as exc:
             leave_running = bool(getattr(exc, "leave_running", False))
             raise
-        phases.done(run_dir)
-        if planned.inspect.log_dir is not None and result.merged:
-            _publish(result, planned, hooks)
-        result.report = _report(
-            s3 if cloud.failure() is None else None, spec, run_dir, model_prices(planned.environ), hooks.warn
-        )
+        _finish(result, planned, hooks)
         return result
     finally:
         cloud.close(leave_running=leave_running)
         if docker is not None and not leave_running:
             docker.release()
+
+
+def _ready_account(planned: PlannedFleet, hooks: RunHooks) -> Capacity:
+    """The account has what a fleet needs and the quota fits a worker (surveyed in planning
+    where the cloud answered then), and secrets of dead fleets are gone."""
+    cloud, cfg = planned.cloud, planned.spec.config
+    fit = planned.capacity
+    if fit is None:  # a cloud that answers only once started (the embedded one)
+        cloud.prepare_account(cfg)
+        fit = survey(cloud, cfg, planned.spec.fleet_id, hooks.warn)
+    swept = sweep.sweep_orphan_secrets(cloud.client("ssm"), cloud.client("ec2"))
+    if swept:
+        hooks.warn(
+            f"deleted {sum(swept.values())} secret(s) left by stopped fleet(s) {', '.join(sorted(swept))} "
+            "(their controller died before its teardown)"
+        )
+    return fit
+
+
+def _upload_inputs(planned: PlannedFleet) -> tuple[list[str], list[str]]:
+    """The --extra-src trees and the setting's wheels in S3: their keys."""
+    s3, bucket = planned.cloud.client("s3"), planned.spec.config.bucket
+    extra_keys = [
+        upload_extra_src(s3, bucket, tree.name, run_layout.extra_tarball(planned.run_dir, tree.name), tree.digest)
+        for tree in planned.shipped.trees
+    ]
+    return extra_keys, [upload_wheel(s3, bucket, wheel) for wheel in planned.spec.wheels]
+
+
+def _announce(planned: PlannedFleet, fit: Capacity, hooks: RunHooks) -> None:
+    spec, cloud, cfg = planned.spec, planned.cloud, planned.spec.config
+    what = f"policy {spec.policy}" if spec.policy else f"model {spec.model}"
+    hooks.info(
+        f"fleet {spec.fleet_id}: {len(spec.jobs)} jobs ({_describe_tasks(spec)} x {spec.epochs} epochs), "
+        f"{what}, {cloud.kind} cloud, up to {fit.max_workers} workers x {cfg.concurrency_per_worker}"
+    )
+    link = cloud.console_link(spec.fleet_id)
+    if link:
+        hooks.info(f"EC2 console: {link}")
+
+
+def _caller(cloud: Cloud) -> tuple[str, str]:
+    """(who launches, as tagged on the workers; the account id)."""
+    sts = cloud.client("sts")
+    return launched_by(sts, cloud.context.profile if cloud.context else None), sts.get_caller_identity()["Account"]
+
+
+def _fleet_run(
+    planned: PlannedFleet,
+    hooks: RunHooks,
+    fit: Capacity,
+    caller: tuple[str, str],
+    secrets: dict[str, str],
+    extra_keys: list[str],
+) -> FleetRun:
+    return FleetRun(
+        planned.cloud,
+        planned.spec,
+        planned.run_dir,
+        launched_by=caller[0],
+        account=caller[1],
+        secrets=secrets,
+        extra_src=extra_keys,
+        on_progress=hooks.on_progress,
+        warn=hooks.warn,
+        leave_running_on_interrupt=hooks.leave_running_on_interrupt,
+        capacity=fit,
+    )
+
+
+def _worker_env(
+    planned: PlannedFleet, secrets: dict[str, str], extra_keys: list[str], wheel_keys: list[str]
+) -> FleetEnv:
+    cloud = planned.cloud
+    # One look here spares every worker an SSM read at boot (an AWS CLI start, and SSM's 40
+    # reads a second when hundreds launch at once) when there is nothing to read.
+    registry = parameter_exists(cloud.client("ssm"), docker_auth_params(dict(planned.environ))[0]) is not False
+    return fleet_env(planned.spec, cloud, secrets, extra_keys, wheel_keys, planned.environ, registry_auth=registry)
+
+
+def _finish(result: RunResult, planned: PlannedFleet, hooks: RunHooks) -> None:
+    """The run is done: say so on disk, publish the merged logs where asked, write the report."""
+    cloud = planned.cloud
+    phases.done(planned.run_dir)
+    if planned.inspect.log_dir is not None and result.merged:
+        _publish(result, planned, hooks)
+    result.report = _report(
+        cloud.client("s3") if cloud.failure() is None else None,
+        planned.spec,
+        planned.run_dir,
+        model_prices(planned.environ),
+        hooks.warn,
+    )
 
 
 def _publish(result: RunResult, planned: PlannedFleet, hooks: RunHooks) -> None:
