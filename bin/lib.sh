@@ -20,3 +20,14 @@ ct_debian_mirror() {
   fi
   echo "${mirror:-http://deb.debian.org/debian}"
 }
+
+# ct_trixie_source: Debian trixie as an apt source pinned at priority 100, so that nothing
+# comes from it unless asked for by name (pkg/trixie): Docker (bin/ensure-docker) and
+# restic (bin/test) are newer there than in bookworm. Needs root; apt-get update after.
+ct_trixie_source() {
+  local mirror
+  mirror=$(ct_debian_mirror)
+  printf 'deb %s trixie main\n' "$mirror" >/etc/apt/sources.list.d/ct-fleet-trixie.list
+  printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' >/etc/apt/preferences.d/ct-fleet-trixie
+  ct_log "apt source: $mirror trixie (pinned at priority 100)"
+}

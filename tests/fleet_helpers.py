@@ -446,7 +446,7 @@ def launch_workers(ec2, *, count: int, ami: str, config, fleet_id: str, launched
 
 
 @contextmanager
-def model_stub(where: Path, key: str) -> Iterator[dict[str, object]]:
+def model_stub(where: Path, key: str, rate_limit_every: int = 3) -> Iterator[dict[str, object]]:
     """tests/openai_stub.py on a loopback port: its base URL and the log of what it was sent."""
     proc = subprocess.Popen(
         [
@@ -456,6 +456,8 @@ def model_stub(where: Path, key: str) -> Iterator[dict[str, object]]:
             str(where / "port"),
             "--log",
             str(where / "log"),
+            "--rate-limit-every",
+            str(rate_limit_every),
         ],
         env={**os.environ, "STUB_API_KEY": key},
     )

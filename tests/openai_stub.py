@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,11 +56,42 @@ def _bash_parameter(request: dict[str, Any]) -> str:
     return "cmd"
 
 
+# "Take N steps of S seconds": a long agent (react(), tests/test_checkpoints.py): N-1 bash
+# calls that each append a line to steps.txt in the sandbox and sleep S seconds, one that
+# reads the file back, then `submit` with what it read: N+1 model calls in all.
+STEPS = re.compile(r"Take (\d+) steps of ([0-9.]+) seconds")
+
+
+def _call(messages: list[Any], name: str, arguments: str) -> dict[str, Any]:
+    call = {"id": f"call_{len(messages)}", "type": "function", "function": {"name": name, "arguments": arguments}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+def _steps_reply(request: dict[str, Any], steps: re.Match[str]) -> tuple[dict[str, Any], str]:
+    messages = request.get("messages") or []
+    tool_results = [m for m in messages if m.get("role") == "tool"]
+    n, pause, done = int(steps.group(1)), steps.group(2), len(tool_results)
+    param = _bash_parameter(request)
+    if done < n - 1:
+        command = f"echo step {done + 1} >> steps.txt && sleep {pause}"
+        return _call(messages, "bash", json.dumps({param: command})), command
+    if done == n - 1:
+        return _call(messages, "bash", json.dumps({param: "cat steps.txt"})), "cat steps.txt"
+    output = tool_results[-1].get("content")
+    output = output if isinstance(output, str) else json.dumps(output)
+    return _call(messages, "submit", json.dumps({"answer": output.strip()})), output
+
+
 def reply(request: dict[str, Any]) -> dict[str, Any]:
     messages = request.get("messages") or []
     prompt = json.dumps(messages)
     tool_results = [m for m in messages if m.get("role") == "tool"]
-    if not request.get("tools"):
+    first = next((m.get("content") for m in messages if m.get("role") == "user"), "")
+    steps = STEPS.search(first if isinstance(first, str) else json.dumps(first))
+    if steps and request.get("tools"):
+        message, completion = _steps_reply(request, steps)
+        finish = "tool_calls"
+    elif not request.get("tools"):
         # No tools to call: the "model" answers at once ("What is A times B?" -> A*B).
         question = next((m.get("content") for m in messages if m.get("role") == "user"), "")
         text = question if isinstance(question, str) else json.dumps(question)

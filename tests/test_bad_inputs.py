@@ -309,6 +309,23 @@ CASES = [
     Case("epochs not a number", ["--epochs", "many"], "not a valid integer"),
     Case("epochs absurd", ["--epochs", "1000000"], "over the limit of 200,000"),
     Case("large run unconfirmed", ["--epochs", "600"], "large run", ec2=False),
+    # --checkpoint on the local fleet: Inspect would download restic, or run one too old to checkpoint.
+    Case(
+        "checkpoint no restic",
+        ["--checkpoint", "turn:2"],
+        "none is on PATH",
+        files={"bin/git": b'#!/bin/sh\nexec /usr/bin/git "$@"\n'},
+        env={"PATH": "{dir}/bin"},
+        ec2=False,
+    ),
+    Case(
+        "checkpoint restic too old",
+        ["--checkpoint", "turn:2"],
+        "needs restic >= 0.15",
+        files={"bin/restic": b"#!/bin/sh\necho 'restic 0.14.0 compiled with go1.19'\n"},
+        env={"PATH": "{dir}/bin"},
+        ec2=False,
+    ),
     Case("unknown option", ["--epoch", "2"], "No such option"),
     # -- .env and credentials
     Case("dotenv junk line", [], ".env:2: not a KEY=value line", files={".env": b"GH_TOKEN=x\nthis is junk\n"}),
@@ -413,6 +430,8 @@ def run_case(case: Case, base: Path, account: dict[str, Any]) -> dict[str, Any]:
         path = case_dir / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
+        if rel.startswith("bin/"):
+            path.chmod(0o755)
     args = [a.replace("{dir}", str(case_dir)) for a in case.args]
     if case.setup:
         args += case.setup(case_dir)
@@ -426,7 +445,7 @@ def run_case(case: Case, base: Path, account: dict[str, Any]) -> dict[str, Any]:
         CT_FLEET_DOTENV=str(case_dir / ".env"),
         COLUMNS="300",
     )
-    env.update(case.env)
+    env.update({k: v.replace("{dir}", str(case_dir)) for k, v in case.env.items()})
     base_args = ["--task-file", "smoke"]
     if "--task-file" in args:
         base_args = []

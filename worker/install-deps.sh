@@ -14,12 +14,12 @@ lock_hash() {
 }
 
 install_toolchain() {
-  command -v uv >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 && return 0
+  command -v uv >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 && command -v restic >/dev/null 2>&1 && return 0
   local scripts="$LB_ROOT/packer/scripts" step
   if [[ -d $scripts ]]; then
     # Stock Ubuntu: install at boot what the worker AMI bakes in, with the AMI's own steps.
     ct_log "stock image: installing what the worker AMI bakes in ($scripts)"
-    for step in install-base install-docker install-aws-cli install-python-uv; do
+    for step in install-base install-docker install-aws-cli install-python-uv install-restic; do
       bash "$scripts/$step.sh"
     done
     return 0

@@ -77,7 +77,9 @@ HANDLING: dict[str, Handling] = {
     ),
     "adaptive_connections": Handling("job", "per job process, as --max-connections"),
     "checkpoint": Handling(
-        "job", "each job checkpoints its sample on its worker (a job redelivered elsewhere starts again)"
+        "job",
+        "each job checkpoints its sample into the fleet's S3 prefix; a job run again on any worker resumes "
+        "from its last committed checkpoint (docs/checkpoints.md)",
     ),
     "batch": Handling("job", "each job batches its own requests: with one sample per job, few are batched"),
     "tasks": _fleet("every TASK x --model pair is one merged log of one fleet"),

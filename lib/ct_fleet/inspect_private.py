@@ -63,6 +63,7 @@ from inspect_ai.scorer._reducer import create_reducers
 from inspect_ai.scorer._scorer import unique_scorer_name
 from inspect_ai.solver._solver import SolverSpec
 from inspect_ai.util._checkpoint.parse_cli import _CheckpointConfigModel, parse_checkpoint
+from inspect_ai.util._restic.resolver import cache_path as _restic_cache_path
 from inspect_ai.util._sandbox.docker.config import find_compose_file
 
 __all__ = [
@@ -101,6 +102,7 @@ __all__ = [
     "reduced_views",
     "reducers_from_log_header",
     "resolve_headline_metric",
+    "restic_cache_path",
     "resolve_scorers_info",
     "sample_buffer_dir",
     "slice_dataset",
@@ -124,6 +126,13 @@ def sample_buffer_dir(log_dir: Path) -> Path:
 def checkpoint_config(data: dict[str, Any]) -> Any:
     """A CheckpointConfig from a checkpoint config file's content, as --checkpoint FILE reads it."""
     return _CheckpointConfigModel.model_validate(data).to_dataclass()
+
+
+def restic_cache_path() -> Path:
+    """Where Inspect looks for its restic before it downloads one (this host's platform)."""
+    from inspect_ai.util._restic.resolver import _current_platform
+
+    return Path(_restic_cache_path(_current_platform()))
 
 
 def deserializing_context() -> dict[str, Any]:

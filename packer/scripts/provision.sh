@@ -21,7 +21,7 @@ wait_for_boot() {
 
 main() {
   local step start=$SECONDS
-  local -a steps=(install-base install-docker install-aws-cli install-python-uv pull-images build-images warm-uv-cache finalize)
+  local -a steps=(install-base install-docker install-aws-cli install-python-uv install-restic pull-images build-images warm-uv-cache finalize)
   ct_require_root
   ct_log "provisioning a ${BUILD_KIND:-fresh} worker AMI (build ${BUILD_ID:-manual})"
   ct_step wait-for-boot wait_for_boot

@@ -130,14 +130,14 @@ EOF
   make_uv_stub
   lock_files
   mkdir -p "$LB_ROOT_DIR/packer/scripts"
-  for step in install-base install-docker install-aws-cli install-python-uv; do
+  for step in install-base install-docker install-aws-cli install-python-uv install-restic; do
     printf '#!/usr/bin/env bash\necho %s >>"%s"\n' "$step" "$BATS_TEST_TMPDIR/steps" >"$LB_ROOT_DIR/packer/scripts/$step.sh"
   done
   # No docker on PATH: this is a stock image.
   PATH="$STUB_BIN:/usr/bin:/bin" run "$WORKER_DIR/install-deps.sh"
   [ "$status" -eq 0 ]
   assert_contains "$output" "stock image: installing what the worker AMI bakes in"
-  assert_equal "$(cat "$BATS_TEST_TMPDIR/steps")" "$(printf '%s\n' install-base install-docker install-aws-cli install-python-uv)"
+  assert_equal "$(cat "$BATS_TEST_TMPDIR/steps")" "$(printf '%s\n' install-base install-docker install-aws-cli install-python-uv install-restic)"
   [ -f "$VENV_DIR/.ct-fleet-lock" ]
 }
 

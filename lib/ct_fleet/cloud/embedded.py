@@ -48,6 +48,10 @@ class EmbeddedCloud(Cloud):
         super().__init__(region)
         self.server: MotoServer | None = None
 
+    def instances_run_here(self) -> bool:
+        """Always, also before the moto server starts (planning asks)."""
+        return True
+
     def check_credentials(self, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> None:
         """No credentials to check (moto takes any); the cloud's one setting is, before it starts."""
         _idle_limit(environ)

@@ -2,7 +2,10 @@
 
 S3:   {fleet_id}/manifest.json, {fleet_id}/{job_id}.eval, {fleet_id}/fleet-done.json,
       {fleet_id}/controller.lease, {fleet_id}/logs/{instance_id}-bootstrap.log, artifacts/{sha}.tar.gz,
-      artifacts/extra-{basename}-{digest}.tar.gz, artifacts/wheels/{digest}/{name}.whl
+      artifacts/extra-{basename}-{digest}.tar.gz, artifacts/wheels/{digest}/{name}.whl,
+      {fleet_id}/checkpoints/{job_id}/ (a --checkpoint job's Inspect checkpoints: its last
+      attempt's started log <name>.eval and <name>.checkpoints/, restic repos and their
+      restic-config.json password files included; worker/checkpoints.py)
 SQS:  lb-fleet-{fleet_id}-work / -done / -dlq (work redrives to dlq after max receives)
 SSM:  /linuxbench/fleet-secrets/{fleet_id}/{instance_id}/secrets[.N] (one SecureString per
       instance holding all its secrets; .1, .2, ... only when they overflow 4 KB),
@@ -50,6 +53,12 @@ def result_job_id(fleet_id: str, key: str) -> str | None:
     if "/" in name or not name.endswith(".eval"):
         return None
     return name[: -len(".eval")]
+
+
+def checkpoints_prefix(fleet_id: str, job_id: str = "") -> str:
+    """Where a --checkpoint job keeps what a resume on another worker needs; no .eval
+    directly under the fleet prefix, so never taken for a result."""
+    return f"{fleet_id}/checkpoints/{job_id}/" if job_id else f"{fleet_id}/checkpoints/"
 
 
 def manifest_key(fleet_id: str) -> str:

@@ -206,3 +206,12 @@ def precondition_failed(exc: ClientError) -> bool:
     """A conditional write or delete refused: the object is not as the condition said (412)."""
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     return status == 412 or exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412")
+
+
+def delete_prefix(s3: S3Client, bucket: str, prefix: str) -> int:
+    """Delete every key under prefix (1,000 per call); how many there were."""
+    keys = list(list_keys(s3, bucket, prefix))
+    for start in range(0, len(keys), 1000):
+        batch = [{"Key": k} for k in keys[start : start + 1000]]
+        s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})  # type: ignore[typeddict-item]
+    return len(keys)

@@ -318,7 +318,13 @@ class ForkServer:
             os.chdir(request["cwd"])
             os.environ.update(request["env"])
             before = set(sys.modules)
-            runner.run_inspect(job, Path(request["out"]), task, runner.extra_root(self.environ))
+            runner.run_inspect(
+                job,
+                Path(request["out"]),
+                task,
+                runner.extra_root(self.environ),
+                request["env"].get(runner.CHECKPOINTS_ENV),
+            )
             new = sorted(set(sys.modules) - before)
             if new:
                 report = self.sock_dir / f"{os.getpid()}.modules"

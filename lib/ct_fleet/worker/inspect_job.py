@@ -20,11 +20,13 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from ..protocol import WorkMessage
 from ..sandbox.digests import job_images, write_sidecar
+from . import checkpoints as checkpoint_store
 
 if TYPE_CHECKING:
     from inspect_ai.log import EvalLog
@@ -120,11 +122,16 @@ def build_task(job: WorkMessage, extra: Path | None) -> Any:
 JOB_DISPLAY: Final = "log"
 
 
-def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path | None = None) -> None:
+def run_inspect_job(
+    job: WorkMessage, out: Path, task: Any = None, extra: Path | None = None, checkpoints: str | None = None
+) -> None:
     """Run the job's sample for one epoch, relabel it as the job's epoch, move it to `out`;
     `task` is the job's built task (build_task), if a warm runner built it already; `extra`
-    is where the --extra-src trees are (extra_root), for a task in one of them."""
+    is where the --extra-src trees are (extra_root), for a task in one of them;
+    `checkpoints` is where a --checkpoint job keeps its checkpoints (worker/checkpoints.py):
+    an earlier attempt's there is resumed from."""
     from inspect_ai import eval as inspect_eval
+    from inspect_ai import eval_retry
 
     from ..evallog.relabel import relabel_epoch
     from ..inspect_options import eval_kwargs
@@ -138,19 +145,31 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path |
     # selection (one sample, one epoch, its log directory) over them.
     options: dict[str, Any] = {"time_limit": job.time_limit or None, "sandbox": sandbox_type(job.sandbox)}
     options.update(eval_kwargs(job_options(job, extra), epochs=1))
+    plan = None
+    if checkpoints and options.get("checkpoint"):
+        plan = checkpoint_store.plan(checkpoints, options["checkpoint"], log_dir / "prior")
+        options["checkpoint"] = plan.config
     try:
-        logs = inspect_eval(
-            task_spec_here(job, extra=extra) if task is None else task,
-            # a built task carries its args already (eval() would warn about them)
-            task_args=job.task_args if task is None else {},
-            model=job.model,
-            model_args=job.model_args,
-            sample_id=[job.sample_id],
-            log_dir=str(log_dir),
-            log_format="eval",
-            display=JOB_DISPLAY,
-            **options,
-        )
+        with checkpoint_store.keep_started_log(plan, log_dir) if plan else nullcontext():
+            prior = checkpoint_store.resume_log(plan, _task_file(job, extra)) if plan else None
+            if prior is not None:
+                # Inspect's own resume: the sample, its options and its model come from the log.
+                logs = eval_retry(
+                    prior, log_dir=str(log_dir), log_format="eval", display=JOB_DISPLAY, **_retry_options(options)
+                )
+            else:
+                logs = inspect_eval(
+                    task_spec_here(job, extra=extra) if task is None else task,
+                    # a built task carries its args already (eval() would warn about them)
+                    task_args=job.task_args if task is None else {},
+                    model=job.model,
+                    model_args=job.model_args,
+                    sample_id=[job.sample_id],
+                    log_dir=str(log_dir),
+                    log_format="eval",
+                    display=JOB_DISPLAY,
+                    **options,
+                )
         if not logs or not logs[0].location:
             raise RuntimeError("inspect eval wrote no log")
         path = Path(logs[0].location)
@@ -159,6 +178,22 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path |
         shutil.move(str(path), out)
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _task_file(job: WorkMessage, extra: Path | None) -> str | None:
+    """The job's task file on this machine (a resumed log names the first attempt's)."""
+    spec = task_spec_here(job, extra=extra).split("@", 1)[0]
+    return spec if spec.endswith(".py") else None
+
+
+def _retry_options(options: dict[str, Any]) -> dict[str, Any]:
+    """What eval_retry takes of the job's options (the rest it reads from the log)."""
+    import inspect as pyinspect
+
+    from inspect_ai import eval_retry
+
+    taken = set(pyinspect.signature(eval_retry).parameters) - {"tasks", "log_dir", "log_format", "display"}
+    return {k: v for k, v in options.items() if k in taken and v is not None}
 
 
 def job_log_dir(out: Path, pid: int) -> Path:

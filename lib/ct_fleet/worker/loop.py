@@ -40,7 +40,7 @@ from ..protocol.knobs import Ec2Config
 from ..protocol.stop import MARKER_POLL, is_stop
 from ..sandbox import cleanup, digests
 from ..services import queues, session, stop, store
-from . import failures
+from . import checkpoints, failures
 from .concurrency import Concurrency
 from .inspect_job import command_env, extra_root, finish_command_output
 from .metadata import Metadata
@@ -210,6 +210,8 @@ class Worker:
             "CT_INSTANCE_ID": self.s.instance_id,
             **command_env(job, out, extra_root(self.s.environ)),
         }
+        if checkpoints.wanted(job):
+            job_env[checkpoints.CHECKPOINTS_ENV] = checkpoints.location(self.s.bucket, job.fleet_id, job.job_id)
         stderr_path = out.with_suffix(".stderr")
         proc: JobProcess
         if job.kind != "command" and self.warm is not None:
@@ -272,6 +274,15 @@ class Worker:
             return Attempt("sample_error", "task_error", error, attempt.started_at, attempt.extra)
         return attempt
 
+    def _drop_checkpoints(self, job: WorkMessage) -> None:
+        """The job's result is stored: its checkpoints (and restic passwords) go, unless kept."""
+        if not checkpoints.wanted(job) or checkpoints.retained(job):
+            return
+        try:
+            checkpoints.delete(self.s3, checkpoints.location(self.s.bucket, job.fleet_id, job.job_id))
+        except Exception:
+            log.exception("could not delete the checkpoints of job %s; teardown removes them", job.job_id)
+
     def _masked_stderr(self, path: Path, secrets: list[str]) -> str:
         """The job's stderr with the secrets masked, in the file too: it outlives the job on disk."""
         text = path.read_text(errors="replace")
@@ -318,6 +329,7 @@ class Worker:
                         # Another attempt of this job stored its result while this one ran.
                         attempt = Attempt("skipped_duplicate")
                     out.unlink(missing_ok=True)
+                    self._drop_checkpoints(job)
             report = self._report(job, attempt, received_at, receive_count)
             with self.lock:
                 last = len(self.in_flight) == 1  # nothing else running, nor just received

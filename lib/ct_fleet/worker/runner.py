@@ -29,6 +29,7 @@ from pathlib import Path
 from ..exits import leave
 from ..protocol import WorkMessage
 from . import failures
+from .checkpoints import CHECKPOINTS_ENV
 from .inspect_job import (
     JOB_DISPLAY,
     build_task,
@@ -43,6 +44,7 @@ from .inspect_job import (
 # The warm runner's names for what a job runs.
 run_inspect = run_inspect_job
 __all__ = [
+    "CHECKPOINTS_ENV",
     "JOB_DISPLAY",
     "build_task",
     "extra_root",
@@ -73,7 +75,7 @@ def main(argv: list[str]) -> int:
         run_command(job, out, environ)
         return 0
     try:
-        run_inspect_job(job, out, extra=extra_root(environ))
+        run_inspect_job(job, out, extra=extra_root(environ), checkpoints=environ.get(CHECKPOINTS_ENV))
     except Exception as exc:
         return report_failure(exc)
     return 0

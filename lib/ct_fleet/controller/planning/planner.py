@@ -272,6 +272,8 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     cfg, cloud, user_args = _knobs(request, defaults, config_args)
     if asked.worker_cap is not None:
         cfg = replace(cfg, concurrency_per_worker=min(cfg.concurrency_per_worker or asked.worker_cap, asked.worker_cap))
+    if asked.job_options.get("checkpoint") and cloud.instances_run_here():
+        preflight.check_restic(env)  # on EC2 the AMI bakes it (packer/scripts/install-restic.sh)
     trees = preflight.check_extra_src(request.extra_src)
     extra = [tree.root for tree in trees]
     preflight.docker_auth_params(env)

@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from ... import restic
 from ...error_lines import shown
 from ...errors import BadInput
 from ...protocol import knob_rules as ec2_rules
@@ -43,6 +44,15 @@ def check_runs_dir(runs: Path, environ: dict[str, str]) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         where = "is not writable" if existing == runs else f"cannot be made: {existing} is not writable"
         raise BadInput(f"{named} {where}: {fix}")
+
+
+def check_restic(environ: dict[str, str]) -> None:
+    """--checkpoint on workers of this machine: a restic that Inspect's checkpoints can use,
+    found without a download (ct_fleet.restic), or refused before anything is made."""
+    try:
+        restic.find(environ.get("PATH"))
+    except restic.NoRestic as exc:
+        raise BadInput(str(exc)) from None
 
 
 def check_model(model: str) -> None:

@@ -1,0 +1,153 @@
+"""A --checkpoint job's checkpoints in S3, and its resume on whichever worker takes it.
+
+Inspect does the checkpointing and the resuming; this module only puts them where every
+worker can reach them. A job's Inspect writes its checkpoints to
+`s3://{bucket}/{fleet}/checkpoints/{job}/` (CheckpointConfig.checkpoints_location), and
+its started log, which holds what `eval_retry` needs besides them, is copied there as soon
+as Inspect has written it. The next attempt of the job (a redelivery after a lost worker,
+a retry, a resumed run), on any worker, finds that log and resumes the sample from its
+last committed checkpoint with Inspect's own `eval_retry`; with no log there, or one with
+no committed checkpoint, the sample starts fresh, and the job's stderr says which.
+
+Only the last attempt is kept: once the new attempt's log is stored (Inspect copied the
+old attempt's checkpoint dirs into its own before writing it), the old attempt's log and
+checkpoints are deleted. When the job's result is stored the worker deletes the job's
+checkpoints (unless the checkpoint config says `retention: retain`).
+
+A checkpoint that fails fails the sample (max_consecutive_failures=0 unless the config
+sets it): a sample that ran unprotected must not read as a protected success.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from .. import restic
+from ..protocol import WorkMessage
+from ..protocol.keys import checkpoints_prefix
+from ..services import session, store
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+# The job's checkpoint location, from the worker to the job's process (its entry reads it).
+CHECKPOINTS_ENV: Final = "CT_CHECKPOINTS"
+LOG_SUFFIX: Final = ".eval"
+CKPT_SUFFIX: Final = ".checkpoints/"
+
+
+def wanted(job: WorkMessage) -> bool:
+    return job.kind != "command" and bool(job.inspect_options.get("checkpoint"))
+
+
+def retained(job: WorkMessage) -> bool:
+    """The checkpoint config file asks to keep them (Inspect's `retention: retain`)."""
+    value = job.inspect_options.get("checkpoint")
+    return isinstance(value, dict) and (value.get("checkpoint_file") or {}).get("retention") == "retain"
+
+
+def location(bucket: str, fleet_id: str, job_id: str) -> str:
+    return f"s3://{bucket}/{checkpoints_prefix(fleet_id, job_id)}".rstrip("/")
+
+
+def _split(url: str) -> tuple[str, str]:
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    return bucket, prefix.rstrip("/") + "/"
+
+
+def delete(s3: S3Client, url: str) -> int:
+    bucket, prefix = _split(url)
+    return store.delete_prefix(s3, bucket, prefix)
+
+
+@dataclasses.dataclass
+class Plan:
+    url: str
+    config: Any  # Inspect's CheckpointConfig, pointed at url
+    prior: Path | None  # a local copy of the last attempt's started log, to resume from
+    prior_name: str | None
+
+
+def note(text: str) -> None:
+    print(f"ct-fleet job: {text}", file=sys.stderr, flush=True)
+
+
+def plan(url: str, config: Any, scratch: Path) -> Plan:
+    """Make restic available without a download, point the config at `url`, and fetch the
+    last attempt's started log (if any) to `scratch`."""
+    restic.provide(restic.find(None))
+    failures = 0 if config.max_consecutive_failures is None else config.max_consecutive_failures
+    config = dataclasses.replace(config, checkpoints_location=url, max_consecutive_failures=failures)
+    s3 = session.client("s3")
+    bucket, prefix = _split(url)
+    logs = sorted(
+        k for k in store.list_keys(s3, bucket, prefix) if k.endswith(LOG_SUFFIX) and "/" not in k[len(prefix) :]
+    )
+    if not logs:
+        note("no checkpoint of an earlier attempt: starting the sample fresh")
+        return Plan(url, config, None, None)
+    name = logs[-1][len(prefix) :]
+    scratch.mkdir(parents=True, exist_ok=True)
+    local = scratch / name
+    s3.download_file(bucket, logs[-1], str(local))
+    return Plan(url, config, local, name)
+
+
+def resume_log(plan: Plan, task_file: str | None) -> Any:
+    """The prior attempt's log to hand eval_retry, or None when it cannot resume (and why
+    is said). Its task file is this worker's: the code may sit elsewhere on each machine."""
+    from inspect_ai.log import read_eval_log
+
+    if plan.prior is None:
+        return None
+    try:
+        log = read_eval_log(str(plan.prior), header_only=True)
+    except Exception as exc:
+        note(f"the earlier attempt's log does not read ({exc!r}): starting the sample fresh")
+        return None
+    if log.status != "started":
+        note(f"the earlier attempt's log is {log.status}, not started: starting the sample fresh")
+        return None
+    if task_file and log.eval.task_file:
+        log.eval.task_file = task_file
+    note(f"resuming from the last committed checkpoint of attempt {plan.prior_name}")
+    return log
+
+
+@contextmanager
+def keep_started_log(plan: Plan, log_dir: Path) -> Iterator[None]:
+    """While the eval runs: store its started log beside its checkpoints as soon as it
+    reads, then drop the prior attempt's log and checkpoints (now copied into this one's)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=_store_started, args=(plan, log_dir, stop), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+def _store_started(plan: Plan, log_dir: Path, stop: threading.Event) -> None:
+    from inspect_ai.log import read_eval_log
+
+    s3 = session.client("s3")
+    bucket, prefix = _split(plan.url)
+    while not stop.wait(0.2):
+        for path in log_dir.glob(f"*{LOG_SUFFIX}"):
+            try:
+                read_eval_log(str(path), header_only=True)
+            except Exception:
+                continue  # not written in full yet
+            s3.upload_file(str(path), bucket, prefix + path.name)
+            if plan.prior_name and plan.prior_name != path.name:
+                base = plan.prior_name.removesuffix(LOG_SUFFIX)
+                s3.delete_object(Bucket=bucket, Key=prefix + plan.prior_name)
+                store.delete_prefix(s3, bucket, prefix + base + CKPT_SUFFIX)
+            return

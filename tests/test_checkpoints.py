@@ -1,0 +1,218 @@
+"""--checkpoint on the fleet: restic without a download, a job's checkpoints in S3, resumed
+on another machine's job process, and a checkpoint that fails is not a silent success.
+
+A 13-step agent (react() with bash, scripted by tests/openai_stub.py: 14 model calls) runs
+as a job process (`python -m ct_fleet.worker.runner`, what a worker runs) against the moto
+server, checkpointing every turn into the job's S3 prefix. It is SIGKILLed at about two
+thirds, and the job runs again from another directory with nothing of the first run's on
+disk: it resumes from the last committed checkpoint (the resume event as Inspect writes
+it), the model server sees only the turns not checkpointed plus at most one redone, and
+S3 holds only the last attempt's checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import boto3
+import pytest
+from inspect_ai.log import read_eval_log
+
+from ct_fleet import restic
+from ct_fleet.protocol import WorkMessage
+from ct_fleet.worker import checkpoints
+from fleet_helpers import model_stub, wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = "sk-stub-" + uuid.uuid4().hex
+STEPS = 13  # model calls: STEPS + 1
+AGENT = """
+from inspect_ai import Task, task
+from inspect_ai.agent import react
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.scorer import includes
+from inspect_ai.tool import bash
+
+
+@task
+def steps(n: int = 13, pause: float = 0.5):
+    sample = Sample(id="long", input=f"Take {n} steps of {pause} seconds", target=f"step {n - 1}")
+    return Task(dataset=MemoryDataset([sample], name="steps"), solver=react(tools=[bash()]), scorer=includes(), sandbox="local")
+"""
+# The local sandbox is this machine: nothing of it is captured (Inspect would back up $HOME).
+CONFIG = {"trigger": {"type": "turn", "every": 1}, "sandbox_paths": {"default": []}}
+
+
+def fake_restic(where: Path, version: str, backup_help: str, backup_fails: bool = False) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / "restic"
+    # A backup that fails, whatever else the real restic does.
+    fail = 'for a in "$@"; do [ "$a" = backup ] && { echo "Fatal: disk full" >&2; exit 1; }; done\n'
+    real = shutil.which("restic") or "false"
+    path.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = version ]; then echo "restic {version} compiled with go"; exit 0; fi\n'
+        f'if [ "$1" = backup ] && [ "$2" = --help ]; then echo "{backup_help}"; exit 0; fi\n'
+        + (fail if backup_fails else "")
+        + f'exec {real} "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+def test_restic_is_found_checked_and_linked_where_inspect_looks(tmp_path: Path, monkeypatch) -> None:
+    with pytest.raises(restic.NoRestic, match="none is on PATH"):
+        restic.find(str(tmp_path / "empty"))
+    old = fake_restic(tmp_path / "old", "0.14.0", "  --dry-run  do not upload")
+    with pytest.raises(restic.NoRestic, match=r"0\.14\.0 \(its backup lacks --no-scan\)"):
+        restic.find(str(old.parent))
+    new = fake_restic(tmp_path / "new", "0.18.0", "  --no-scan  do not run scanner")
+    found = restic.find(str(new.parent))
+    assert found.version == "0.18.0"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    linked = restic.provide(found)
+    assert linked.parent == tmp_path / "cache" / "inspect_ai" / "bin" and linked.name.startswith("restic_")
+    assert linked.resolve() == new.resolve()
+    other = fake_restic(tmp_path / "other", "0.18.0", "--no-scan")
+    assert restic.provide(restic.check(other)).resolve() == other.resolve()  # our link follows the PATH
+
+
+def test_only_a_config_file_keeps_checkpoints() -> None:
+    job = _job("j")
+    assert checkpoints.wanted(job) and not checkpoints.retained(job)
+    assert not checkpoints.wanted(replace(job, inspect_options={}))
+    assert not checkpoints.retained(replace(job, inspect_options={"checkpoint": "turn:3"}))
+    kept = {"checkpoint": {"checkpoint_file": {**CONFIG, "retention": "retain"}}}
+    assert checkpoints.retained(replace(job, inspect_options=kept))
+    assert checkpoints.location("b", "f", "j") == "s3://b/f/checkpoints/j"
+
+
+@pytest.fixture(scope="module")
+def stub(tmp_path_factory: pytest.TempPathFactory):
+    with model_stub(tmp_path_factory.mktemp("stub"), KEY, rate_limit_every=0) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def s3(moto_server):
+    client = boto3.client(
+        "s3",
+        endpoint_url=moto_server.endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    bucket = f"lb-fleet-ckpt-{uuid.uuid4().hex[:8]}"
+    client.create_bucket(Bucket=bucket)
+    return {"client": client, "bucket": bucket, "endpoint": moto_server.endpoint_url}
+
+
+def _calls(stub) -> int:
+    log = Path(str(stub["log"]))
+    return sum(1 for line in log.read_text().splitlines() if json.loads(line)["status"] == 200) if log.exists() else 0
+
+
+def _job_process(where: Path, job: WorkMessage, out: Path, s3, stub, path: str | None = None) -> subprocess.Popen:
+    """The job as a worker runs it: its own process, from a code root of its own."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "agent.py").write_text(AGENT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_ENDPOINT_URL=s3["endpoint"],
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_REGION="us-east-1",
+        STUBAI_API_KEY=KEY,
+        STUBAI_BASE_URL=str(stub["base_url"]),
+        XDG_CACHE_HOME=str(where / "cache"),  # nothing of another attempt's machine
+        XDG_DATA_HOME=str(where / "data"),
+        PATH=path or env["PATH"],
+        **{checkpoints.CHECKPOINTS_ENV: checkpoints.location(s3["bucket"], job.fleet_id, job.job_id)},
+    )
+    with open(where / "stderr", "wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ct_fleet.worker.runner", job.to_json(), str(out)],
+            cwd=where,
+            env=env,
+            stderr=err,
+            stdout=err,
+            start_new_session=True,
+        )
+
+
+def _job(job_id: str, pause: float = 0.5) -> WorkMessage:
+    return WorkMessage(
+        fleet_id="ckpt",
+        job_id=job_id,
+        sample_id="long",
+        epoch=1,
+        task_spec="agent.py@steps",
+        task_args={"n": STEPS, "pause": pause},
+        model="openai-api/stubai/scripted",
+        code_sha="x",
+        result_key=f"ckpt/{job_id}.eval",
+        time_limit=None,
+        inspect_options={"checkpoint": {"checkpoint_file": CONFIG}},
+    )
+
+
+def _keys(s3, prefix: str) -> list[str]:
+    listed = s3["client"].list_objects_v2(Bucket=s3["bucket"], Prefix=prefix)
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
+def test_a_job_killed_at_two_thirds_resumes_elsewhere_from_its_last_checkpoint(tmp_path: Path, stub, s3) -> None:
+    job = _job("resumed")
+    first = _job_process(tmp_path / "worker-a", job, tmp_path / "a.eval", s3, stub)
+    start = _calls(stub)
+    kill_at = start + (STEPS + 1) * 2 // 3  # 9 of 14 calls
+    try:
+        wait_for(lambda: _calls(stub) >= kill_at or first.poll() is not None, timeout=240)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    before = _calls(stub)
+    shutil.rmtree(tmp_path / "worker-a")  # the lost machine: nothing of it is read again
+    committed = [k for k in _keys(s3, "ckpt/checkpoints/resumed/") if k.rsplit("/", 1)[-1].startswith("ckpt-")]
+    assert committed, "no checkpoint committed before the kill"
+
+    second = _job_process(tmp_path / "worker-b", job, tmp_path / "b.eval", s3, stub)
+    assert second.wait(timeout=300) == 0, (tmp_path / "worker-b" / "stderr").read_text()[-3000:]
+    stderr = (tmp_path / "worker-b" / "stderr").read_text()
+    assert "resuming from the last committed checkpoint" in stderr
+    redone = _calls(stub) - before
+    # Only the turns after the last committed checkpoint, plus at most one redone.
+    assert redone <= (STEPS + 1) - len(committed) + 1, (redone, len(committed))
+    assert redone < STEPS + 1
+    log = read_eval_log(str(tmp_path / "b.eval"))
+    assert log.status == "success" and log.samples
+    sample = log.samples[0]
+    resumes = [e for e in sample.events if e.event == "info" and getattr(e, "source", None) == "checkpoint"]
+    assert any((e.data or {}).get("event") == "resume" for e in resumes), "no resume event in the transcript"
+    assert f"step {STEPS - 1}" in sample.output.completion
+    # Only the last attempt's log and checkpoints are left in S3 (the worker deletes those
+    # once the result is stored).
+    logs = [k for k in _keys(s3, "ckpt/checkpoints/resumed/") if k.endswith(".eval")]
+    assert len(logs) == 1
+    dirs = {k.split("/")[3] for k in _keys(s3, "ckpt/checkpoints/resumed/")}
+    assert len(dirs) == 2, dirs  # <attempt>.eval and <attempt>.checkpoints
+
+
+def test_a_checkpoint_that_fails_fails_the_sample(tmp_path: Path, stub, s3) -> None:
+    broken = fake_restic(tmp_path / "bin", "0.18.0", "--no-scan", backup_fails=True)
+    job = _job("broken", pause=0.0)
+    proc = _job_process(
+        tmp_path / "w", job, tmp_path / "out.eval", s3, stub, path=f"{broken.parent}:{os.environ['PATH']}"
+    )
+    assert proc.wait(timeout=300) == 0, (tmp_path / "w" / "stderr").read_text()[-3000:]
+    log = read_eval_log(str(tmp_path / "out.eval"))
+    assert log.samples and log.samples[0].error is not None, "a failing checkpoint ended as a success"
+    assert "checkpoint failed" in log.samples[0].error.message, log.samples[0].error.message[-500:]
