@@ -78,6 +78,30 @@ def note(text: str) -> None:
     print(f"ct-fleet job: {text}", file=sys.stderr, flush=True)
 
 
+def sandbox_type(spec: Any) -> str | None:
+    """The type of a sandbox spec as Inspect takes it (a type name, (type, config), a spec)."""
+    if spec is None or isinstance(spec, str):
+        return spec
+    if isinstance(spec, tuple | list):
+        return str(spec[0]) if spec else None
+    return getattr(spec, "type", None)
+
+
+def local_sandbox_default(config: Any, task: Any, sample_id: Any, override: Any) -> Any:
+    """The config, with nothing of the sample's `local` sandbox captured unless it says
+    what to capture: Inspect would back up the default user's home, which for `local` is
+    the worker machine's own (the venv, caches, every other job's files)."""
+    sample = next((s for s in getattr(task, "dataset", None) or [] if str(s.id) == str(sample_id)), None)
+    spec = override or getattr(sample, "sandbox", None) or task.sandbox
+    # sandbox_paths is taken whole from the closest layer that sets it (eval > sample > task);
+    # a config file without it reads as {}.
+    layers = (config, getattr(task, "checkpoint", None), getattr(sample, "checkpoint", None))
+    if sandbox_type(spec) != "local" or any(getattr(c, "sandbox_paths", None) for c in layers):
+        return config
+    note("the sample's sandbox is local: nothing of it is captured (sandbox_paths: {default: []})")
+    return dataclasses.replace(config, sandbox_paths={"default": []})
+
+
 def plan(url: str, config: Any, scratch: Path) -> Plan:
     """Make restic available without a download, point the config at `url`, and fetch the
     last attempt's started log (if any) to `scratch`."""

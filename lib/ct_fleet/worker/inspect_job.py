@@ -147,7 +147,12 @@ def run_inspect_job(
     options.update(eval_kwargs(job_options(job, extra), epochs=1))
     plan = None
     if checkpoints and options.get("checkpoint"):
-        plan = checkpoint_store.plan(checkpoints, options["checkpoint"], log_dir / "prior")
+        if task is None:
+            task = build_task(job, extra)  # what it sandboxes decides what is captured
+        config = checkpoint_store.local_sandbox_default(
+            options["checkpoint"], task, job.sample_id, options.get("sandbox")
+        )
+        plan = checkpoint_store.plan(checkpoints, config, log_dir / "prior")
         options["checkpoint"] = plan.config
     try:
         with checkpoint_store.keep_started_log(plan, log_dir) if plan else nullcontext():
