@@ -39,6 +39,7 @@ from fleet_helpers import (
     model_stub,
     paused_at,
     processes_in,
+    stat,
     wait_for,
 )
 from test_faults_results import embedded_client
@@ -202,7 +203,9 @@ def test_a_worker_killed_at_two_thirds_resumes_its_sample_on_another(tmp_path: P
     (runs / ".env").write_text(f"STUBAI_API_KEY={KEY}\nSTUBAI_BASE_URL={stub['base_url']}\n")
     args = ["eval", "agent.py@steps", "-T", f"n={STEPS}", "-T", "pause=0.2", "--model", MODEL]
     args += ["--checkpoint", "turn:1", *FAST, *ONE_WORKER, "--ec2-arg", f"bucket={BUCKET}"]
-    args += ["--ec2-arg", "visibility_timeout=6", "--ec2-arg", "heartbeat_interval=2"]
+    # The job's message hides for 10 minutes: only the controller's release of a lost
+    # worker's jobs brings it back within the test's time.
+    args += ["--ec2-arg", "visibility_timeout=600", "--ec2-arg", "heartbeat_interval=2"]
     # A home of its own: the bash tool's login shell reads none of the machine's profile
     # (a shell killed mid-way through it may leave a lock the next one waits on).
     (tmp_path / "home").mkdir()
@@ -225,6 +228,10 @@ def test_a_worker_killed_at_two_thirds_resumes_its_sample_on_another(tmp_path: P
     code, out, err = finish(proc)
     assert code == 0, out + err
     assert left == [], f"checkpoint data left in S3 after the job's result was stored: {left}"
+    # The lost attempt counts, and shows with the failed attempts.
+    assert (stat(out, "attempts"), stat(out, "redeliveries")) == (2, 1), out
+    failures = json.loads((fleet_dir(runs) / "report.json").read_text())["failures"]
+    assert [(f["error_class"], f["attempts"]) for f in failures] == [("lost", 1)], failures
     redone = _calls(stub) - before
     # Only the turns after the last committed checkpoint, plus at most one redone.
     assert redone <= (STEPS + 1) - len(committed) + 1, (redone, len(committed))

@@ -111,6 +111,21 @@ class WorkMessage:
 
 
 @dataclass(frozen=True)
+class Held:
+    """A job a worker is running, as its heartbeat tells it: the receipt handle of its work
+    message (only the receiver's handle can change a message's visibility), so that the
+    controller can put the job back on the queue at once when the worker is lost."""
+
+    receipt_handle: str
+    receive_count: int = 1
+    received_at: float = 0.0
+
+
+# Error class of an attempt the controller ends for a worker it saw gone (fleet/lost.py).
+LOST = "lost"
+
+
+@dataclass(frozen=True)
 class DoneMessage:
     type: Literal["done", "heartbeat"]
     fleet_id: str
@@ -129,6 +144,7 @@ class DoneMessage:
     load: float | None = None
     in_flight: int | None = None
     concurrency: int | None = None
+    holding: dict[str, Held] = field(default_factory=dict)  # job id -> its work message, while it runs
     sent_at: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     v: int = SCHEMA
