@@ -243,6 +243,12 @@ def test_a_worker_killed_at_two_thirds_resumes_its_sample_on_another(tmp_path: P
     resumes = [e for e in sample.events if e.event == "info" and getattr(e, "source", None) == "checkpoint"]
     assert any((e.data or {}).get("event") == "resume" for e in resumes), "no resume event in the transcript"
     assert f"step {STEPS - 1}" in sample.output.completion
+    # The run counts the resume and the calls it saved; its tokens are the sample's over
+    # every attempt (the log's stats count only the last).
+    saved = sum(1 for e in sample.events[: sample.events.index(resumes[-1])] if e.event == "model")
+    assert saved >= len(committed) and redone <= (STEPS + 1) - saved + 1, (saved, redone)
+    assert f"resumed from checkpoints: 1 sample(s), {saved} model call(s) not made again" in out, out
+    assert stat(out, "model usage:") == sum(u.total_tokens for u in sample.model_usage.values()), out
     assert len([p for p in (run_dir / "instances").iterdir() if p.is_dir()]) == 2  # resumed elsewhere
     assert_nothing_running(runs)
 

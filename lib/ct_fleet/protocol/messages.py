@@ -121,6 +121,28 @@ class Held:
     received_at: float = 0.0
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """A done report's extra["resume"]: its sample resumed from an earlier attempt's
+    checkpoint (worker/checkpoints.py). calls_restored: model calls the checkpoint held
+    (not made again); calls: this attempt's; model_usage: the sample's over every attempt."""
+
+    calls_restored: int = 0
+    calls: int = 0
+    model_usage: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, report: DoneMessage) -> Resumed | None:
+        """The report's resume, None when it has none (or a malformed one)."""
+        data = report.extra.get("resume")
+        if data is None:
+            return None
+        try:
+            return _from_dict(cls, data)
+        except BadMessage:
+            return None
+
+
 # Error class of an attempt the controller ends for a worker it saw gone (fleet/lost.py).
 LOST = "lost"
 

@@ -21,6 +21,7 @@ sets it): a sample that ran unprotected must not read as a protected success.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import threading
 from collections.abc import Iterator
@@ -175,3 +176,40 @@ def _store_started(plan: Plan, log_dir: Path, stop: threading.Event) -> None:
                 s3.delete_object(Bucket=bucket, Key=prefix + plan.prior_name)
                 store.delete_prefix(s3, bucket, prefix + base + CKPT_SUFFIX)
             return
+
+
+def _resume_sidecar(out: Path) -> Path:
+    return out.with_name(out.name + ".resume.json")
+
+
+def record_resume(log: Any, out: Path) -> None:
+    """What resuming saved, beside OUT for the done report: the model calls the sample's
+    checkpoint restored (its transcript's model events before the resume event: not made
+    again), the calls this attempt made, and the sample's usage over every attempt (the
+    log's stats count only this attempt's)."""
+    sample = (log.samples or [None])[0]
+    if sample is None:
+        return
+    resumes = [
+        i
+        for i, e in enumerate(sample.events)
+        if e.event == "info" and getattr(e, "source", None) == "checkpoint" and (e.data or {}).get("event") == "resume"
+    ]
+    if not resumes:
+        return
+    models = [i for i, e in enumerate(sample.events) if e.event == "model"]
+    restored = sum(1 for i in models if i < resumes[-1])
+    usage = {name: u.model_dump(exclude_none=True) for name, u in (sample.model_usage or {}).items()}
+    data = {"calls_restored": restored, "calls": len(models) - restored, "model_usage": usage}
+    _resume_sidecar(out).write_text(json.dumps(data))
+
+
+def pop_resume(out: Path) -> dict[str, Any] | None:
+    """What record_resume left for OUT (removing it), None when the job did not resume."""
+    path = _resume_sidecar(out)
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    path.unlink(missing_ok=True)
+    return data

@@ -145,7 +145,7 @@ def run_inspect_job(
     # selection (one sample, one epoch, its log directory) over them.
     options: dict[str, Any] = {"time_limit": job.time_limit or None, "sandbox": sandbox_type(job.sandbox)}
     options.update(eval_kwargs(job_options(job, extra), epochs=1))
-    plan = None
+    plan = prior = None
     if checkpoints and options.get("checkpoint"):
         if task is None:
             task = build_task(job, extra)  # what it sandboxes decides what is captured
@@ -179,6 +179,8 @@ def run_inspect_job(
             raise RuntimeError("inspect eval wrote no log")
         path = Path(logs[0].location)
         _record_images(logs[0], out)  # before the move: the log reads its samples from its file
+        if prior is not None:
+            checkpoint_store.record_resume(logs[0], out)
         relabel_epoch(path, job.epoch)
         shutil.move(str(path), out)
     finally:

@@ -253,6 +253,9 @@ class Worker:
         code = ended.code
         images = digests.pop_sidecar(out)
         attempt.extra = {"images": images} if images else {}
+        resumed = checkpoints.pop_resume(out)
+        if resumed:
+            attempt.extra["resume"] = resumed  # what resuming from a checkpoint saved
         secrets = failures.secret_values(self.s.environ)
         output = self._masked_stderr(stderr_path, secrets)[-20000:]
         if code == 0 and job.kind == "command" and out.exists():
