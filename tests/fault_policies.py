@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -67,6 +68,8 @@ def _segfault(state: TaskState) -> None:
 
 
 def _hang(state: TaskState) -> None:
+    # A process of the job's own, as a sandbox command is: it must not outlive the job.
+    subprocess.Popen(["sleep", "3600"])
     time.sleep(3600)
 
 

@@ -1,13 +1,12 @@
 """--checkpoint on the fleet: restic without a download, a job's checkpoints in S3, resumed
-on another machine's job process, and a checkpoint that fails is not a silent success.
+on another worker, and a checkpoint that fails is not a silent success.
 
-A 13-step agent (react() with bash, scripted by tests/openai_stub.py: 14 model calls) runs
-as a job process (`python -m ct_fleet.worker.runner`, what a worker runs) against the moto
-server, checkpointing every turn into the job's S3 prefix. It is SIGKILLed at about two
-thirds, and the job runs again from another directory with nothing of the first run's on
-disk: it resumes from the last committed checkpoint (the resume event as Inspect writes
-it), the model server sees only the turns not checkpointed plus at most one redone, and
-S3 holds only the last attempt's checkpoints.
+A 13-step agent (react() with bash in Inspect's local sandbox, scripted by
+tests/openai_stub.py: 14 model calls) runs on the local fleet with `--checkpoint turn:1`.
+Its worker's job loop is SIGKILLed at about two thirds; the replacement worker (another
+instance directory) resumes the sample from its last committed checkpoint (the resume
+event as Inspect writes it), the model server sees only the turns not checkpointed plus at
+most one redone, and nothing of the checkpoints is left in S3 once the result is stored.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import uuid
@@ -29,11 +27,28 @@ from inspect_ai.log import read_eval_log
 from ct_fleet import restic
 from ct_fleet.protocol import WorkMessage
 from ct_fleet.worker import checkpoints
-from fleet_helpers import model_stub, wait_for
+from fleet_helpers import (
+    FAST,
+    ONE_WORKER,
+    assert_nothing_running,
+    env_for,
+    finish,
+    fleet_dir,
+    kill,
+    launch,
+    model_stub,
+    paused_at,
+    processes_in,
+    stat,
+    wait_for,
+)
+from test_faults_results import embedded_client
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-stub-" + uuid.uuid4().hex
 STEPS = 13  # model calls: STEPS + 1
+MODEL = "openai-api/stubai/scripted"
+BUCKET = f"lb-fleet-ckpt-{uuid.uuid4().hex[:8]}"
 AGENT = """
 from inspect_ai import Task, task
 from inspect_ai.agent import react
@@ -164,46 +179,78 @@ def _job(job_id: str, pause: float = 0.5) -> WorkMessage:
     )
 
 
-def _keys(s3, prefix: str) -> list[str]:
-    listed = s3["client"].list_objects_v2(Bucket=s3["bucket"], Prefix=prefix)
-    return [o["Key"] for o in listed.get("Contents", [])]
+def _stored(client, fleet_id: str) -> list[str]:
+    """The keys under the fleet's checkpoints prefix in S3."""
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{fleet_id}/checkpoints/")
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
 
-def test_a_job_killed_at_two_thirds_resumes_elsewhere_from_its_last_checkpoint(tmp_path: Path, stub, s3) -> None:
-    job = _job("resumed")
-    first = _job_process(tmp_path / "worker-a", job, tmp_path / "a.eval", s3, stub)
+def _committed(client, fleet_id: str) -> list[str]:
+    """The commit markers (ckpt-NNNNN.json) of the fleet's checkpoints."""
+    return [k for k in _stored(client, fleet_id) if k.rsplit("/", 1)[-1].startswith("ckpt-")]
+
+
+@pytest.mark.faults
+def test_a_worker_killed_at_two_thirds_resumes_its_sample_on_another(tmp_path: Path, stub) -> None:
+    """The local fleet: a 13-step agent with `--checkpoint turn:1` (its local sandbox is not
+    captured: the fleet's default), its worker's job loop SIGKILLed at two thirds. The run
+    completes on a replacement worker (another instance directory, nothing of the first's
+    read), which resumes the sample from its last committed checkpoint."""
+    project, runs = tmp_path / "project", tmp_path / "runs"
+    project.mkdir()
+    runs.mkdir()
+    (project / "agent.py").write_text(AGENT)
+    (runs / ".env").write_text(f"STUBAI_API_KEY={KEY}\nSTUBAI_BASE_URL={stub['base_url']}\n")
+    args = ["eval", "agent.py@steps", "-T", f"n={STEPS}", "-T", "pause=0.2", "--model", MODEL]
+    args += ["--checkpoint", "turn:1", *FAST, *ONE_WORKER, "--ec2-arg", f"bucket={BUCKET}"]
+    # The job's message hides for 10 minutes: only the controller's release of a lost
+    # worker's jobs brings it back within the test's time.
+    args += ["--ec2-arg", "visibility_timeout=600", "--ec2-arg", "heartbeat_interval=2"]
+    # A home of its own: the bash tool's login shell reads none of the machine's profile
+    # (a shell killed mid-way through it may leave a lock the next one waits on).
+    (tmp_path / "home").mkdir()
+    env = env_for(runs, CT_FLEET_PAUSE_AT="verify", HOME=str(tmp_path / "home"))
+    proc = launch(args, env=env, cwd=project)
     start = _calls(stub)
     kill_at = start + (STEPS + 1) * 2 // 3  # 9 of 14 calls
-    try:
-        wait_for(lambda: _calls(stub) >= kill_at or first.poll() is not None, timeout=240)
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+    wait_for(lambda: _calls(stub) >= kill_at or proc.poll() is not None, timeout=300)
+    (worker,) = processes_in(runs, "ct_fleet.worker")
+    kill(worker)
     before = _calls(stub)
-    shutil.rmtree(tmp_path / "worker-a")  # the lost machine: nothing of it is read again
-    committed = [k for k in _keys(s3, "ckpt/checkpoints/resumed/") if k.rsplit("/", 1)[-1].startswith("ckpt-")]
+    run_dir = fleet_dir(runs)
+    s3 = embedded_client(run_dir, "s3")
+    committed = _committed(s3, run_dir.name)
     assert committed, "no checkpoint committed before the kill"
-
-    second = _job_process(tmp_path / "worker-b", job, tmp_path / "b.eval", s3, stub)
-    assert second.wait(timeout=300) == 0, (tmp_path / "worker-b" / "stderr").read_text()[-3000:]
-    stderr = (tmp_path / "worker-b" / "stderr").read_text()
-    assert "resuming from the last committed checkpoint" in stderr
+    # Every job done, the controller held before its merge (the embedded cloud still up).
+    marker = paused_at(runs, "verify", timeout=300)
+    left = _stored(s3, run_dir.name)
+    marker.unlink()
+    code, out, err = finish(proc)
+    assert code == 0, out + err
+    assert left == [], f"checkpoint data left in S3 after the job's result was stored: {left}"
+    # The lost attempt counts, and shows with the failed attempts.
+    assert (stat(out, "attempts"), stat(out, "redeliveries")) == (2, 1), out
+    failures = json.loads((fleet_dir(runs) / "report.json").read_text())["failures"]
+    assert [(f["error_class"], f["attempts"]) for f in failures] == [("lost", 1)], failures
     redone = _calls(stub) - before
     # Only the turns after the last committed checkpoint, plus at most one redone.
     assert redone <= (STEPS + 1) - len(committed) + 1, (redone, len(committed))
     assert redone < STEPS + 1
-    log = read_eval_log(str(tmp_path / "b.eval"))
+    (merged,) = (run_dir / "merged").glob("*.eval")
+    log = read_eval_log(str(merged))
     assert log.status == "success" and log.samples
     sample = log.samples[0]
     resumes = [e for e in sample.events if e.event == "info" and getattr(e, "source", None) == "checkpoint"]
     assert any((e.data or {}).get("event") == "resume" for e in resumes), "no resume event in the transcript"
     assert f"step {STEPS - 1}" in sample.output.completion
-    # Only the last attempt's log and checkpoints are left in S3 (the worker deletes those
-    # once the result is stored).
-    logs = [k for k in _keys(s3, "ckpt/checkpoints/resumed/") if k.endswith(".eval")]
-    assert len(logs) == 1
-    dirs = {k.split("/")[3] for k in _keys(s3, "ckpt/checkpoints/resumed/")}
-    assert len(dirs) == 2, dirs  # <attempt>.eval and <attempt>.checkpoints
+    # The run counts the resume and the calls it saved; its tokens are the sample's over
+    # every attempt (the log's stats count only the last).
+    saved = sum(1 for e in sample.events[: sample.events.index(resumes[-1])] if e.event == "model")
+    assert saved >= len(committed) and redone <= (STEPS + 1) - saved + 1, (saved, redone)
+    assert f"resumed from checkpoints: 1 sample(s), {saved} model call(s) not made again" in out, out
+    assert stat(out, "model usage:") == sum(u.total_tokens for u in sample.model_usage.values()), out
+    assert len([p for p in (run_dir / "instances").iterdir() if p.is_dir()]) == 2  # resumed elsewhere
+    assert_nothing_running(runs)
 
 
 def test_a_checkpoint_that_fails_fails_the_sample(tmp_path: Path, stub, s3) -> None:
@@ -216,3 +263,19 @@ def test_a_checkpoint_that_fails_fails_the_sample(tmp_path: Path, stub, s3) -> N
     log = read_eval_log(str(tmp_path / "out.eval"))
     assert log.samples and log.samples[0].error is not None, "a failing checkpoint ended as a success"
     assert "checkpoint failed" in log.samples[0].error.message, log.samples[0].error.message[-500:]
+
+
+def test_a_local_sandbox_is_not_captured_unless_the_config_says_what_to_capture() -> None:
+    from inspect_ai import Task
+    from inspect_ai.dataset import Sample
+
+    from ct_fleet.inspect_private import checkpoint_config
+
+    config = checkpoint_config({"trigger": CONFIG["trigger"]})
+    local = Task(dataset=[Sample(id="a", input="x")], sandbox="local")
+    assert checkpoints.local_sandbox_default(config, local, "a", None).sandbox_paths == {"default": []}
+    kept = checkpoint_config({"trigger": CONFIG["trigger"], "sandbox_paths": {"default": ["/work"]}})
+    assert checkpoints.local_sandbox_default(kept, local, "a", None) is kept
+    docker = Task(dataset=[Sample(id="a", input="x", sandbox="docker")], sandbox="local")
+    assert checkpoints.local_sandbox_default(config, docker, "a", None) is config
+    assert checkpoints.local_sandbox_default(config, local, "a", ("docker", "compose.yaml")) is config

@@ -166,6 +166,14 @@ def gone(pid: int, within: float = 60) -> bool:
     return False
 
 
+def wait_for_children(pid: int, within: float = 60) -> list[psutil.Process]:
+    deadline = time.monotonic() + within
+    while not (found := psutil.Process(pid).children(recursive=True)):
+        assert time.monotonic() < deadline, "the job started no process of its own"
+        time.sleep(0.1)
+    return found
+
+
 def server_pid(w: Worker) -> int:
     assert w.warm is not None and w.warm._proc is not None
     return w.warm._proc.pid
@@ -251,9 +259,11 @@ def test_a_job_killed_mid_sample_leaves_no_sample_buffer(worker: Worker) -> None
     while running.pid is None or not list(sample_buffer_dir(job_log_dir(out, running.pid)).glob("*.db")):
         assert running.wait(0.2) is None and time.monotonic() < deadline, "the sample never started"
     log_dir = job_log_dir(out, running.pid)
-    psutil.Process(running.pid).kill()
+    own = wait_for_children(running.pid)
+    psutil.Process(running.pid).kill()  # the job's process alone, as the kernel's OOM killer would
     assert running.wait(30) is not None
     assert not sample_buffer_dir(log_dir).exists() and not log_dir.exists()
+    assert all(gone(p.pid) for p in own), "the job's own process outlived it"
     good_job_runs(worker, 11)
 
 

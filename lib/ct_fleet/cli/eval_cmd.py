@@ -311,6 +311,12 @@ def _report(result: RunResult, console: Console) -> None:
         + (f", EC2 cost ${result.cost:.2f}" if result.cost else ""),
         highlight=False,
     )
+    if result.samples_resumed:
+        console.print(
+            f"resumed from checkpoints: {result.samples_resumed} sample(s), "
+            f"{result.model_calls_saved} model call(s) not made again",
+            highlight=False,
+        )
     if result.fewer_workers:
         console.print(f"fewer workers than wanted: {result.fewer_workers}", highlight=False)
     if result.tokens:

@@ -35,9 +35,21 @@ from .keys import (
 from .knobs import Ec2Config
 from .manifest import MANIFEST_SCHEMA, BadManifest, Manifest, ManifestJob, ManifestTask
 from .masking import mask
-from .messages import SCHEMA, BadMessage, DoneMessage, Outcome, WorkMessage, decode_reports, encode_reports
+from .messages import (
+    LOST,
+    SCHEMA,
+    BadMessage,
+    DoneMessage,
+    Held,
+    Outcome,
+    Resumed,
+    WorkMessage,
+    decode_reports,
+    encode_reports,
+)
 
 __all__ = [
+    "LOST",
     "MANIFEST_SCHEMA",
     "QUEUE_ROLES",
     "SCHEMA",
@@ -45,10 +57,12 @@ __all__ = [
     "DoneMessage",
     "Ec2Config",
     "FleetEnv",
+    "Held",
     "Manifest",
     "ManifestJob",
     "ManifestTask",
     "Outcome",
+    "Resumed",
     "WorkMessage",
     "artifact_key",
     "done_marker_key",

@@ -111,6 +111,43 @@ class WorkMessage:
 
 
 @dataclass(frozen=True)
+class Held:
+    """A job a worker is running, as its heartbeat tells it: the receipt handle of its work
+    message (only the receiver's handle can change a message's visibility), so that the
+    controller can put the job back on the queue at once when the worker is lost."""
+
+    receipt_handle: str
+    receive_count: int = 1
+    received_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """A done report's extra["resume"]: its sample resumed from an earlier attempt's
+    checkpoint (worker/checkpoints.py). calls_restored: model calls the checkpoint held
+    (not made again); calls: this attempt's; model_usage: the sample's over every attempt."""
+
+    calls_restored: int = 0
+    calls: int = 0
+    model_usage: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, report: DoneMessage) -> Resumed | None:
+        """The report's resume, None when it has none (or a malformed one)."""
+        data = report.extra.get("resume")
+        if data is None:
+            return None
+        try:
+            return _from_dict(cls, data)
+        except BadMessage:
+            return None
+
+
+# Error class of an attempt the controller ends for a worker it saw gone (fleet/lost.py).
+LOST = "lost"
+
+
+@dataclass(frozen=True)
 class DoneMessage:
     type: Literal["done", "heartbeat"]
     fleet_id: str
@@ -129,6 +166,7 @@ class DoneMessage:
     load: float | None = None
     in_flight: int | None = None
     concurrency: int | None = None
+    holding: dict[str, Held] = field(default_factory=dict)  # job id -> its work message, while it runs
     sent_at: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     v: int = SCHEMA

@@ -21,6 +21,7 @@ sets it): a sample that ran unprotected must not read as a protected success.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import threading
 from collections.abc import Iterator
@@ -76,6 +77,30 @@ class Plan:
 
 def note(text: str) -> None:
     print(f"ct-fleet job: {text}", file=sys.stderr, flush=True)
+
+
+def sandbox_type(spec: Any) -> str | None:
+    """The type of a sandbox spec as Inspect takes it (a type name, (type, config), a spec)."""
+    if spec is None or isinstance(spec, str):
+        return spec
+    if isinstance(spec, tuple | list):
+        return str(spec[0]) if spec else None
+    return getattr(spec, "type", None)
+
+
+def local_sandbox_default(config: Any, task: Any, sample_id: Any, override: Any) -> Any:
+    """The config, with nothing of the sample's `local` sandbox captured unless it says
+    what to capture: Inspect would back up the default user's home, which for `local` is
+    the worker machine's own (the venv, caches, every other job's files)."""
+    sample = next((s for s in getattr(task, "dataset", None) or [] if str(s.id) == str(sample_id)), None)
+    spec = override or getattr(sample, "sandbox", None) or task.sandbox
+    # sandbox_paths is taken whole from the closest layer that sets it (eval > sample > task);
+    # a config file without it reads as {}.
+    layers = (config, getattr(task, "checkpoint", None), getattr(sample, "checkpoint", None))
+    if sandbox_type(spec) != "local" or any(getattr(c, "sandbox_paths", None) for c in layers):
+        return config
+    note("the sample's sandbox is local: nothing of it is captured (sandbox_paths: {default: []})")
+    return dataclasses.replace(config, sandbox_paths={"default": []})
 
 
 def plan(url: str, config: Any, scratch: Path) -> Plan:
@@ -151,3 +176,40 @@ def _store_started(plan: Plan, log_dir: Path, stop: threading.Event) -> None:
                 s3.delete_object(Bucket=bucket, Key=prefix + plan.prior_name)
                 store.delete_prefix(s3, bucket, prefix + base + CKPT_SUFFIX)
             return
+
+
+def _resume_sidecar(out: Path) -> Path:
+    return out.with_name(out.name + ".resume.json")
+
+
+def record_resume(log: Any, out: Path) -> None:
+    """What resuming saved, beside OUT for the done report: the model calls the sample's
+    checkpoint restored (its transcript's model events before the resume event: not made
+    again), the calls this attempt made, and the sample's usage over every attempt (the
+    log's stats count only this attempt's)."""
+    sample = (log.samples or [None])[0]
+    if sample is None:
+        return
+    resumes = [
+        i
+        for i, e in enumerate(sample.events)
+        if e.event == "info" and getattr(e, "source", None) == "checkpoint" and (e.data or {}).get("event") == "resume"
+    ]
+    if not resumes:
+        return
+    models = [i for i, e in enumerate(sample.events) if e.event == "model"]
+    restored = sum(1 for i in models if i < resumes[-1])
+    usage = {name: u.model_dump(exclude_none=True) for name, u in (sample.model_usage or {}).items()}
+    data = {"calls_restored": restored, "calls": len(models) - restored, "model_usage": usage}
+    _resume_sidecar(out).write_text(json.dumps(data))
+
+
+def pop_resume(out: Path) -> dict[str, Any] | None:
+    """What record_resume left for OUT (removing it), None when the job did not resume."""
+    path = _resume_sidecar(out)
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    path.unlink(missing_ok=True)
+    return data

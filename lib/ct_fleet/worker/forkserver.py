@@ -53,6 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+import psutil
+
 from ..exits import leave
 from ..protocol import WorkMessage
 from . import failures, runner
@@ -60,6 +62,7 @@ from .supervise import kill_tree
 
 SOCKET_NAME = "warm.sock"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PR_SET_CHILD_SUBREAPER = 36
 
 # Seconds the warm-up eval's helper threads (anyio's worker threads) get to finish.
 THREADS_GRACE = 30.0
@@ -107,6 +110,7 @@ class ForkServer:
     children: dict[int, Child] = field(default_factory=dict)
     pending: dict[int, Pending] = field(default_factory=dict)  # fd -> connection not yet read
     cold: bool = False
+    orphans: set[int] = field(default_factory=set)  # what jobs that ended left running, killed
 
     def __post_init__(self) -> None:
         self.sel = selectors.DefaultSelector()
@@ -173,6 +177,7 @@ class ForkServer:
 
     # -- the loop ----------------------------------------------------------------------
     def serve(self) -> None:
+        _subreaper()
         os.set_blocking(self.wake_w, False)
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
@@ -244,6 +249,7 @@ class ForkServer:
                 return
 
     def _reap(self) -> None:
+        ended = False
         for pid, child in list(self.children.items()):
             if child.cold is not None:
                 code = child.cold.poll()
@@ -261,6 +267,25 @@ class ForkServer:
                 _send(child.conn, {"exit": code})
             child.conn.close()
             self._learn(pid)
+            ended = True
+        if ended or self.orphans:
+            self._end_orphans()
+
+    def _end_orphans(self) -> None:
+        """A job's processes die with it. Each job is a subreaper, so what it starts stays
+        below it while it runs, even once the process that started it exits; when the job
+        itself ends (a kill, a crash, or a clean end that left something behind), those
+        processes come up to this server (a subreaper too): any child that is not a job is
+        one, and is killed here."""
+        for proc in psutil.Process().children():
+            if proc.pid not in self.children and proc.pid not in self.orphans:
+                kill_tree(proc.pid)
+                self.orphans.add(proc.pid)
+        for pid in list(self.orphans):
+            with contextlib.suppress(ChildProcessError):
+                if not os.waitpid(pid, os.WNOHANG)[0]:
+                    continue
+            self.orphans.discard(pid)
 
     def _learn(self, pid: int) -> None:
         report = self.sock_dir / f"{pid}.modules"
@@ -290,6 +315,7 @@ class ForkServer:
         pid = os.fork()
         if pid == 0:
             _die_with(server)
+            _subreaper()
             self._child(request, job, task, conn)
         return pid
 
@@ -375,6 +401,12 @@ def _die_with(server: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != server:  # it died before the prctl took effect
         os._exit(1)
+
+
+def _subreaper() -> None:
+    """Orphaned descendants come to this process instead of init (Linux): see _end_orphans."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
 def _send(conn: socket.socket, message: dict[str, Any]) -> None:

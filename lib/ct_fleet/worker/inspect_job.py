@@ -145,9 +145,14 @@ def run_inspect_job(
     # selection (one sample, one epoch, its log directory) over them.
     options: dict[str, Any] = {"time_limit": job.time_limit or None, "sandbox": sandbox_type(job.sandbox)}
     options.update(eval_kwargs(job_options(job, extra), epochs=1))
-    plan = None
+    plan = prior = None
     if checkpoints and options.get("checkpoint"):
-        plan = checkpoint_store.plan(checkpoints, options["checkpoint"], log_dir / "prior")
+        if task is None:
+            task = build_task(job, extra)  # what it sandboxes decides what is captured
+        config = checkpoint_store.local_sandbox_default(
+            options["checkpoint"], task, job.sample_id, options.get("sandbox")
+        )
+        plan = checkpoint_store.plan(checkpoints, config, log_dir / "prior")
         options["checkpoint"] = plan.config
     try:
         with checkpoint_store.keep_started_log(plan, log_dir) if plan else nullcontext():
@@ -174,6 +179,8 @@ def run_inspect_job(
             raise RuntimeError("inspect eval wrote no log")
         path = Path(logs[0].location)
         _record_images(logs[0], out)  # before the move: the log reads its samples from its file
+        if prior is not None:
+            checkpoint_store.record_resume(logs[0], out)
         relabel_epoch(path, job.epoch)
         shutil.move(str(path), out)
     finally:

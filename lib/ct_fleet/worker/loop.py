@@ -35,7 +35,16 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from ..evallog import problem, read_header, sample_error
-from ..protocol import START_CONCURRENCY, BadMessage, DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
+from ..protocol import (
+    START_CONCURRENCY,
+    BadMessage,
+    DoneMessage,
+    FleetEnv,
+    Held,
+    WorkMessage,
+    encode_reports,
+    queue_names,
+)
 from ..protocol.knobs import Ec2Config
 from ..protocol.stop import MARKER_POLL, is_stop
 from ..sandbox import cleanup, digests
@@ -119,6 +128,7 @@ class InFlight:
     job_id: str
     receipt_handle: str
     received_at: float
+    receive_count: int = 1
 
 
 @dataclass
@@ -178,6 +188,11 @@ class Worker:
     def heartbeat(self, **extra: Any) -> None:
         with self.lock:
             in_flight = len(self.in_flight)
+            holding = {
+                f.job_id: Held(f.receipt_handle, f.receive_count, f.received_at)
+                for f in self.in_flight.values()
+                if f.job_id != "?"  # a slot reserved for a message not read yet
+            }
         queues.send_batch(
             self.sqs,
             self.done_url,
@@ -191,6 +206,7 @@ class Worker:
                         load=os.getloadavg()[0] / (os.cpu_count() or 1),
                         in_flight=in_flight,
                         concurrency=self.concurrency.current,
+                        holding=holding,
                         sent_at=time.time(),
                         extra=extra,
                     )
@@ -237,6 +253,9 @@ class Worker:
         code = ended.code
         images = digests.pop_sidecar(out)
         attempt.extra = {"images": images} if images else {}
+        resumed = checkpoints.pop_resume(out)
+        if resumed:
+            attempt.extra["resume"] = resumed  # what resuming from a checkpoint saved
         secrets = failures.secret_values(self.s.environ)
         output = self._masked_stderr(stderr_path, secrets)[-20000:]
         if code == 0 and job.kind == "command" and out.exists():
@@ -313,7 +332,7 @@ class Worker:
             self._drop_malformed(handle, str(exc))
             return
         with self.lock:
-            self.in_flight[handle] = InFlight(job.job_id, handle, received_at)
+            self.in_flight[handle] = InFlight(job.job_id, handle, received_at, receive_count)
         try:
             if store.exists(self.s3, self.s.bucket, job.result_key):
                 attempt = Attempt("skipped_duplicate")

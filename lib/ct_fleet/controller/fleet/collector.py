@@ -15,11 +15,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...cloud import Cloud
 from ...evallog import problem, read_header, sample_error
-from ...protocol import DoneMessage, WorkMessage, decode_reports, mask, result_key, run_layout
+from ...protocol import DoneMessage, Resumed, WorkMessage, decode_reports, mask, result_key, run_layout
 from ...services import queues, store
 from ..planning import FleetSpec
 from ..reporting import UsageTotals, last_line, record_attempt
@@ -68,6 +68,7 @@ class ResultCollector:
         self.not_its_own: dict[str, str] = {}  # job id -> what its fetched result holds instead
         self.retried_errors = 0  # errored results a rerun set aside to run again
         self._merge_preloaded = False
+        self.resumed: dict[str, Resumed] = {}  # job id -> its result's resume from a checkpoint
 
     def resume(self) -> set[str]:
         """Jobs with a result that reads in full: on disk already, or in S3 (fetched now).
@@ -139,6 +140,8 @@ class ResultCollector:
             job_images.record(self.run_dir, msg, job.sample_id, job.epoch)
             record_attempt(self.run_dir, msg, job)
         fetch = self.state.on_report(msg)
+        if fetch is not None and (resumed := Resumed.of(msg)) is not None:
+            self.resumed[fetch] = resumed
         if msg.outcome == "failed" and job is not None:
             # Final without a result (a fatal error, a timeout): say so now, not at the end.
             self.warn(
@@ -268,5 +271,20 @@ class ResultCollector:
         self.downloads.shutdown(wait=True, cancel_futures=True)
 
     def _count_usage(self, job_id: str) -> None:
+        resumed = self.resumed.get(job_id)
+        if resumed is not None:  # the log's stats count only its last attempt; the sample's, all
+            self.usage.add(job_id, resumed.model_usage)
+            return
         header = read_header(run_layout.job_log(self.run_dir, job_id)) or {}
         self.usage.add(job_id, (header.get("stats") or {}).get("model_usage") or {})
+
+
+def totals(results: ResultCollector) -> dict[str, Any]:
+    """The run result's model usage, and what resuming from checkpoints saved."""
+    return {
+        "tokens": results.usage.tokens,
+        "model_cost": results.usage.cost,
+        "unpriced_models": sorted(results.usage.unpriced),
+        "samples_resumed": len(results.resumed),
+        "model_calls_saved": sum(r.calls_restored for r in results.resumed.values()),
+    }

@@ -22,6 +22,7 @@ from ..planning import Capacity, FleetSpec
 from ..reporting import cost_so_far, record_worker
 from . import boot_logs, interrupts, phases, scaling
 from .launcher import PoolLauncher, fleet_launcher
+from .lost import LostWorkers
 
 STRAGGLER_GRACE = 30
 
@@ -63,6 +64,7 @@ class WorkerPool:
         self.last_scale_up = -math.inf  # monotonic time starts near 0 at boot: never a cool-down at first
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
         self.leaving: set[str] = set()  # workers that said they go (spot notice, rebalance)
+        self.lost = LostWorkers(spec.fleet_id)  # the jobs each worker holds, for when it is gone
 
     # -- launch ------------------------------------------------------------------------
     def adopt(self, instance_ids: list[str]) -> None:
@@ -126,6 +128,7 @@ class WorkerPool:
 
     # -- while it runs -----------------------------------------------------------------
     def on_heartbeat(self, msg: DoneMessage) -> None:
+        self.lost.on_heartbeat(msg)
         if msg.load is not None:
             self.worker_load[msg.instance_id] = (msg.load, time.monotonic())
         for notice in ("spot_notice", "rebalance"):

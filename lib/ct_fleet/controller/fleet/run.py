@@ -21,7 +21,7 @@ from ...services import queues, stop, store
 from ..planning import Capacity, FleetSpec, Job, record_durations
 from ..reporting import Progress, RunResult, dead_jobs, missing_jobs
 from . import liveness, merging, phases, tracking
-from .collector import ResultCollector
+from .collector import ResultCollector, totals
 from .interrupts import FleetInterrupted, Terminated
 from .lease import S3Lease
 from .live_merge import LiveMerge
@@ -254,7 +254,6 @@ class FleetRun:
         enqueued: int,
         why: str | None,
     ) -> RunResult:
-        usage = self.results.usage
         return RunResult(
             fleet_id=self.spec.fleet_id,
             run_dir=self.run_dir,
@@ -277,8 +276,6 @@ class FleetRun:
             cost=self.pool.cost_so_far(),
             enqueued=enqueued,
             adopted_workers=len(self.pool.launched) if adopted else 0,
-            tokens=usage.tokens,
-            model_cost=usage.cost,
-            unpriced_models=sorted(usage.unpriced),
+            **totals(self.results),
             unmerged=merging.unmerged(self.manifest, merged),
         )

@@ -93,6 +93,9 @@ def _check_fleet(run: FleetRun) -> tuple[list[str], str | None]:
     if gone:
         return run.pool.launched, f"{gone}: the fleet cannot progress; fleet terminated"
     live, ended = run.pool.look()
+    pending = run.state.in_state("pending") if ended else set()
+    for lost in run.pool.lost.release(run.sqs, run.queues.work, ended, pending.__contains__):
+        run.results.on_report(lost)
     if ended and run.state.remaining:
         why = run.pool.deterministic_boot_failure(ended)
         if why:

@@ -25,6 +25,8 @@ class RunResult:
     attempts: int = 0  # done reports of jobs
     redeliveries: int = 0  # of them, attempts of a job delivered before
     duplicates: int = 0  # reports dropped because the job already had its outcome
+    samples_resumed: int = 0  # results whose sample resumed from a checkpoint of a lost attempt
+    model_calls_saved: int = 0  # model calls their checkpoints held (not made again)
     dropped_messages: int = 0  # done-queue messages that were not reports of this fleet
     stopped_reason: str | None = None
     fewer_workers: str | None = None  # why fewer workers ran than wanted (quota, capacity, throttling)

@@ -47,6 +47,10 @@ class RunSummary(BaseModel):
     retried_errors: Annotated[int, Field(description="errored samples an earlier run left, run again")] = 0
     enqueued: int = 0
     attempts: int = 0
+    samples_resumed: Annotated[
+        int, Field(description="samples that resumed from a checkpoint of an attempt that was lost (--checkpoint)")
+    ] = 0
+    model_calls_saved: Annotated[int, Field(description="model calls those checkpoints held: not made again")] = 0
     workers_launched: int = 0
     fewer_workers: Annotated[
         str | None, Field(description="why fewer workers ran than wanted (quota, capacity, throttling), if they did")
@@ -75,6 +79,8 @@ def run_summary(result: RunResult) -> RunSummary:
         retried_errors=result.retried_errors,
         enqueued=result.enqueued,
         attempts=result.attempts,
+        samples_resumed=result.samples_resumed,
+        model_calls_saved=result.model_calls_saved,
         workers_launched=result.workers_launched,
         fewer_workers=result.fewer_workers,
         elapsed_seconds=round(result.elapsed, 3),
