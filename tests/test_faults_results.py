@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+import zlib
 from pathlib import Path
 
 import boto3
 import pytest
+import zstandard
 
 from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
 from ct_fleet.evallog import zipio
@@ -116,11 +118,55 @@ def malformed_log(good: Path, dest: Path) -> Path:
     return dest
 
 
+def in_frames(good: Path, dest: Path, frame: int = 1024) -> Path:
+    """`good` with each entry in zstd frames of `frame` bytes, as Inspect writes an entry
+    over 200 MiB (its frame cap), at a small scale."""
+    cctx = zstandard.ZstdCompressor(level=3)
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(dest, "w") as out:
+        for info in src.infolist():
+            plain = src.read(info)
+            packed = b"".join(cctx.compress(plain[i : i + frame]) for i in range(0, len(plain), frame))
+            entry = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            entry.compress_type, entry.CRC = 93, zlib.crc32(plain)
+            entry.compress_size, entry.file_size = len(packed), len(plain)
+            entry.header_offset = out.fp.tell()  # type: ignore[union-attr]
+            out.fp.write(entry.FileHeader(False))  # type: ignore[union-attr]
+            out.fp.write(packed)  # type: ignore[union-attr]
+            out.filelist.append(entry)
+            out.NameToInfo[entry.filename] = entry
+            out.start_dir = out.fp.tell()  # type: ignore[union-attr]
+            out._didModify = True  # type: ignore[attr-defined]
+    return dest
+
+
+def bomb(good: Path, dest: Path) -> Path:
+    """`good` whose sample entry inflates to 100 MiB of one letter from a few KB."""
+    with zipfile.ZipFile(good) as src, zipio.open_writer(str(dest)) as out:
+        for name in src.namelist():
+            data = src.read(name)
+            if name.startswith("samples/"):
+                data = data[:-1] + b',"x":"' + b"A" * (100 << 20) + b'"}'
+            out.writestr(name, data)
+    return dest
+
+
 @pytest.mark.faults
 def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, tmp_path: Path):
+    """A junk log is dead-lettered and named; a log in many zstd frames counts; a bomb is
+    refused by the worker, whose next attempt counts; no attempt leaves its log behind."""
     runs = tmp_path / "runs"
-    junk = malformed_log(sorted(good_results.glob("*.evaljob"))[0], tmp_path / "junk.eval")
-    command = copy_command(good_results, junk, junk_for="web:fix_login")
+    logs = sorted(good_results.glob("*.evaljob"))
+    junk = malformed_log(logs[0], tmp_path / "junk.eval")
+    others = [p for p in logs if not any("web:fix_login" in n for n in zipfile.ZipFile(p).namelist())]
+    overrides = tmp_path / "overrides"
+    overrides.mkdir()
+    in_frames(others[0], overrides / f"{others[0].stem}.always")
+    bomb(others[1], overrides / f"{others[1].stem}.first")
+    command = (
+        f'o={overrides}/"$CT_JOB_ID"; if [ -e "$o".always ]; then cp "$o".always "$CT_OUTPUT"; '
+        f'elif [ -e "$o".first ]; then mv "$o".first "$CT_OUTPUT"; '
+        f"else {copy_command(good_results, junk, junk_for='web:fix_login')}; fi"
+    )
     proc = start(
         runs,
         "--task-file",
@@ -145,6 +191,9 @@ def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, 
     assert "dead-lettered" in line and "does not read in full" in line and "bin/ct-fleet run-job" in line
     pairs = merged_pairs(runs)
     assert len(pairs) == 3 and ("web:fix_login", 1) not in pairs
+    assert not list(overrides.glob("*.first"))  # the bomb was run, and refused: its job ran again
+    assert "inflation bomb" in (fleet_dir(runs) / "attempts.jsonl").read_text()
+    assert not list(fleet_dir(runs).glob("instances/*/var/lib/linuxbench/jobs/*.eval"))  # no attempt's log left
     assert_nothing_running(runs)
 
 

@@ -3,8 +3,10 @@ the controller when a result arrives and again before the merge.
 
 A one-sample `.eval` counts only when its zip opens, header.json says the run finished
 (status success or error) and names its task, and every sample entry decompresses with a
-matching CRC and is a JSON sample with an id and an epoch. No inspect_ai import: the
-checks use zipfile (with the zstd method registered) like header.py.
+matching CRC and is a JSON sample with an id and an epoch. Entries are read as Inspect
+writes them (any number of zstd frames), streamed, and a bomb is refused uninflated
+(evallog/entries.py); a sample too large to parse in memory is parsed as a stream. No
+inspect_ai import.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ import hashlib
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
+
+import ijson  # type: ignore[import-untyped]
 
 from . import header as _header  # noqa: F401  (registers zstd with zipfile before 3.14)
+from .entries import WHOLE, BadEntry, open_entry, read_entry
 from .layout import HEADER_JSON, SAMPLE_NAME, SUMMARIES_JSON
 
 
@@ -27,7 +33,7 @@ def problem(path: Path, expect: tuple[str | int, int] | None = None, task: str |
             names = {info.filename for info in zf.infolist()}
             if HEADER_JSON not in names:
                 return "no header.json (the eval never finished)"
-            head = json.loads(zf.read(HEADER_JSON))
+            head = json.loads(read_entry(zf, HEADER_JSON))
             if not isinstance(head, dict) or head.get("status") not in ("success", "error"):
                 return "header.json does not describe a finished eval"
             if not isinstance(head.get("eval"), dict) or not head["eval"].get("task"):
@@ -38,22 +44,40 @@ def problem(path: Path, expect: tuple[str | int, int] | None = None, task: str |
             if not samples:
                 return "no sample in the log"
             for name in samples:
-                sample = json.loads(zf.read(name))  # zipfile checks the CRC as it inflates
+                sample = sample_keys(zf, name)  # the CRC and size are checked as it inflates
                 if not isinstance(sample, dict) or "id" not in sample or "epoch" not in sample:
                     return f"{name} is not a sample"
                 if expect is not None and (str(sample["id"]), sample["epoch"]) != (str(expect[0]), expect[1]):
                     return f"holds sample {sample['id']} epoch {sample['epoch']}, not {expect[0]} epoch {expect[1]}"
             if SUMMARIES_JSON in names:
-                rows = json.loads(zf.read(SUMMARIES_JSON))
+                rows = json.loads(read_entry(zf, SUMMARIES_JSON))
                 if not isinstance(rows, list) or not all(
                     isinstance(r, dict) and "id" in r and "epoch" in r for r in rows
                 ):
                     return "summaries.json is not a list of sample summaries"
+    except BadEntry as exc:
+        return str(exc)
     except (OSError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, KeyError) as exc:
         return f"unreadable zip ({type(exc).__name__}: {exc})"
     except Exception as exc:  # JSON, zstd's own errors, unknown methods: all mean "does not read"
         return f"corrupt content ({type(exc).__name__}: {str(exc)[:200]})"
     return None
+
+
+def sample_keys(zf: zipfile.ZipFile, name: str) -> Any:
+    """The sample entry parsed whole, or, when it is too large to hold, its top-level
+    scalars (id and epoch among them) from a streamed parse of all of it."""
+    info = zf.getinfo(name)
+    if info.file_size <= WHOLE:
+        return json.loads(read_entry(zf, name))
+    keys: dict[str, Any] = {}
+    with open_entry(zf, name) as fh:
+        for prefix, event, value in ijson.parse(fh, buf_size=1 << 20, use_float=True):
+            if prefix == "" and event != "start_map" and event != "end_map" and event != "map_key":
+                return None  # a JSON document, but not an object
+            if "." not in prefix and prefix and event in ("string", "number", "integer", "double"):
+                keys[prefix] = value
+    return keys
 
 
 def is_readable(path: Path) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -14,8 +15,10 @@ from typing import Any
 
 from inspect_ai.model import ModelUsage
 
+from ..evallog.entries import WHOLE
 from ..evallog.layout import HEADER_JSON, JOURNAL_SUMMARIES, SAMPLES_DIR, SUMMARIES_JSON, dumps
 from ..evallog.reader import EvalZip
+from ..evallog.verify import sample_keys
 from ..evallog.zipio import RawMember
 from .identity import identity_key
 from .spool import Spool
@@ -92,7 +95,7 @@ def read_input(path: Path) -> tuple[dict[str, Any], str, list[tuple[dict[str, An
                     logger.warning("%s: summary for %s but no sample entry; ignored", path, name)
                     continue
                 try:
-                    sample = json.loads(zf.read(name))
+                    sample = _sample(zf, path, name)
                 except Exception as exc:
                     raise Unreadable(f"sample entry {name} is corrupt ({type(exc).__name__}: {exc})") from None
                 if not isinstance(sample, dict):
@@ -103,6 +106,15 @@ def read_input(path: Path) -> tuple[dict[str, Any], str, list[tuple[dict[str, An
         raise
     except _MALFORMED as ex:
         raise Unreadable(f"unreadable .eval ({type(ex).__name__}: {str(ex)[:200]})") from None
+
+
+def _sample(zf: EvalZip, path: Path, name: str) -> Any:
+    """The sample entry parsed (its CRC checked): whole when it is small, else as a stream
+    in bounded memory (evallog.verify), a bomb refused either way."""
+    if zf.member(name).file_size <= WHOLE:
+        return json.loads(zf.read(name))
+    with zipfile.ZipFile(path) as whole:
+        return sample_keys(whole, name)
 
 
 def scan_file(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], RawMember]]] | None:

@@ -303,11 +303,11 @@ class Worker:
             return
         with self.lock:
             self.in_flight[handle] = InFlight(job.job_id, handle, received_at)
+        out = self.s.work_dir / f"{job.job_id}.eval"
         try:
             if store.exists(self.s3, self.s.bucket, job.result_key):
                 attempt = Attempt("skipped_duplicate")
             else:
-                out = self.s.work_dir / f"{job.job_id}.eval"
                 attempt = self._run_subprocess(job, out)
                 if self.fleet_done.is_set():
                     # Every job had a final outcome before this attempt ended: drop it.
@@ -317,7 +317,6 @@ class Worker:
                     if not store.upload_result(self.s3, self.s.bucket, job.result_key, out):
                         # Another attempt of this job stored its result while this one ran.
                         attempt = Attempt("skipped_duplicate")
-                    out.unlink(missing_ok=True)
             report = self._report(job, attempt, received_at, receive_count)
             with self.lock:
                 last = len(self.in_flight) == 1  # nothing else running, nor just received
@@ -334,6 +333,9 @@ class Worker:
         except Exception:
             log.exception("job %s failed in the worker; it will be redelivered", job.job_id)
         finally:
+            # Whatever the attempt left is no result once it ends (a retry's log of a
+            # GB sample, three times over, filled a worker's disk).
+            out.unlink(missing_ok=True)
             # The slot frees now; the report and the delete go out with the reporter's next flush.
             with self.lock:
                 self.in_flight.pop(handle, None)
