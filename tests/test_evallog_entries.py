@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from ct_fleet.evallog import entries, problem, read_header, verify
+from ct_fleet.evallog import Expected, entries, problem, read_header, verify
 
 HEADER = {"status": "success", "eval": {"task": "t"}}
 
@@ -79,7 +79,7 @@ def test_a_sample_in_several_zstd_frames_reads(tmp_path: Path) -> None:
         info = zf.getinfo("samples/s0_epoch_1.json")
         raw = path.read_bytes()[info.header_offset + 30 + len(info.filename) :][: info.compress_size]
     assert len(zstandard.ZstdDecompressor().decompressobj().decompress(raw)) < len(sample)  # not one frame
-    assert problem(path) is None and problem(path, ("s0", 1), "t") is None
+    assert problem(path) is None and problem(path, Expected("s0", 1, "t")) is None
     assert read_header(path) == HEADER
     assert problem_in_fresh_interpreter(path) == "None"
     with zipfile.ZipFile(path) as zf:
@@ -91,7 +91,7 @@ def test_a_sample_too_large_to_hold_is_parsed_as_a_stream(tmp_path: Path, monkey
     good = write_log(tmp_path / "good.eval", sample_of(200_000))
     assert problem(good) is None
     other = write_log(tmp_path / "s1.eval", sample_of(200_000, "s1"))
-    assert "holds sample s1 epoch 1, not s0 epoch 1" in str(problem(other, ("s0", 1)))
+    assert "holds sample s1 epoch 1, not s0 epoch 1" in str(problem(other, Expected("s0", 1, "t")))
     junk = sample_of(200_000)[:-1] + b',"more": not json}'  # junk after the id and epoch
     assert "corrupt content" in str(problem(write_log(tmp_path / "junk.eval", junk)))
     assert "not a sample" in str(problem(write_log(tmp_path / "list.eval", b"[" + sample_of(2000) + b"]")))

@@ -27,9 +27,11 @@ from fleet_helpers import (
     LOCAL,
     ONE_WORKER,
     assert_nothing_running,
+    env_for,
     finish,
     fleet_dir,
     merged_pairs,
+    run_cli,
     start,
     wait_for,
 )
@@ -116,6 +118,24 @@ def malformed_log(good: Path, dest: Path) -> Path:
             out.writestr(name, b"{this is not a sample" if name.startswith("samples/") else data)
         assert json.loads(src.read("header.json"))["status"] == "success"
     return dest
+
+
+def with_task_args(good: Path, dest: Path, **args: str) -> Path:
+    """`good` said to be a log of the same task with other task arguments."""
+    with zipfile.ZipFile(good) as src, zipio.open_writer(str(dest)) as out:
+        for name in src.namelist():
+            data = src.read(name)
+            if name == "header.json":
+                head = json.loads(data)
+                for field in ("task_args", "task_args_passed"):
+                    head["eval"][field] = {**head["eval"][field], **args}
+                data = json.dumps(head).encode()
+            out.writestr(name, data)
+    return dest
+
+
+def other_task_log(good: Path, where: Path) -> Path:
+    return with_task_args(good, where / "other-task.eval", policy="attack")
 
 
 def in_frames(good: Path, dest: Path, frame: int = 1024) -> Path:
@@ -210,9 +230,13 @@ def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_complet
     other = next(p for p in logs if not any(victim_sample in n for n in zipfile.ZipFile(p).namelist()))
     marks = tmp_path / "marks"
     marks.mkdir()
-    # The victim's first attempt writes another job's (valid) log; the next, its own.
+    # Another task's log of the same sample: its own log, but of other task arguments
+    other_task = with_task_args(other, marks / f"{other.stem}.first", policy="attack")
+    # The victim's first attempt writes another job's (valid) log; the next, its own; the
+    # other's first attempt writes its sample's log of another task.
     command = (
-        f'if [ "$CT_SAMPLE_ID" = {victim_sample} ] && [ ! -e {marks}/"$CT_JOB_ID" ]; then '
+        f'if [ -e {marks}/"$CT_JOB_ID".first ]; then mv {marks}/"$CT_JOB_ID".first "$CT_OUTPUT"; '
+        f'elif [ "$CT_SAMPLE_ID" = {victim_sample} ] && [ ! -e {marks}/"$CT_JOB_ID" ]; then '
         f'touch {marks}/"$CT_JOB_ID"; cp {other} "$CT_OUTPUT"; else {copy_command(good_results)}; fi'
     )
     proc = start(
@@ -247,9 +271,17 @@ def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_complet
     base = len(BAD_REPORTS) + len(forged)
     assert base + 1 <= dropped <= base + 5, out
     assert "is not the job's: it holds sample" in err and "running it again" in err
+    assert not other_task.exists()  # it ran
+    assert f"result of job {other.stem} is not the job's: it has task argument policy='attack'" in err
     assert "unreadable" not in err and not re.search(r"\b[1-9]\d* dead", out)
     pairs = merged_pairs(runs)
     assert len(pairs) == 4 and len(set(pairs)) == 4  # each (sample, epoch) once: nothing counted twice
     worker_log = "".join(p.read_text() for p in run_dir.glob("instances/*/var/log/linuxbench-bootstrap.log"))
     assert worker_log.count("dropped a work message that is not a job of this fleet") == 3  # then counted
     assert_nothing_running(runs)
+    # `merge` (and `view`, which merges) read results too: another job's is left out, named
+    (run_dir / "jobs" / f"{other.stem}.evaljob").write_bytes(other_task_log(other, tmp_path).read_bytes())
+    merged = run_cli(["merge", str(run_dir)], env=env_for(runs))
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    assert f"is not the result of job {other.stem}: it has task argument policy='attack'" in merged.stderr
+    assert len(merged_pairs(runs)) == 3

@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -160,7 +160,13 @@ def _checked(
     return stats, usages, created, rows
 
 
-def group_inputs(inputs: Iterable[Path], spool: Spool, groups: dict[str, Group] | None = None) -> dict[str, Group]:
+# (path, header, [(sample id, epoch)]) -> why the input is not what its caller expects, or None
+Check = Callable[[Path, dict[str, Any], list[tuple[Any, Any]]], "str | None"]
+
+
+def group_inputs(
+    inputs: Iterable[Path], spool: Spool, groups: dict[str, Group] | None = None, check: Check | None = None
+) -> dict[str, Group]:
     """Pass 1: each input's header and summaries into the spool, grouped by task identity,
     into `groups` (new ones added; an earlier pass's are carried on), which it returns.
 
@@ -169,6 +175,9 @@ def group_inputs(inputs: Iterable[Path], spool: Spool, groups: dict[str, Group] 
     for path in inputs:
         try:
             header, key, samples = read_input(path)
+            wrong = None if check is None else check(path, header, [(r["id"], r["epoch"]) for r, _ in samples])
+            if wrong is not None:
+                raise Unreadable(wrong)
             stats, usages, created, rows = _checked(header, samples)
         except Unreadable as exc:
             logger.warning("skipping %s: %s", path, exc)
