@@ -257,6 +257,9 @@ def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_complet
     ]
     # a success no worker reported, five times, before the job ran: no result is stored
     forged_success = [json.dumps({**report, "fleet_id": fleet_id, "job_id": real_job})] * 5
+    # spot notices of workers the fleet never launched: never a launch (max_workers is 1)
+    beat = {"type": "heartbeat", "fleet_id": fleet_id, "worker_id": "w", "extra": {"spot_notice": True}}
+    forged += [{**beat, "instance_id": f"i-forged{n}"} for n in range(6)]
     for body in [*BAD_REPORTS, *map(json.dumps, forged), *forged_success]:
         sqs.send_message(QueueUrl=done_url, MessageBody=body)
     for body in ("not json", "[]", json.dumps({"fleet_id": fleet_id, "job_id": 5}), "{" * 5000):
@@ -272,6 +275,7 @@ def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_complet
     assert base + 1 <= dropped <= base + 5, out
     assert "is not the job's: it holds sample" in err and "running it again" in err
     assert not other_task.exists()  # it ran
+    assert "spot notice" not in err and len(list(run_dir.glob("instances/*"))) == 1, err
     assert f"result of job {other.stem} is not the job's: it has task argument policy='attack'" in err
     assert "unreadable" not in err and not re.search(r"\b[1-9]\d* dead", out)
     pairs = merged_pairs(runs)

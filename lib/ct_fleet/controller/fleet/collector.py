@@ -45,7 +45,7 @@ class ResultCollector:
         secrets: dict[str, str],
         warn: Callable[[str], None],
         send_again: Callable[[str], None],
-        on_heartbeat: Callable[[DoneMessage], None],
+        on_heartbeat: Callable[[DoneMessage], bool],
     ) -> None:
         self.sqs = cloud.client("sqs")
         self.s3 = cloud.client("s3")
@@ -130,7 +130,8 @@ class ResultCollector:
 
     def on_report(self, msg: DoneMessage) -> None:
         if msg.type == "heartbeat":
-            self.on_heartbeat(msg)
+            if not self.on_heartbeat(msg):
+                self._not_a_report(f"a heartbeat of {msg.instance_id[:100]!r}, no running worker of this fleet")
             return
         if msg.error:
             msg = replace(msg, error=mask(msg.error, self.secrets.values()))
