@@ -87,13 +87,7 @@ class WorkerPool:
 
     def running(self) -> set[str]:
         """The instances this fleet launched (or adopted) that still run, as far as it knows."""
-        launched = set(self.launched)
-        if self.seen_live is None:
-            return launched
-        # EC2's listing may not show a worker just launched yet
-        now = time.time()
-        fresh = {i for i, at in self.launch_times.items() if now - at < LISTING_LAG}
-        return (self.seen_live | fresh) & launched - set(self.end_times)
+        return running(self.launched, self.seen_live, self.launch_times, self.end_times)
 
     def launch(self, count: int, why: str) -> list[str]:
         """Up to `count` workers, never past max_workers running (a leaving worker is going
@@ -280,6 +274,16 @@ class WorkerPool:
             except Exception as exc:
                 failures.append(exc)
         return failures
+
+
+def running(
+    launched: list[str], seen_live: set[str] | None, launch_times: dict[str, float], end_times: dict[str, float]
+) -> set[str]:
+    if seen_live is None:
+        return set(launched)
+    # EC2's listing may not show a worker just launched yet
+    fresh = {i for i, at in launch_times.items() if time.time() - at < LISTING_LAG}
+    return (seen_live | fresh) & set(launched) - set(end_times)
 
 
 def _record_launches(run_dir: Path, got: list[Launched], why: str, slots: int, prices: dict[str, float]) -> None:
