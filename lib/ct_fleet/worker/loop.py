@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from ..evallog import problem, read_header, sample_error
+from ..evallog.masking import mask_secrets
 from ..protocol import START_CONCURRENCY, BadMessage, DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
 from ..protocol.knobs import Ec2Config
 from ..protocol.stop import MARKER_POLL, is_stop
@@ -265,6 +266,9 @@ class Worker:
                 f"runner left a log that does not read in full: {unreadable}{detail}",
                 attempt.started_at,
             )
+        held = mask_secrets(out, secrets)
+        if held:
+            log.warning("job %s: secret values masked in its log (%s)", job.job_id, ", ".join(held)[:300])
         if error is not None:
             error = failures.mask(error, secrets)
             if failures.RATE_LIMIT.search(error):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ...cloud import Cloud
-from ...protocol import FleetEnv, Manifest, run_layout
+from ...protocol import FleetEnv, Manifest, mask, run_layout
 from ...protocol.user_data import render_user_data
 from ...services import queues, stop, store
 from ..planning import FleetSpec, Job, record_durations
@@ -56,7 +56,12 @@ class FleetRun:
         self.secrets = secrets or {}
         self.on_progress = on_progress
         self.leave_running_on_interrupt = leave_running_on_interrupt
-        self.warn = warn
+
+        # What the run says comes from workers and results too: secrets are masked in all of it
+        def masked_warn(text: str) -> None:
+            warn(mask(text, self.secrets.values()))
+
+        self.warn = masked_warn
         self.sqs = cloud.client("sqs")
         self.s3 = cloud.client("s3")
         self.jobs = {job.job_id: job for job in spec.jobs}
@@ -73,7 +78,7 @@ class FleetRun:
             launched_by=launched_by,
             account=account,
             secrets=self.secrets,
-            warn=warn,
+            warn=self.warn,
             capacity=capacity,
         )
         self.results = ResultCollector(
@@ -82,7 +87,7 @@ class FleetRun:
             run_dir,
             self.state,
             secrets=self.secrets,
-            warn=warn,
+            warn=self.warn,
             send_again=self._send_again,
             on_heartbeat=self.pool.on_heartbeat,
         )
@@ -282,4 +287,4 @@ class FleetRun:
             model_cost=usage.cost,
             unpriced_models=sorted(usage.unpriced),
             unmerged=merging.unmerged(self.manifest, merged),
-        )
+        ).masked(self.secrets.values())
