@@ -57,11 +57,7 @@ class FleetRun:
         self.on_progress = on_progress
         self.leave_running_on_interrupt = leave_running_on_interrupt
 
-        # What the run says comes from workers and results too: secrets are masked in all of it
-        def masked_warn(text: str) -> None:
-            warn(mask(text, self.secrets.values()))
-
-        self.warn = masked_warn
+        self.warn = masked(warn, self.secrets)
         self.sqs = cloud.client("sqs")
         self.s3 = cloud.client("s3")
         self.jobs = {job.job_id: job for job in spec.jobs}
@@ -288,3 +284,8 @@ class FleetRun:
             unpriced_models=sorted(usage.unpriced),
             unmerged=merging.unmerged(self.manifest, merged),
         ).masked(self.secrets.values())
+
+
+def masked(warn: Callable[[str], None], secrets: dict[str, str]) -> Callable[[str], None]:
+    """What the run says comes from workers and results too: secrets are masked in all of it."""
+    return lambda text: warn(mask(text, secrets.values()))
