@@ -56,7 +56,6 @@ class FleetRun:
         self.secrets = secrets or {}
         self.on_progress = on_progress
         self.leave_running_on_interrupt = leave_running_on_interrupt
-
         self.warn = masked(warn, self.secrets)
         self.sqs = cloud.client("sqs")
         self.s3 = cloud.client("s3")
