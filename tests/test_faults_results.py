@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import json
 import re
+import stat
+import urllib.error
+import urllib.request
 import zipfile
 import zlib
 from pathlib import Path
 
 import boto3
+import botocore.exceptions
 import pytest
 import zstandard
 
-from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
+from ct_fleet.cloud.moto_server import credentials
 from ct_fleet.evallog import zipio
 from ct_fleet.protocol import queue_names
 from fleet_helpers import (
@@ -69,9 +73,31 @@ def embedded_client(run_dir: Path, service: str):
         service,
         endpoint_url=f"http://127.0.0.1:{port}",
         region_name="us-east-1",
-        aws_access_key_id=EMBEDDED_ACCESS_KEY,
-        aws_secret_access_key=EMBEDDED_SECRET_KEY,
+        aws_access_key_id=credentials(run_dir / "moto.log")[0],
+        aws_secret_access_key=credentials(run_dir / "moto.log")[1],
     )
+
+
+def assert_strangers_get_nothing(run_dir: Path) -> None:
+    """The embedded cloud answers only the fleet's own key; what leads to it is the user's alone."""
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    for name in ("moto.port", "moto.pid", "moto.credentials"):
+        assert stat.S_IMODE((run_dir / name).stat().st_mode) == 0o600, name
+    port = (run_dir / "moto.port").read_text().strip()
+    for key in ("ctfleetembedded", "AKIASTRANGER"):
+        ssm = boto3.client(
+            "ssm",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            region_name="us-east-1",
+            aws_access_key_id=key,
+            aws_secret_access_key=key,
+        )
+        with pytest.raises(botocore.exceptions.ClientError):
+            ssm.get_parameters_by_path(Path="/", Recursive=True, WithDecryption=True)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/data.json", timeout=5)
+    assert refused.value.code == 403
+    embedded_client(run_dir, "ssm").get_parameters_by_path(Path="/", Recursive=True)  # the fleet's own key
 
 
 @pytest.mark.faults
@@ -245,6 +271,7 @@ def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_complet
     marker = wait_for(lambda: next(iter(runs.glob("*/paused-at-enqueue")), None), timeout=300)
     run_dir = marker.parent
     fleet_id = run_dir.name
+    assert_strangers_get_nothing(run_dir)
     sqs = embedded_client(run_dir, "sqs")
     names = queue_names(fleet_id)
     done_url = sqs.get_queue_url(QueueName=names["done"])["QueueUrl"]
