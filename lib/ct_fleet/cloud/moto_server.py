@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -246,7 +247,9 @@ def _watch_lease(lease: Path, timeout: int) -> None:
             os._exit(0)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, environ: MutableMapping[str, str] | None = None) -> None:
+    """The server process (`environ`: its environment, where a gated server's key is)."""
+    environ = {} if environ is None else environ
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--lease", type=Path)
@@ -255,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.lease:
         threading.Thread(target=_watch_lease, args=(args.lease, args.lease_timeout), daemon=True).start()
     _import_moto()
-    key = os.environ.pop(KEY_VAR, "")
+    key = environ.pop(KEY_VAR, "")
     if not key:
         from moto.server import main as moto_main
 
@@ -264,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import run_simple
 
-    os.environ["MOTO_PORT"] = str(args.port)
+    environ["MOTO_PORT"] = str(args.port)  # moto's URLs (an SQS queue's) name the port
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(
         "127.0.0.1", args.port, gate(app, key), threaded=True, use_reloader=False, request_handler=MotoRequestHandler
@@ -319,4 +322,4 @@ def _import_moto() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(environ=os.environ)
