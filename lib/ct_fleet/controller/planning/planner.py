@@ -372,5 +372,5 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         runs_dir=request.runs_dir,
         docker=fleet_docker(grid, sources, chosen.plain_sandboxes, sorted(chosen.plain_compose)),
         inspect=asked,
-        notes=[note for tree in trees if (note := tree.note())],
+        notes=shipped.notes,  # every tree that ships, the task's own directory too
     )
