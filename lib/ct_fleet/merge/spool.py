@@ -33,7 +33,6 @@ import os
 import pickle
 import shutil
 import sqlite3
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..evallog.zipio import RawMember
+from ..tempdirs import owned_tempdir
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -165,7 +165,7 @@ def _member_blob(m: RawMember) -> bytes:
 
 class Spool:
     def __init__(self) -> None:
-        self._dir = tempfile.mkdtemp(prefix="ct-fleet-merge-")
+        self._dir = str(owned_tempdir("merge"))  # a killed merger's is swept by the next one
         # One thread at a time, but not always the same one: a run's live-merge thread
         # feeds it, then the end of run, on the main thread, completes the merge.
         self.db = sqlite3.connect(

@@ -12,11 +12,11 @@ from __future__ import annotations
 import atexit
 import shutil
 import tarfile
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...tempdirs import owned_tempdir
 from . import code
 from .extra_src import scan_tree
 
@@ -46,7 +46,7 @@ class ShippedCode:
 
     @classmethod
     def build(cls, repo: Path, sha: str, extra_src: Sequence[Path]) -> ShippedCode:
-        work = Path(tempfile.mkdtemp(prefix="ct-fleet-shipped-"))
+        work = owned_tempdir("shipped")  # a killed controller's is swept by the next one
         atexit.register(shutil.rmtree, work, True)
         tarball = code.archive(repo, sha, work / "code.tar.gz")
         image, extra_dir = work / "code", work / "extra"
