@@ -19,6 +19,7 @@ from pathlib import Path
 
 import boto3
 import botocore.exceptions
+import psutil
 import pytest
 import zstandard
 
@@ -164,6 +165,13 @@ def other_task_log(good: Path, where: Path) -> Path:
     return with_task_args(good, where / "other-task.eval", policy="attack")
 
 
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def in_frames(good: Path, dest: Path, frame: int = 1024) -> Path:
     """`good` with each entry in zstd frames of `frame` bytes, as Inspect writes an entry
     over 200 MiB (its frame cap), at a small scale."""
@@ -208,7 +216,9 @@ def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, 
     overrides.mkdir()
     in_frames(others[0], overrides / f"{others[0].stem}.always")
     bomb(others[1], overrides / f"{others[1].stem}.first")
+    # Every attempt also starts a process in a session of its own, which must go with it
     command = (
+        f"setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! >>{overrides}/setsid.pids; "
         f'o={overrides}/"$CT_JOB_ID"; if [ -e "$o".always ]; then cp "$o".always "$CT_OUTPUT"; '
         f'elif [ -e "$o".first ]; then mv "$o".first "$CT_OUTPUT"; '
         f"else {copy_command(good_results, junk, junk_for='web:fix_login')}; fi"
@@ -240,6 +250,8 @@ def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, 
     assert not list(overrides.glob("*.first"))  # the bomb was run, and refused: its job ran again
     assert "inflation bomb" in (fleet_dir(runs) / "attempts.jsonl").read_text()
     assert not list(fleet_dir(runs).glob("instances/*/var/lib/linuxbench/jobs/*.eval"))  # no attempt's log left
+    started = [int(pid) for pid in (overrides / "setsid.pids").read_text().split()]
+    assert len(started) >= 4 and not [pid for pid in started if psutil.pid_exists(pid) and not _zombie(pid)]
     assert_nothing_running(runs)
 
 

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from .concurrency import Concurrency
 from .inspect_job import command_env, extra_root, finish_command_output
 from .metadata import Metadata
 from .reporter import Reporter
-from .supervise import JobProcess, PopenJob, supervise
+from .supervise import ATTEMPT_VAR, JobProcess, PopenJob, supervise, sweep_attempt
 from .warm import WarmRunner
 
 if TYPE_CHECKING:
@@ -202,6 +203,7 @@ class Worker:
     # -- one job -----------------------------------------------------------------------
     def _run_subprocess(self, job: WorkMessage, out: Path) -> Attempt:
         attempt = Attempt(outcome="success")
+        token = uuid.uuid4().hex
         # The job's identity is in the environment for command templates and for
         # settings that want it (fault drills in tests key on it; compose files label
         # sandbox containers with it, for _remove_sandboxes).
@@ -209,6 +211,7 @@ class Worker:
             "PYTHONUNBUFFERED": "1",
             "CT_FLEET_ID": job.fleet_id,
             "CT_INSTANCE_ID": self.s.instance_id,
+            ATTEMPT_VAR: token,
             **command_env(job, out, extra_root(self.s.environ)),
         }
         stderr_path = out.with_suffix(".stderr")
@@ -230,6 +233,9 @@ class Worker:
         # is told a time limit only when the user set one (time_limit).
         limit = job.kill_after * 1.5 + self.s.kill_grace if job.kill_after else None
         ended = supervise(proc, time_limit=limit, memory_limit_mb=self.s.job_memory_mb or None, cancel=self.fleet_done)
+        swept = sweep_attempt(token, attempt.started_at)
+        if swept:
+            log.info("job %s: killed %d process(es) it left running (%s)", job.job_id, len(swept), swept[:10])
         if ended.killed:
             self._remove_sandboxes(job)
             return Attempt("failed", ended.killed, ended.detail, attempt.started_at)
