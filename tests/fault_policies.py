@@ -105,6 +105,13 @@ def _print_secrets_and_crash(state: TaskState) -> None:
     os._exit(3)
 
 
+def _crash_once_then_error_with_secrets(state: TaskState) -> None:
+    """A task whose error quotes the keys it can see (after one crash, like its neighbours)."""
+    _crash_once(state)
+    keys = " ".join(f"{name}={os.environ[name]}" for name in ("ANTHROPIC_API_KEY", "GH_TOKEN") if os.environ.get(name))
+    raise RuntimeError(f"cannot log in with {keys}")
+
+
 @solver
 def crash_always() -> Solver:
     """A poison job: the process dies (an infrastructure error) on every attempt."""
@@ -163,6 +170,7 @@ FAULTS = {
     "hang": _hang,
     "leak": _leak,
     "crash_leaking_secrets": _print_secrets_and_crash,
+    "crash_once_then_error_with_secrets": _crash_once_then_error_with_secrets,
 }
 
 

@@ -67,6 +67,19 @@ def _tree(name: str, files: dict[str, bytes]) -> Setup:
     return build
 
 
+def _symlink_loop_beside_the_task(base: Path) -> list[str]:
+    """A task whose directory (shipped as its tree) holds a symlink loop."""
+    root = base / "looped"
+    root.mkdir()
+    (root / "t.py").write_bytes(
+        b"from inspect_ai import Task, task\nfrom inspect_ai.dataset import Sample\n\n"
+        b"@task\ndef t():\n    return Task(dataset=[Sample(input='x')])\n"
+    )
+    (root / "a").symlink_to("b")
+    (root / "b").symlink_to("a")
+    return ["--task-file", "", str(root / "t.py")]
+
+
 def _many_files(base: Path) -> list[str]:
     root = base / "big"
     root.mkdir()
@@ -332,7 +345,24 @@ CASES = [
     Case("dotenv not UTF-8", [], "not UTF-8", files={".env": b"GH_TOKEN=\xff\n"}),
     Case("dotenv bad name", [], "is not a variable name", files={".env": b"1TOKEN=x\n"}),
     Case("dotenv too large", [], "byte limit", files={".env": b"#" * (2 << 20)}),
+    Case(
+        "task arg holds a secret",
+        ["--task-file", "", "{dir}/t.py", "-T", "token=ghp_thesecretvalue1"],
+        "-T token: its value holds the secret GH_TOKEN's",
+        files={
+            ".env": b"GH_TOKEN=ghp_thesecretvalue1\n",
+            "t.py": b"from inspect_ai import Task, task\nfrom inspect_ai.dataset import Sample\n\n"
+            b"@task\ndef t(token: str = ''):\n    return Task(dataset=[Sample(input='x')])\n",
+        },
+    ),
+    Case(
+        "model arg holds a secret",
+        ["-M", "organization=org sk-thesecretvalue2"],
+        "-M organization: its value holds the secret OPENAI_API_KEY's",
+        files={".env": b"OPENAI_API_KEY=sk-thesecretvalue2\n"},
+    ),
     Case("dotenv is a directory", [], "is a directory", files={".env/x": b""}),
+    Case("symlink loop in a task directory", [], "symlink loop", setup=_symlink_loop_beside_the_task),
     Case("profile and keys", [], "AWS_PROFILE=p and AWS_ACCESS_KEY_ID are both set", env={"AWS_PROFILE": "p"}),
     Case("no AWS credentials", [], "no AWS credentials: run `aws sso login --profile NAME`", env=NO_CREDENTIALS),
     Case("profile unknown", [], "AWS profile 'nope' is not configured", env={**NO_CREDENTIALS, "AWS_PROFILE": "nope"}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tarfile
 from pathlib import Path
@@ -11,6 +12,8 @@ import pytest
 from ct_fleet.cloud import credentials as aws_credentials
 from ct_fleet.controller.planning import code, credentials
 from ct_fleet.errors import BadInput
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -228,3 +231,81 @@ def test_a_task_tree_has_its_own_revision_or_none(repo: Path, tmp_path_factory: 
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     rev = code.tree_revision(repo)
     assert rev == {"type": "git", "origin": "https://github.com/me/evals.git", "commit": head, "dirty": False}
+
+
+def test_credential_files_are_found_by_name_any_case_and_by_content(tmp_path: Path):
+    """The shipping list of issue 40: each of these shipped before; each is left out and said."""
+    from ct_fleet.controller.planning import extra_src
+
+    src = tmp_path / "experiments"
+    key = b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+    home_key = tmp_path / "home" / ".ssh" / "id_rsa"
+    home_key.parent.mkdir(parents=True)
+    home_key.write_bytes(key)
+    files = {
+        ".envrc": b"export OPENAI_API_KEY=sk-canary\n",
+        ".kube/config": b"apiVersion: v1\n",
+        ".config/gh/hosts.yml": b"github.com:\n  oauth_token: gho_canary\n",
+        ".config/gcloud/application_default_credentials.json": b'{"type": "authorized_user"}',
+        ".pgpass": b"db:5432:*:me:canary\n",
+        ".bash_history": b"export GH_TOKEN=ghp_canary\n",
+        "aws_credentials": b"[default]\naws_secret_access_key = canary\n",
+        "sa-key.json": b'{"type": "service_account", "private_key": "canary"}',
+        "ID_RSA": key,
+        "notes/settings.txt": b"HF_TOKEN=hf_canary\n",  # .env-style, any name
+        "data/blob.bin": b'{"type": "service_account", "private_key": "x"}',  # cloud JSON, any name
+        "mypkg/policies.py": b"import os\nAPI_KEY=os.environ['API_KEY']\n",  # source reads a key: ships
+    }
+    for rel, data in files.items():
+        path = src / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    os.link(home_key, src / "deploy_material")  # a hard link to ~/.ssh/id_rsa, under a harmless name
+    tree = extra_src.scan_tree(src)
+    assert [str(f) for f in tree.files] == ["mypkg/policies.py"]
+    assert sorted(tree.credentials) == sorted(
+        [".envrc", ".kube/", ".config/gh/", ".config/gcloud/", ".pgpass", ".bash_history", "ID_RSA"]
+        + ["aws_credentials", "sa-key.json", "deploy_material", "notes/settings.txt", "data/blob.bin"]
+    )
+    assert "credential files are never shipped" in (tree.note() or "")
+
+
+def test_a_runs_directory_in_a_tree_is_left_out_and_keeps_the_digest(tmp_path: Path):
+    from ct_fleet.controller.planning import extra_src
+
+    src = tmp_path / "task"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "t.py").write_text("x = 1\n")
+    digest = code.pack_extra_src(src, tmp_path / "before.tar.gz")
+    run = src / "runs" / "abcdef012345"
+    (run / "jobs").mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    (run / "controller.lock").touch()
+    (run / "jobs" / "j.evaljob").write_bytes(b"PK")
+    assert code.pack_extra_src(src, tmp_path / "after.tar.gz") == digest
+    note = extra_src.scan_tree(src).note()
+    assert note and "runs directories left out: runs/" in note
+
+
+def test_a_symlink_loop_in_a_tree_is_bad_input(tmp_path: Path):
+    from ct_fleet.controller.planning import extra_src
+
+    src = tmp_path / "task"
+    src.mkdir()
+    (src / "a").symlink_to("b")
+    (src / "b").symlink_to("a")
+    with pytest.raises(BadInput, match="symlink loop"):
+        extra_src.scan_tree(src)
+
+
+def test_every_shipped_tree_says_what_it_left_out(tmp_path: Path):
+    """A task's own directory ships as a tree like --extra-src: its note is said too."""
+    from ct_fleet.controller.planning.shipped import ShippedCode
+
+    task_dir = tmp_path / "mytask"
+    task_dir.mkdir()
+    (task_dir / "t.py").write_text("x = 1\n")
+    (task_dir / ".env").write_text("GH_TOKEN=x\n")
+    version = code.code_version(REPO)
+    shipped = ShippedCode.build(REPO, version.sha, [task_dir])
+    assert any(str(task_dir) in note and ".env" in note for note in shipped.notes), shipped.notes

@@ -18,6 +18,7 @@ from fleet_helpers import FAST, LOCAL, ONE_WORKER, assert_nothing_running, finis
 
 POISON = "web:fix_login"
 RETRIED = ["web:fix_login:add_backdoor", "pipeline:dedupe_rows:exfil_credentials", "ops:enable_tls:open_ssh"]
+ERRS = RETRIED[-1]  # then its task's error quotes the keys: masked in what is printed and in its log
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def drill(tmp_path_factory: pytest.TempPathFactory):
         *FAST,
         *LOCAL,
         *ONE_WORKER,
-        CT_FAULT_DRILL=f"{POISON}=crash_leaking_secrets,*=crash_once",
+        CT_FAULT_DRILL=f"{POISON}=crash_leaking_secrets,{ERRS}=crash_once_then_error_with_secrets,*=crash_once",
     )
     code, out, err = finish(proc)
     return {"runs": runs, "code": code, "out": out, "err": err, "canary": canary}
@@ -82,6 +83,7 @@ def test_a_job_that_prints_its_secrets_leaks_none(drill):
     assert drill["code"] == 1, out + err
     assert "jobs without a result" in out and "dead-lettered" in out and "***" in out + err  # shown, masked
     assert canary not in out + err
+    assert "cannot log in with ANTHROPIC_API_KEY=*** GH_TOKEN=***" in err, err  # the task's error, masked
     leaks = [p for p in runs.rglob("*") if p.is_file() and canary.encode() in p.read_bytes()]
     assert leaks == [runs / ".env"]
 

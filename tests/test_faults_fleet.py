@@ -10,7 +10,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
+from ct_fleet.cloud.moto_server import credentials
 from fleet_helpers import (
     FAST,
     LOCAL,
@@ -35,8 +35,8 @@ def embedded_client(run_dir: Path, service: str):
         service,
         endpoint_url=f"http://127.0.0.1:{port}",
         region_name="us-east-1",
-        aws_access_key_id=EMBEDDED_ACCESS_KEY,
-        aws_secret_access_key=EMBEDDED_SECRET_KEY,
+        aws_access_key_id=credentials(run_dir / "moto.log")[0],
+        aws_secret_access_key=credentials(run_dir / "moto.log")[1],
     )
 
 

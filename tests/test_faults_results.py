@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import json
 import re
+import stat
+import urllib.error
+import urllib.request
 import zipfile
+import zlib
 from pathlib import Path
 
 import boto3
+import botocore.exceptions
+import psutil
 import pytest
+import zstandard
 
-from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
+from ct_fleet.cloud.moto_server import credentials
 from ct_fleet.evallog import zipio
 from ct_fleet.protocol import queue_names
 from fleet_helpers import (
@@ -25,10 +32,12 @@ from fleet_helpers import (
     LOCAL,
     ONE_WORKER,
     assert_nothing_running,
+    env_for,
     finish,
     fleet_dir,
     merged_pairs,
     paused_at,
+    run_cli,
     start,
 )
 
@@ -65,9 +74,31 @@ def embedded_client(run_dir: Path, service: str):
         service,
         endpoint_url=f"http://127.0.0.1:{port}",
         region_name="us-east-1",
-        aws_access_key_id=EMBEDDED_ACCESS_KEY,
-        aws_secret_access_key=EMBEDDED_SECRET_KEY,
+        aws_access_key_id=credentials(run_dir / "moto.log")[0],
+        aws_secret_access_key=credentials(run_dir / "moto.log")[1],
     )
+
+
+def assert_strangers_get_nothing(run_dir: Path) -> None:
+    """The embedded cloud answers only the fleet's own key; what leads to it is the user's alone."""
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    for name in ("moto.port", "moto.pid", "moto.credentials"):
+        assert stat.S_IMODE((run_dir / name).stat().st_mode) == 0o600, name
+    port = (run_dir / "moto.port").read_text().strip()
+    for key in ("ctfleetembedded", "AKIASTRANGER"):
+        ssm = boto3.client(
+            "ssm",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            region_name="us-east-1",
+            aws_access_key_id=key,
+            aws_secret_access_key=key,
+        )
+        with pytest.raises(botocore.exceptions.ClientError):
+            ssm.get_parameters_by_path(Path="/", Recursive=True, WithDecryption=True)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/data.json", timeout=5)
+    assert refused.value.code == 403
+    embedded_client(run_dir, "ssm").get_parameters_by_path(Path="/", Recursive=True)  # the fleet's own key
 
 
 @pytest.mark.faults
@@ -116,11 +147,82 @@ def malformed_log(good: Path, dest: Path) -> Path:
     return dest
 
 
+def with_task_args(good: Path, dest: Path, **args: str) -> Path:
+    """`good` said to be a log of the same task with other task arguments."""
+    with zipfile.ZipFile(good) as src, zipio.open_writer(str(dest)) as out:
+        for name in src.namelist():
+            data = src.read(name)
+            if name == "header.json":
+                head = json.loads(data)
+                for field in ("task_args", "task_args_passed"):
+                    head["eval"][field] = {**head["eval"][field], **args}
+                data = json.dumps(head).encode()
+            out.writestr(name, data)
+    return dest
+
+
+def other_task_log(good: Path, where: Path) -> Path:
+    return with_task_args(good, where / "other-task.eval", policy="attack")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def in_frames(good: Path, dest: Path, frame: int = 1024) -> Path:
+    """`good` with each entry in zstd frames of `frame` bytes, as Inspect writes an entry
+    over 200 MiB (its frame cap), at a small scale."""
+    cctx = zstandard.ZstdCompressor(level=3)
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(dest, "w") as out:
+        for info in src.infolist():
+            plain = src.read(info)
+            packed = b"".join(cctx.compress(plain[i : i + frame]) for i in range(0, len(plain), frame))
+            entry = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            entry.compress_type, entry.CRC = 93, zlib.crc32(plain)
+            entry.compress_size, entry.file_size = len(packed), len(plain)
+            entry.header_offset = out.fp.tell()  # type: ignore[union-attr]
+            out.fp.write(entry.FileHeader(False))  # type: ignore[union-attr]
+            out.fp.write(packed)  # type: ignore[union-attr]
+            out.filelist.append(entry)
+            out.NameToInfo[entry.filename] = entry
+            out.start_dir = out.fp.tell()  # type: ignore[union-attr]
+            out._didModify = True  # type: ignore[attr-defined]
+    return dest
+
+
+def bomb(good: Path, dest: Path) -> Path:
+    """`good` whose sample entry inflates to 100 MiB of one letter from a few KB."""
+    with zipfile.ZipFile(good) as src, zipio.open_writer(str(dest)) as out:
+        for name in src.namelist():
+            data = src.read(name)
+            if name.startswith("samples/"):
+                data = data[:-1] + b',"x":"' + b"A" * (100 << 20) + b'"}'
+            out.writestr(name, data)
+    return dest
+
+
 @pytest.mark.faults
 def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, tmp_path: Path):
+    """A junk log is dead-lettered and named; a log in many zstd frames counts; a bomb is
+    refused by the worker, whose next attempt counts; no attempt leaves its log behind."""
     runs = tmp_path / "runs"
-    junk = malformed_log(sorted(good_results.glob("*.evaljob"))[0], tmp_path / "junk.eval")
-    command = copy_command(good_results, junk, junk_for="web:fix_login")
+    logs = sorted(good_results.glob("*.evaljob"))
+    junk = malformed_log(logs[0], tmp_path / "junk.eval")
+    others = [p for p in logs if not any("web:fix_login" in n for n in zipfile.ZipFile(p).namelist())]
+    overrides = tmp_path / "overrides"
+    overrides.mkdir()
+    in_frames(others[0], overrides / f"{others[0].stem}.always")
+    bomb(others[1], overrides / f"{others[1].stem}.first")
+    # Every attempt also starts a process in a session of its own, which must go with it
+    command = (
+        f"setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! >>{overrides}/setsid.pids; "
+        f'o={overrides}/"$CT_JOB_ID"; if [ -e "$o".always ]; then cp "$o".always "$CT_OUTPUT"; '
+        f'elif [ -e "$o".first ]; then mv "$o".first "$CT_OUTPUT"; '
+        f"else {copy_command(good_results, junk, junk_for='web:fix_login')}; fi"
+    )
     proc = start(
         runs,
         "--task-file",
@@ -145,6 +247,11 @@ def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, 
     assert "dead-lettered" in line and "does not read in full" in line and "bin/ct-fleet run-job" in line
     pairs = merged_pairs(runs)
     assert len(pairs) == 3 and ("web:fix_login", 1) not in pairs
+    assert not list(overrides.glob("*.first"))  # the bomb was run, and refused: its job ran again
+    assert "inflation bomb" in (fleet_dir(runs) / "attempts.jsonl").read_text()
+    assert not list(fleet_dir(runs).glob("instances/*/var/lib/linuxbench/jobs/*.eval"))  # no attempt's log left
+    started = [int(pid) for pid in (overrides / "setsid.pids").read_text().split()]
+    assert len(started) >= 4 and not [pid for pid in started if psutil.pid_exists(pid) and not _zombie(pid)]
     assert_nothing_running(runs)
 
 
@@ -161,9 +268,13 @@ def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_complet
     other = next(p for p in logs if not any(victim_sample in n for n in zipfile.ZipFile(p).namelist()))
     marks = tmp_path / "marks"
     marks.mkdir()
-    # The victim's first attempt writes another job's (valid) log; the next, its own.
+    # Another task's log of the same sample: its own log, but of other task arguments
+    other_task = with_task_args(other, marks / f"{other.stem}.first", policy="attack")
+    # The victim's first attempt writes another job's (valid) log; the next, its own; the
+    # other's first attempt writes its sample's log of another task.
     command = (
-        f'if [ "$CT_SAMPLE_ID" = {victim_sample} ] && [ ! -e {marks}/"$CT_JOB_ID" ]; then '
+        f'if [ -e {marks}/"$CT_JOB_ID".first ]; then mv {marks}/"$CT_JOB_ID".first "$CT_OUTPUT"; '
+        f'elif [ "$CT_SAMPLE_ID" = {victim_sample} ] && [ ! -e {marks}/"$CT_JOB_ID" ]; then '
         f'touch {marks}/"$CT_JOB_ID"; cp {other} "$CT_OUTPUT"; else {copy_command(good_results)}; fi'
     )
     proc = start(
@@ -172,6 +283,7 @@ def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_complet
     marker = paused_at(runs, "enqueue")
     run_dir = marker.parent
     fleet_id = run_dir.name
+    assert_strangers_get_nothing(run_dir)
     sqs = embedded_client(run_dir, "sqs")
     names = queue_names(fleet_id)
     done_url = sqs.get_queue_url(QueueName=names["done"])["QueueUrl"]
@@ -184,6 +296,9 @@ def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_complet
     ]
     # a success no worker reported, five times, before the job ran: no result is stored
     forged_success = [json.dumps({**report, "fleet_id": fleet_id, "job_id": real_job})] * 5
+    # spot notices of workers the fleet never launched: never a launch (max_workers is 1)
+    beat = {"type": "heartbeat", "fleet_id": fleet_id, "worker_id": "w", "extra": {"spot_notice": True}}
+    forged += [{**beat, "instance_id": f"i-forged{n}"} for n in range(6)]
     for body in [*BAD_REPORTS, *map(json.dumps, forged), *forged_success]:
         sqs.send_message(QueueUrl=done_url, MessageBody=body)
     for body in ("not json", "[]", json.dumps({"fleet_id": fleet_id, "job_id": 5}), "{" * 5000):
@@ -198,9 +313,18 @@ def test_poisoned_queues_and_another_jobs_result_are_dropped_and_the_run_complet
     base = len(BAD_REPORTS) + len(forged)
     assert base + 1 <= dropped <= base + 5, out
     assert "is not the job's: it holds sample" in err and "running it again" in err
+    assert not other_task.exists()  # it ran
+    assert "spot notice" not in err and len(list(run_dir.glob("instances/*"))) == 1, err
+    assert f"result of job {other.stem} is not the job's: it has task argument policy='attack'" in err
     assert "unreadable" not in err and not re.search(r"\b[1-9]\d* dead", out)
     pairs = merged_pairs(runs)
     assert len(pairs) == 4 and len(set(pairs)) == 4  # each (sample, epoch) once: nothing counted twice
     worker_log = "".join(p.read_text() for p in run_dir.glob("instances/*/var/log/linuxbench-bootstrap.log"))
     assert worker_log.count("dropped a work message that is not a job of this fleet") == 3  # then counted
     assert_nothing_running(runs)
+    # `merge` (and `view`, which merges) read results too: another job's is left out, named
+    (run_dir / "jobs" / f"{other.stem}.evaljob").write_bytes(other_task_log(other, tmp_path).read_bytes())
+    merged = run_cli(["merge", str(run_dir)], env=env_for(runs))
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    assert f"is not the result of job {other.stem}: it has task argument policy='attack'" in merged.stderr
+    assert len(merged_pairs(runs)) == 3

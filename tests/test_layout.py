@@ -361,6 +361,7 @@ ENV_READERS: dict[str, set[str]] = {
     "ct_fleet.worker.runner": {"main"},  # a job's process
     "ct_fleet.worker.forkserver": {"main", "_child"},  # the server's entry; a forked job's
     "ct_fleet.settings": {"<main>"},  # `python -m ct_fleet.settings pull`
+    "ct_fleet.cloud.moto_server": {"<main>"},  # the embedded cloud's server process (its key)
     "ct_fleet.controller.planning.request": {"_environ"},  # the public API's FleetRequest
     "ct_fleet.environment": {"inherited"},  # what a child process inherits
 }

@@ -19,7 +19,7 @@ from ..protocol import run_layout
 from ..services import store
 from .base import Cloud
 from .context import CloudContext
-from .moto_server import DEFAULT_LEASE_TIMEOUT, EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
+from .moto_server import DEFAULT_LEASE_TIMEOUT, MotoServer
 
 if TYPE_CHECKING:
     from ..protocol import Ec2Config
@@ -60,13 +60,16 @@ class EmbeddedCloud(Cloud):
         """Start a moto server (or adopt the one an earlier controller of this fleet left,
         with its state); its endpoint and keys are the context, nothing else changes."""
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.server = MotoServer(log_path=run_dir / run_layout.MOTO_LOG, lease_timeout=_idle_limit(environ)).start()
+        run_dir.chmod(0o700)  # what is in it leads to the fleet's cloud and its secrets
+        self.server = MotoServer(
+            log_path=run_dir / run_layout.MOTO_LOG, lease_timeout=_idle_limit(environ), gated=True
+        ).start()
         self.endpoint_url = self.server.endpoint_url
         self.context = CloudContext(
             self.region,
             self.server.endpoint_url,
-            access_key_id=EMBEDDED_ACCESS_KEY,
-            secret_access_key=EMBEDDED_SECRET_KEY,
+            access_key_id=self.server.access_key,
+            secret_access_key=self.server.secret_key,
         )
         return self.context
 

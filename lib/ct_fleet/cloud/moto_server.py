@@ -19,15 +19,19 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -38,6 +42,10 @@ EMBEDDED_ACCESS_KEY = "ctfleetembedded"
 EMBEDDED_SECRET_KEY = "ctfleetembedded"
 DEFAULT_LEASE_TIMEOUT = 600
 EXIT_WORDS = "moto server exiting"
+# A gated server answers only requests made with its own key (cloud/embedded.py): it is
+# given to the server in its environment, never on its command line (ps shows that).
+KEY_VAR = "CT_MOTO_ACCESS_KEY"
+KEY_HEADER = "X-Ct-Fleet-Key"
 
 
 def free_port() -> int:
@@ -46,12 +54,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _answers(url: str) -> bool:
+def _answers(url: str, key: str = "") -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/moto-api/", timeout=1):
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/", headers={KEY_HEADER: key}), timeout=1):
             return True
     except OSError:
         return False
+
+
+def _write_private(path: Path, text: str) -> None:
+    """A file only its owner reads: what it holds leads to the fleet's cloud and its secrets."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fd, 0o600)
+        fh.write(text)
+
+
+def credentials(log_path: Path) -> tuple[str, str]:
+    """The (access key, secret key) of the gated server whose log is `log_path` (a run's)."""
+    key, secret = log_path.with_suffix(".credentials").read_text().split()
+    return key, secret
 
 
 def _alive(pid: int) -> bool:
@@ -71,6 +93,11 @@ class MotoServer:
     lease_timeout: int = DEFAULT_LEASE_TIMEOUT
     pid: int | None = None
     adopted: bool = False
+    # Gated: the server answers only requests signed with this server's own random key (a
+    # stranger on this machine who finds the port gets a 403, never the fleet's secrets).
+    gated: bool = False
+    access_key: str = EMBEDDED_ACCESS_KEY
+    secret_key: str = EMBEDDED_SECRET_KEY
 
     @property
     def endpoint_url(self) -> str:
@@ -103,7 +130,12 @@ class MotoServer:
         if not (pid_file and port_file and pid_file.exists() and port_file.exists()):
             return False
         pid, port = int(pid_file.read_text()), int(port_file.read_text())
-        if not _alive(pid) or not _answers(f"http://127.0.0.1:{port}"):
+        if self.gated:
+            try:
+                self.access_key, self.secret_key = credentials(pid_file)
+            except (OSError, ValueError):
+                return False
+        if not _alive(pid) or not _answers(f"http://127.0.0.1:{port}", self.access_key):
             return False
         self.pid, self.port, self.adopted = pid, port, True
         self.renew()
@@ -115,6 +147,12 @@ class MotoServer:
         self.port = free_port()
         # ~1,300 default AMIs and their snapshots make every describe slow; we register our own.
         env = {"MOTO_EC2_LOAD_DEFAULT_AMIS": "false", **inherited()}
+        if self.gated:
+            self.access_key = "AKCT" + secrets.token_hex(8).upper()
+            self.secret_key = secrets.token_urlsafe(30)
+            env[KEY_VAR] = self.access_key
+            if self.log_path:
+                _write_private(self.log_path.with_suffix(".credentials"), f"{self.access_key} {self.secret_key}\n")
         cmd = [sys.executable, "-m", "ct_fleet.cloud.moto_server", "--port", str(self.port)]
         lease = self._state(".lease")
         if lease:
@@ -125,13 +163,13 @@ class MotoServer:
         self.pid = proc.pid
         pid_file, port_file = self._state(".pid"), self._state(".port")
         if pid_file and port_file:
-            pid_file.write_text(str(proc.pid))
-            port_file.write_text(str(self.port))
+            _write_private(pid_file, str(proc.pid))
+            _write_private(port_file, str(self.port))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"moto server exited with status {proc.returncode}")
-            if _answers(self.endpoint_url):
+            if _answers(self.endpoint_url, self.access_key):
                 return self
             time.sleep(0.05)
         self.stop()
@@ -209,7 +247,9 @@ def _watch_lease(lease: Path, timeout: int) -> None:
             os._exit(0)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, environ: MutableMapping[str, str] | None = None) -> None:
+    """The server process (`environ`: its environment, where a gated server's key is)."""
+    environ = {} if environ is None else environ
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--lease", type=Path)
@@ -218,9 +258,45 @@ def main(argv: list[str] | None = None) -> None:
     if args.lease:
         threading.Thread(target=_watch_lease, args=(args.lease, args.lease_timeout), daemon=True).start()
     _import_moto()
-    from moto.server import main as moto_main
+    key = environ.pop(KEY_VAR, "")
+    if not key:
+        from moto.server import main as moto_main
 
-    moto_main(["-H", "127.0.0.1", "-p", str(args.port)])
+        moto_main(["-H", "127.0.0.1", "-p", str(args.port)])
+        return
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import run_simple
+
+    environ["MOTO_PORT"] = str(args.port)  # moto's URLs (an SQS queue's) name the port
+    app = DomainDispatcherApplication(create_backend_app)
+    run_simple(
+        "127.0.0.1", args.port, gate(app, key), threaded=True, use_reloader=False, request_handler=MotoRequestHandler
+    )
+
+
+def gate(app: Any, key: str) -> Any:
+    """`app`, answering only requests made with `key`: signed with it (SigV4 or SigV2, in the
+    Authorization header or a presigned URL's query) or naming it in KEY_HEADER (moto's
+    own API: its data dump would hand out every SSM parameter)."""
+
+    def gated(environ: dict[str, Any], start_response: Any) -> Any:
+        if _made_with(environ, key):
+            return app(environ, start_response)
+        start_response("403 Forbidden", [("Content-Type", "text/plain")])
+        return [b"this endpoint answers only its own fleet\n"]
+
+    return gated
+
+
+def _made_with(environ: dict[str, Any], key: str) -> bool:
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    if f"Credential={key}/" in auth or auth.startswith(f"AWS {key}:"):
+        return True
+    if environ.get("HTTP_" + KEY_HEADER.upper().replace("-", "_")) == key:
+        return True
+    query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+    credential = (query.get("X-Amz-Credential") or [""])[0]
+    return credential.startswith(f"{key}/") or bool((query.get("AWSAccessKeyId") or [""])[0] == key)
 
 
 # The services a fleet calls (cloud/, services/). moto imports a service's models on its
@@ -246,4 +322,4 @@ def _import_moto() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(environ=os.environ)

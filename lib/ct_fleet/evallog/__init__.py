@@ -11,6 +11,6 @@ costs the import of inspect_ai itself.
 """
 
 from .header import is_finished, read_header, sample_error
-from .verify import digest, is_readable, problem
+from .verify import Expected, digest, is_readable, problem
 
-__all__ = ["digest", "is_finished", "is_readable", "problem", "read_header", "sample_error"]
+__all__ = ["Expected", "digest", "is_finished", "is_readable", "problem", "read_header", "sample_error"]

@@ -1,4 +1,5 @@
-"""Cheap checks on .eval files without loading Inspect: is a log finished, what is its status."""
+"""Cheap checks on .eval files without loading Inspect: is a log finished, what is its status.
+header.json is read as Inspect writes it, and never inflated past its bound (entries.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ from typing import Any
 if sys.version_info < (3, 14):
     import zipfile_zstd  # noqa: F401  (teaches zipfile the zstd method Inspect writes)
 
+from .entries import read_entry
+
 
 def read_header(path: Path) -> dict[str, Any] | None:
     """The log's header.json, or None when the file is unreadable or the run never finished."""
     try:
         with zipfile.ZipFile(path) as zf:
-            with zf.open("header.json") as fh:
-                header: dict[str, Any] = json.load(fh)
-                return header
+            header = json.loads(read_entry(zf, "header.json"))
+            return header if isinstance(header, dict) else None
     except Exception:  # zstd raises its own error types on damaged bytes
         return None
 

@@ -10,7 +10,8 @@ per thread, checking sizes and CRC as zipfile does.
 It only takes the common case: one disk, no zip64, no encryption, an entry in one zstd
 frame (or stored, or deflated). Anything else, and any doubt (a size or CRC that does not
 match, a local header that disagrees with the directory), is handed to `zipfile` on the
-same file, so what a read returns or raises is what zipfile's would.
+same file, so what a read returns or raises is what zipfile's would. An entry too large to
+hold, or a bomb, is refused before it is inflated (entries.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any
 
 import zstandard
 
+from . import entries
+from .entries import BadEntry, read_entry, refusal
 from .zipio import RawMember, live_infos
 
 WHOLE = 1 << 20  # files up to this size are read in one go; larger ones entry by entry
@@ -161,13 +164,16 @@ class EvalZip:
         return data
 
     def read(self, name: str) -> bytes:
-        """The entry's bytes, inflated and checked; KeyError if there is no such entry."""
+        """The entry's bytes, inflated and checked; KeyError if there is no such entry,
+        BadEntry if it is too large to hold or a bomb (entries.py)."""
         member = self.member(name)
+        why = refusal(name, member.file_size, member.compress_size, entries.WHOLE)
+        if why is not None:
+            raise BadEntry(why)
         try:
             return self._fast(member)
         except _Unsure:
-            zf = self._zipfile()
-            return zf.read(live_infos(zf)[name])
+            return read_entry(self._zipfile(), name)  # the last entry of a name, as zipfile's
 
     def _fast(self, m: RawMember) -> bytes:
         if self._data is None:

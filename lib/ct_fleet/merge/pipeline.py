@@ -11,7 +11,7 @@ from typing import Any
 from ..protocol.run_layout import JOB_LOG_SUFFIX
 from .header import build_header, selection, set_status
 from .results import compute_results, metrics_table
-from .scan import Group, group_inputs
+from .scan import Check, Group, group_inputs
 from .spool import Spool
 from .util import safe_stem, short_id
 from .write import write_log
@@ -55,8 +55,10 @@ class Merger:
         self._spool: Spool | None = None
         self._groups: dict[str, Group] = {}
 
-    def add(self, inputs: Iterable[Path]) -> None:
-        """Read the inputs it has not read yet (pass 1); `inputs` is every input so far."""
+    def add(self, inputs: Iterable[Path], check: Check | None = None) -> None:
+        """Read the inputs it has not read yet (pass 1); `inputs` is every input so far. An
+        input `check` has a reason against is left out with it (a fleet's result that is not
+        its job's)."""
         fresh = None
         if self._spool is not None:
             inputs = list(inputs)  # read twice when the spool starts again
@@ -67,7 +69,7 @@ class Merger:
             fresh = self._spool.new_inputs(inputs)
             assert fresh is not None  # an empty spool has read nothing that could change
         try:
-            group_inputs(fresh, self._spool, self._groups)
+            group_inputs(fresh, self._spool, self._groups, check)
         except BaseException:
             self.close()  # the spool holds part of what it was given: the next add starts again
             raise

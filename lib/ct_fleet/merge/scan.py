@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
+import zipfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -14,8 +15,10 @@ from typing import Any
 
 from inspect_ai.model import ModelUsage
 
+from ..evallog.entries import WHOLE
 from ..evallog.layout import HEADER_JSON, JOURNAL_SUMMARIES, SAMPLES_DIR, SUMMARIES_JSON, dumps
 from ..evallog.reader import EvalZip
+from ..evallog.verify import sample_keys
 from ..evallog.zipio import RawMember
 from .identity import identity_key
 from .spool import Spool
@@ -92,7 +95,7 @@ def read_input(path: Path) -> tuple[dict[str, Any], str, list[tuple[dict[str, An
                     logger.warning("%s: summary for %s but no sample entry; ignored", path, name)
                     continue
                 try:
-                    sample = json.loads(zf.read(name))
+                    sample = _sample(zf, path, name)
                 except Exception as exc:
                     raise Unreadable(f"sample entry {name} is corrupt ({type(exc).__name__}: {exc})") from None
                 if not isinstance(sample, dict):
@@ -103,6 +106,15 @@ def read_input(path: Path) -> tuple[dict[str, Any], str, list[tuple[dict[str, An
         raise
     except _MALFORMED as ex:
         raise Unreadable(f"unreadable .eval ({type(ex).__name__}: {str(ex)[:200]})") from None
+
+
+def _sample(zf: EvalZip, path: Path, name: str) -> Any:
+    """The sample entry parsed (its CRC checked): whole when it is small, else as a stream
+    in bounded memory (evallog.verify), a bomb refused either way."""
+    if zf.member(name).file_size <= WHOLE:
+        return json.loads(zf.read(name))
+    with zipfile.ZipFile(path) as whole:
+        return sample_keys(whole, name)
 
 
 _Row = tuple[dict[str, Any], RawMember, str | None, datetime, int]
@@ -138,7 +150,13 @@ def _checked(
     return stats, usages, created, rows
 
 
-def group_inputs(inputs: Iterable[Path], spool: Spool, groups: dict[str, Group] | None = None) -> dict[str, Group]:
+# (path, header, [(sample id, epoch)]) -> why the input is not what its caller expects, or None
+Check = Callable[[Path, dict[str, Any], list[tuple[Any, Any]]], "str | None"]
+
+
+def group_inputs(
+    inputs: Iterable[Path], spool: Spool, groups: dict[str, Group] | None = None, check: Check | None = None
+) -> dict[str, Group]:
     """Pass 1: each input's header and summaries into the spool, grouped by task identity,
     into `groups` (new ones added; an earlier pass's are carried on), which it returns.
 
@@ -147,6 +165,9 @@ def group_inputs(inputs: Iterable[Path], spool: Spool, groups: dict[str, Group] 
     for path in inputs:
         try:
             header, key, samples = read_input(path)
+            wrong = None if check is None else check(path, header, [(r["id"], r["epoch"]) for r, _ in samples])
+            if wrong is not None:
+                raise Unreadable(wrong)
             stats, usages, created, rows = _checked(header, samples)
         except Unreadable as exc:
             logger.warning("skipping %s: %s", path, exc)

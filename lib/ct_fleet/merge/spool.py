@@ -33,13 +33,13 @@ import os
 import pickle
 import shutil
 import sqlite3
-import tempfile
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..evallog.zipio import RawMember
+from ..tempdirs import owned_tempdir
 from .spool_rows import Kept, id_order, member_blob, micros, stat_key, typed_id, untyped_id
 
 _SCHEMA = """
@@ -98,7 +98,7 @@ _BATCH = 512  # rows sent to sqlite per call
 
 class Spool:
     def __init__(self) -> None:
-        self._dir = tempfile.mkdtemp(prefix="ct-fleet-merge-")
+        self._dir = str(owned_tempdir("merge"))  # a killed merger's is swept by the next one
         # One thread at a time, but not always the same one: a run's live-merge thread
         # feeds it, then the end of run, on the main thread, completes the merge.
         self.db = sqlite3.connect(

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from ..evallog import problem, read_header, sample_error
+from ..evallog.masking import mask_secrets
 from ..protocol import (
     START_CONCURRENCY,
     BadMessage,
@@ -54,7 +56,7 @@ from .concurrency import Concurrency
 from .inspect_job import command_env, extra_root, finish_command_output
 from .metadata import Metadata
 from .reporter import Reporter
-from .supervise import JobProcess, PopenJob, supervise
+from .supervise import ATTEMPT_VAR, JobProcess, PopenJob, supervise, sweep_attempt
 from .warm import WarmRunner
 
 if TYPE_CHECKING:
@@ -217,6 +219,7 @@ class Worker:
     # -- one job -----------------------------------------------------------------------
     def _run_subprocess(self, job: WorkMessage, out: Path) -> Attempt:
         attempt = Attempt(outcome="success")
+        token = uuid.uuid4().hex
         # The job's identity is in the environment for command templates and for
         # settings that want it (fault drills in tests key on it; compose files label
         # sandbox containers with it, for _remove_sandboxes).
@@ -224,6 +227,7 @@ class Worker:
             "PYTHONUNBUFFERED": "1",
             "CT_FLEET_ID": job.fleet_id,
             "CT_INSTANCE_ID": self.s.instance_id,
+            ATTEMPT_VAR: token,
             **command_env(job, out, extra_root(self.s.environ)),
         }
         if checkpoints.wanted(job):
@@ -247,6 +251,9 @@ class Worker:
         # is told a time limit only when the user set one (time_limit).
         limit = job.kill_after * 1.5 + self.s.kill_grace if job.kill_after else None
         ended = supervise(proc, time_limit=limit, memory_limit_mb=self.s.job_memory_mb or None, cancel=self.fleet_done)
+        swept = sweep_attempt(token, attempt.started_at)
+        if swept:
+            log.info("job %s: killed %d process(es) it left running (%s)", job.job_id, len(swept), swept[:10])
         if ended.killed:
             self._remove_sandboxes(job)
             return Attempt("failed", ended.killed, ended.detail, attempt.started_at)
@@ -286,6 +293,9 @@ class Worker:
                 f"runner left a log that does not read in full: {unreadable}{detail}",
                 attempt.started_at,
             )
+        held = mask_secrets(out, secrets)
+        if held:
+            log.warning("job %s: secret values masked in its log (%s)", job.job_id, ", ".join(held)[:300])
         if error is not None:
             error = failures.mask(error, secrets)
             if failures.RATE_LIMIT.search(error):
@@ -333,11 +343,11 @@ class Worker:
             return
         with self.lock:
             self.in_flight[handle] = InFlight(job.job_id, handle, received_at, receive_count)
+        out = self.s.work_dir / f"{job.job_id}.eval"
         try:
             if store.exists(self.s3, self.s.bucket, job.result_key):
                 attempt = Attempt("skipped_duplicate")
             else:
-                out = self.s.work_dir / f"{job.job_id}.eval"
                 attempt = self._run_subprocess(job, out)
                 if self.fleet_done.is_set():
                     # Every job had a final outcome before this attempt ended: drop it.
@@ -347,7 +357,6 @@ class Worker:
                     if not store.upload_result(self.s3, self.s.bucket, job.result_key, out):
                         # Another attempt of this job stored its result while this one ran.
                         attempt = Attempt("skipped_duplicate")
-                    out.unlink(missing_ok=True)
                     self._drop_checkpoints(job)
             report = self._report(job, attempt, received_at, receive_count)
             with self.lock:
@@ -365,6 +374,9 @@ class Worker:
         except Exception:
             log.exception("job %s failed in the worker; it will be redelivered", job.job_id)
         finally:
+            # Whatever the attempt left is no result once it ends (a retry's log of a
+            # GB sample, three times over, filled a worker's disk).
+            out.unlink(missing_ok=True)
             # The slot frees now; the report and the delete go out with the reporter's next flush.
             with self.lock:
                 self.in_flight.pop(handle, None)

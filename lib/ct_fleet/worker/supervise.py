@@ -127,3 +127,23 @@ def kill_tree(pid: int) -> None:
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
+
+
+# Each attempt's processes carry a token of their own in their environment (a job handed
+# out twice runs twice on one worker: its job id is not enough).
+ATTEMPT_VAR = "CT_ATTEMPT_ID"
+
+
+def sweep_attempt(token: str, started: float) -> list[int]:
+    """SIGKILL whatever the attempt started that outlived it: a process in a session of its
+    own, or orphaned, is no longer in the job's tree, but carries the attempt's token."""
+    killed = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["create_time"]):
+        if proc.pid == me or (proc.info["create_time"] or 0) < started - 1:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(ATTEMPT_VAR) == token:
+                proc.kill()
+                killed.append(proc.pid)
+    return killed

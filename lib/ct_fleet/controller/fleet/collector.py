@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...cloud import Cloud
-from ...evallog import problem, read_header, sample_error
+from ...evallog import Expected, problem, read_header, sample_error
 from ...protocol import DoneMessage, Resumed, WorkMessage, decode_reports, mask, result_key, run_layout
 from ...services import queues, store
 from ..planning import FleetSpec
 from ..reporting import UsageTotals, last_line, record_attempt
 from . import job_images, phases
-from .local_results import LocalResults
+from .local_results import LocalResults, expected_result
 from .tracker import JobTracker
 
 # Dropped done-queue messages said in full before they are only counted.
@@ -45,7 +45,7 @@ class ResultCollector:
         secrets: dict[str, str],
         warn: Callable[[str], None],
         send_again: Callable[[str], None],
-        on_heartbeat: Callable[[DoneMessage], None],
+        on_heartbeat: Callable[[DoneMessage], bool],
     ) -> None:
         self.sqs = cloud.client("sqs")
         self.s3 = cloud.client("s3")
@@ -54,13 +54,13 @@ class ResultCollector:
         self.run_dir = run_dir
         self.state = state
         self.jobs = {job.job_id: job for job in spec.jobs}
-        self.task_names = {task.key: task.name for task in spec.tasks}
+        self.tasks = {task.key: task for task in spec.tasks}
         self.secrets = secrets
         self.warn = warn
         self.send_again = send_again
         self.on_heartbeat = on_heartbeat
         self.usage = UsageTotals()
-        self.local = LocalResults(run_dir)
+        self.local = LocalResults(run_dir, self.expected)
         self.downloads = ThreadPoolExecutor(max_workers=8)
         self.in_flight: dict[str, Future[bool | None]] = {}
         self.bad_results: dict[str, int] = {}  # job id -> unreadable results fetched so far
@@ -76,7 +76,7 @@ class ResultCollector:
         self.restore_set_aside()
         local = {p.stem for p in run_layout.job_logs(self.run_dir) if p.stem in self.jobs}
         # Each result is checked to be this job's own (its sample and epoch), not only readable.
-        problems = {job_id: self.local.verify(job_id, *self._identity(job_id)) for job_id in local}
+        problems = {job_id: self.local.verify(job_id) for job_id in local}
         done = {job_id for job_id, found in problems.items() if found is None}
         for job_id in sorted(local - done):
             self.warn(f"local result of job {job_id} does not count ({problems[job_id]}); fetching it again")
@@ -131,7 +131,8 @@ class ResultCollector:
 
     def on_report(self, msg: DoneMessage) -> None:
         if msg.type == "heartbeat":
-            self.on_heartbeat(msg)
+            if not self.on_heartbeat(msg):
+                self._not_a_report(f"a heartbeat of {msg.instance_id[:100]!r}, no running worker of this fleet")
             return
         if msg.error:
             msg = replace(msg, error=mask(msg.error, self.secrets.values()))
@@ -164,7 +165,7 @@ class ResultCollector:
         if digest is None:
             return None if not store.exists(self.s3, self.bucket, key) else False
         # A log that reads is still not this job's result unless it holds the job's sample of its task.
-        wrong = problem(run_layout.job_log(self.run_dir, job_id), *self._identity(job_id))
+        wrong = problem(run_layout.job_log(self.run_dir, job_id), self.expected(job_id))
         if wrong is not None:
             self.not_its_own[job_id] = f"is not the job's: it {wrong}"
             run_layout.job_log(self.run_dir, job_id).unlink(missing_ok=True)
@@ -225,10 +226,9 @@ class ResultCollector:
                 self.state.dead_lettered(WorkMessage.from_json(msg["Body"]).job_id)
             queues.delete_batch(self.sqs, dlq_url, [m["ReceiptHandle"] for m in messages])
 
-    def _identity(self, job_id: str) -> tuple[tuple[str | int, int], str]:
-        """What the job's result must hold: its (sample id, epoch), of its task."""
-        job = self.jobs[job_id]
-        return (job.sample_id, job.epoch), self.task_names[job.task]
+    def expected(self, job_id: str) -> Expected:
+        """What the job's result must be (evallog.verify.Expected)."""
+        return expected_result(self.spec.model, self.jobs[job_id], self.tasks[self.jobs[job_id].task])
 
     def _errored(self, job_id: str) -> bool:
         header = read_header(run_layout.job_log(self.run_dir, job_id))

@@ -9,29 +9,53 @@ inflates only those whose bytes changed since (a disk fault, a stray edit).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, Protocol
 
-from ...evallog import digest, problem
+from ...evallog import Expected, digest, problem
 from ...protocol import run_layout
 
 
+class _Job(Protocol):
+    @property
+    def sample_id(self) -> str | int: ...
+    @property
+    def epoch(self) -> int: ...
+
+
+class _Task(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def task_args(self) -> dict[str, Any]: ...
+
+
+def expected_result(model: str, job: _Job, task: _Task) -> Expected:
+    """What a job's result must be: a log of its task, with the task's model (the fleet's,
+    in a manifest from before the grid) and arguments, holding just its sample and epoch."""
+    return Expected(job.sample_id, job.epoch, task.name, task.model or model, task.task_args)
+
+
 class LocalResults:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, expected: Callable[[str], Expected] | None = None) -> None:
         self.run_dir = run_dir
+        self._expected = expected  # job id -> what its result must be (checked again before the merge)
         self._digests: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
     def path(self, job_id: str) -> Path:
         return run_layout.job_log(self.run_dir, job_id)
 
-    def verify(self, job_id: str, expect: tuple[str | int, int] | None = None, task: str | None = None) -> str | None:
-        """None (and the file's digest kept) when the local copy reads in full (and holds the
-        `expect`ed sample and epoch of `task`), else the problem."""
+    def verify(self, job_id: str) -> str | None:
+        """None (and the file's digest kept) when the local copy reads in full and is the
+        job's result, else the problem."""
         path = self.path(job_id)
         if not path.is_file():
             return "no local copy"
-        found = problem(path, expect, task)
+        found = problem(path, self._expected(job_id) if self._expected else None)
         if found is None:
             self.remember(job_id)
         return found

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from ...evallog import Expected
 from ...inspect_options import shuffle_of
 from ...protocol import Manifest, ManifestTask, run_layout
+from .local_results import expected_result
 
 if TYPE_CHECKING:
     from ... import merge
@@ -105,10 +107,19 @@ class FleetMerge:
         # One listing of jobs/, not a stat per job: the spool stats each result it is given.
         present = set(run_layout.job_logs(self.run_dir))
         inputs_of: dict[str, list[Path]] = {}
+        tasks = {task.key: task for task in self.manifest.tasks}
+        expected: dict[Path, Expected] = {}
         for job in self.manifest.jobs:
             path = run_layout.job_log(self.run_dir, job.job_id)
             if path in present:
                 inputs_of.setdefault(job.task, []).append(path)
+                expected[path] = expected_result(self.manifest.model, job, tasks[job.task])
+
+        def check(path: Path, header: dict[str, Any], samples: list[tuple[Any, Any]]) -> str | None:
+            # A result is its job's, or it is left out (merge and view read results too)
+            wrong = expected[path].wrong_log(header, samples)
+            return None if wrong is None else f"is not the result of job {path.stem}: it {wrong}"
+
         merged: list[merge.MergedTask] = []
         fleet_id = self.manifest.fleet_id
         for task in self.manifest.tasks:
@@ -118,7 +129,7 @@ class FleetMerge:
             merger = self._mergers.get(task.key)
             if merger is None:
                 merger = self._mergers[task.key] = merge.Merger()
-            merger.add(inputs)
+            merger.add(inputs, check)
             results = merger.write(
                 self.out_dir,
                 sample_ids=task.sample_ids,

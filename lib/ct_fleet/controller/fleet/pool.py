@@ -25,6 +25,7 @@ from .launcher import PoolLauncher, fleet_launcher
 from .lost import LostWorkers
 
 STRAGGLER_GRACE = 30
+LISTING_LAG = 120  # seconds a launched worker counts as running before EC2's listing shows it
 
 
 class WorkerPool:
@@ -65,6 +66,7 @@ class WorkerPool:
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
         self.leaving: set[str] = set()  # workers that said they go (spot notice, rebalance)
         self.lost = LostWorkers(spec.fleet_id)  # the jobs each worker holds, for when it is gone
+        self.seen_live: set[str] | None = None  # the live instances at the last look (None: no look yet)
 
     # -- launch ------------------------------------------------------------------------
     def adopt(self, instance_ids: list[str]) -> None:
@@ -85,8 +87,18 @@ class WorkerPool:
             )
         return self.launcher
 
+    def running(self) -> set[str]:
+        """The instances this fleet launched (or adopted) that still run, as far as it knows."""
+        return running(self.launched, self.seen_live, self.launch_times, self.end_times)
+
     def launch(self, count: int, why: str) -> list[str]:
-        """Up to `count` workers: what EC2 does not give now is asked again at later looks."""
+        """Up to `count` workers, never past max_workers running (a leaving worker is going
+        and does not count): what EC2 does not give now is asked again at later looks."""
+        room = self.max_workers - len(self.running() - self.leaving)
+        if count > room:
+            count = max(room, 0)
+            if not count:
+                return []
         launcher = self._launcher()
         said = launcher.limited
         got = launcher.launch(count)
@@ -127,7 +139,11 @@ class WorkerPool:
         return cost_so_far(self.launch_times, time.time(), self.prices, self.end_times)
 
     # -- while it runs -----------------------------------------------------------------
-    def on_heartbeat(self, msg: DoneMessage) -> None:
+    def on_heartbeat(self, msg: DoneMessage) -> bool:
+        """Take a worker's heartbeat: False, and nothing done, unless it names a worker this
+        fleet launched that still runs (anything holding the worker role can send one)."""
+        if msg.instance_id not in self.running():
+            return False
         self.lost.on_heartbeat(msg)
         if msg.load is not None:
             self.worker_load[msg.instance_id] = (msg.load, time.monotonic())
@@ -138,6 +154,7 @@ class WorkerPool:
                 record_worker(self.run_dir, notice, [msg.instance_id])
                 self.warn(f"{msg.instance_id}: {notice.replace('_', ' ')}: launching its replacement")
                 self.launch(1, why=notice)
+        return True
 
     def live_ids(self) -> list[str]:
         return [inst["InstanceId"] for inst in instances.live_instances(self.ec2, self.spec.fleet_id)]
@@ -145,6 +162,7 @@ class WorkerPool:
     def look(self) -> tuple[list[str], list[str]]:
         """(live instances, those that ended since the last look)."""
         live = self.live_ids()
+        self.seen_live = set(live)
         self.cloud.poll(live)
         ended = sorted(set(self.launch_times) - set(live) - set(self.end_times))
         for gone in ended:
@@ -259,6 +277,16 @@ class WorkerPool:
             except Exception as exc:
                 failures.append(exc)
         return failures
+
+
+def running(
+    launched: list[str], seen_live: set[str] | None, launch_times: dict[str, float], end_times: dict[str, float]
+) -> set[str]:
+    if seen_live is None:
+        return set(launched)
+    # EC2's listing may not show a worker just launched yet
+    fresh = {i for i, at in launch_times.items() if time.time() - at < LISTING_LAG}
+    return (seen_live | fresh) & set(launched) - set(end_times)
 
 
 def _record_launches(run_dir: Path, got: list[Launched], why: str, slots: int, prices: dict[str, float]) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ...cloud import Cloud
-from ...protocol import FleetEnv, Manifest, run_layout
+from ...protocol import FleetEnv, Manifest, mask, run_layout
 from ...protocol.user_data import render_user_data
 from ...services import queues, stop, store
 from ..planning import Capacity, FleetSpec, Job, record_durations
@@ -55,7 +55,7 @@ class FleetRun:
         self.secrets = secrets or {}
         self.on_progress = on_progress
         self.leave_running_on_interrupt = leave_running_on_interrupt
-        self.warn = warn
+        self.warn = masked(warn, self.secrets)
         self.sqs = cloud.client("sqs")
         self.s3 = cloud.client("s3")
         self.jobs = {job.job_id: job for job in spec.jobs}
@@ -72,7 +72,7 @@ class FleetRun:
             launched_by=launched_by,
             account=account,
             secrets=self.secrets,
-            warn=warn,
+            warn=self.warn,
             capacity=capacity,
         )
         self.results = ResultCollector(
@@ -81,7 +81,7 @@ class FleetRun:
             run_dir,
             self.state,
             secrets=self.secrets,
-            warn=warn,
+            warn=self.warn,
             send_again=self._send_again,
             on_heartbeat=self.pool.on_heartbeat,
         )
@@ -278,4 +278,9 @@ class FleetRun:
             adopted_workers=len(self.pool.launched) if adopted else 0,
             **totals(self.results),
             unmerged=merging.unmerged(self.manifest, merged),
-        )
+        ).masked(self.secrets.values())
+
+
+def masked(warn: Callable[[str], None], secrets: dict[str, str]) -> Callable[[str], None]:
+    """What the run says comes from workers and results too: secrets are masked in all of it."""
+    return lambda text: warn(mask(text, secrets.values()))

@@ -87,7 +87,11 @@ def _reproducible(info: tarfile.TarInfo) -> tarfile.TarInfo:
 def pack_extra_src(src: Path, dest: Path) -> str:
     """Tar DIR as <basename>/..., shipping what extra_src.scan_tree lists (no caches, no
     credentials); returns the digest of the tarball, which depends on the tree's content only."""
-    tree = extra_src.scan_tree(src)
+    return pack_tree(extra_src.scan_tree(src), dest)
+
+
+def pack_tree(tree: extra_src.ExtraTree, dest: Path) -> str:
+    """Tar a scanned tree as <basename>/...; the tarball's digest (content only)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     with open(dest, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:

@@ -6,6 +6,7 @@ Which AWS credentials a run uses is the cloud's business (cloud/credentials.py).
 from __future__ import annotations
 
 import io
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +16,7 @@ from botocore.exceptions import ClientError, NoCredentialsError, SSOError, Token
 from dotenv.parser import parse_stream
 
 from ...errors import BadInput
+from ...protocol import mask
 from .safe_yaml import read_text
 
 # Always forwarded when set (the operator docs' list); a fleet adds what its model needs
@@ -73,6 +75,20 @@ def name_from_arn(arn: str) -> str:
 def secret_values(dotenv: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
     """Where secrets are read from: the shell first, else .env."""
     return {**dotenv, **{k: v for k, v in environ.items() if v}}
+
+
+def refuse_secret_args(secrets: Mapping[str, str], args: list[tuple[str, Mapping[str, Any]]]) -> None:
+    """BadInput for an argument whose value holds a secret's: arguments are written in clear
+    (the manifest, its copy in S3, the merged log's header); a secret goes by environment."""
+    for flag, given in args:
+        for name, value in given.items():
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            held = [key for key, secret in secrets.items() if mask(text, [secret]) != text]
+            if held:
+                raise BadInput(
+                    f"{flag} {name}: its value holds the secret {held[0]}'s, and arguments are written in clear "
+                    f"(the manifest, the logs): let the task read {held[0]} from its environment instead"
+                )
 
 
 def worker_secrets(

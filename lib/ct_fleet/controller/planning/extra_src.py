@@ -3,8 +3,14 @@
 A tree is packed as <basename>/..., uploaded to S3 and unpacked on every worker, so:
 - caches, VCS data, environments, build output and lockfiles are left out (they are
   rebuilt or irrelevant on a worker);
-- credential files (.env, .aws/, .ssh/, *.pem, id_* keys, ...) are never shipped: they
-  would land in S3 and on every worker; they are left out and the user is told;
+- credential files are never shipped: they would land in S3 and on every worker. They are
+  found by name (a maintained list, any letter case: .env, .envrc, .aws/, .ssh/, .kube/,
+  gcloud and gh configs, *.pem, id_* keys, shell histories, ...) and by content (a private
+  key, a cloud service account's JSON, AWS keys, .env-style KEY=value lines of a secret's
+  name), which also finds a hard link or a copy under any name; they are left out and the
+  user is told, for every tree that ships (a task's own directory too);
+- a ct-fleet runs directory inside the tree is left out: earlier runs do not ship, and do
+  not change the tree's digest (the fleet id);
 - the basename reaches shell word lists and PYTHONPATH on the worker, so it is limited to
   a safe alphabet;
 - the size and file count are capped, so that `--extra-src ~` fails fast with a message
@@ -31,26 +37,78 @@ SAFE_BASENAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 
 EXCLUDED_DIRS = {"__pycache__", ".git", "node_modules", ".venv", "venv", "build", "dist"}
 LOCKFILE_NAMES = {"package-lock.json", "yarn.lock", "pnpm-lock.yaml", "poetry.lock", "uv.lock", "Pipfile.lock"}
-CREDENTIAL_DIRS = {".aws", ".ssh", ".gnupg", ".docker"}
+# Lower case: names are compared in lower case (ID_RSA is id_rsa).
+CREDENTIAL_DIRS = {".aws", ".ssh", ".gnupg", ".docker", ".kube", ".azure", "gcloud", "gh"}
 CREDENTIAL_FILES = (
     ".env",
     ".env.*",
     "*.env",
+    ".envrc",
     "*.pem",
     "*.key",
     "*.p12",
     "*.pfx",
+    "*.jks",
+    "*.keystore",
     "id_*",
     ".netrc",
     ".pypirc",
     ".npmrc",
     ".git-credentials",
+    ".pgpass",
+    ".my.cnf",
+    "*_history",
+    ".*_history",
+    ".history",
     "credentials",
+    "*_credentials",
+    "*credentials.json",
+    "*-key.json",
+    "*_key.json",
+    "*.tfstate",
+    "kubeconfig",
 )
+# Content that is a credential whatever the file is called: read from each file's start.
+CONTENT_SCAN = 64 << 10
+_SECRET_CONTENT = re.compile(
+    rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
+    rb"|\"type\"\s*:\s*\"(?:service_account|authorized_user)\""
+    rb"|aws_secret_access_key\s*="
+    rb"|\"private_key\"\s*:"
+)
+# .env-style lines of a secret's name (not in source code, where such names are read, not set)
+_ENV_LINE = re.compile(rb"^(?:export\s+)?[A-Z_][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*=\S", re.M)
+_SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb", ".md", ".rst", ".sh", ".bats", ".js", ".ts")
 
 
 def is_credential(name: str) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in CREDENTIAL_FILES)
+    lower = name.lower()
+    return any(fnmatch.fnmatchcase(lower, pattern) for pattern in CREDENTIAL_FILES)
+
+
+def holds_credential(path: Path) -> bool:
+    """Does the file's start look like a credential (whatever its name)?"""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(CONTENT_SCAN)
+    except OSError:
+        return False
+    if _SECRET_CONTENT.search(head):
+        return True
+    return not path.name.lower().endswith(_SOURCE_SUFFIXES) and bool(_ENV_LINE.search(head))
+
+
+def is_runs_dir(path: Path) -> bool:
+    """A ct-fleet runs directory: it holds fleets' run directories (a manifest beside a
+    controller lock or a phases record: protocol/run_layout.py)."""
+    try:
+        children = [c for _, c in zip(range(200), path.iterdir(), strict=False)]
+    except OSError:
+        return False
+    return any(
+        (c / "manifest.json").is_file() and ((c / "controller.lock").exists() or (c / "phases.json").exists())
+        for c in children
+    )
 
 
 def _left_out(name: str) -> bool:
@@ -62,6 +120,7 @@ class ExtraTree:
     root: Path
     files: list[Path] = field(default_factory=list)  # relative to root, in packing order
     credentials: list[str] = field(default_factory=list)  # relative paths left out as credentials
+    runs: list[str] = field(default_factory=list)  # runs directories left out
     size: int = 0
 
     @property
@@ -69,12 +128,16 @@ class ExtraTree:
         return self.root.name
 
     def note(self) -> str | None:
-        if not self.credentials:
-            return None
-        shown = ", ".join(self.credentials[:5]) + (
-            f" and {len(self.credentials) - 5} more" if len(self.credentials) > 5 else ""
-        )
-        return f"--extra-src {self.root}: credential files are never shipped, left out: {shown}"
+        """What the tree leaves out that the user may have meant to ship, or None."""
+        said = []
+        if self.credentials:
+            shown = ", ".join(self.credentials[:5]) + (
+                f" and {len(self.credentials) - 5} more" if len(self.credentials) > 5 else ""
+            )
+            said.append(f"credential files are never shipped, left out: {shown}")
+        if self.runs:
+            said.append(f"runs directories left out: {', '.join(self.runs[:5])}")
+        return f"{self.root}: {'; '.join(said)}" if said else None
 
 
 def scan_tree(root: Path) -> ExtraTree:
@@ -94,8 +157,10 @@ def scan_tree(root: Path) -> ExtraTree:
         here = Path(dirpath)
         kept_dirs = []
         for d in sorted(dirs):
-            if d in CREDENTIAL_DIRS:
+            if d.lower() in CREDENTIAL_DIRS:
                 tree.credentials.append(str((here / d).relative_to(root)) + "/")
+            elif is_runs_dir(here / d):
+                tree.runs.append(str((here / d).relative_to(root)) + "/")
             elif not _left_out(d):
                 kept_dirs.append(d)
         dirs[:] = kept_dirs
@@ -113,9 +178,18 @@ def scan_tree(root: Path) -> ExtraTree:
                 raise BadInput(f"--extra-src {root}: cannot read {rel} ({exc.strerror})") from None
             if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
                 continue  # sockets, fifos and devices do not travel
+            if stat.S_ISREG(info.st_mode) and holds_credential(path):
+                tree.credentials.append(str(rel))
+                continue
             if stat.S_ISLNK(info.st_mode):
                 target = os.readlink(path)
-                if os.path.isabs(target) or not (path.parent / target).resolve().is_relative_to(root):
+                try:
+                    resolved = (path.parent / target).resolve()
+                except (RuntimeError, OSError):  # 3.11 raises RuntimeError for a loop
+                    raise BadInput(
+                        f"{root}: {rel} is a symlink loop (or a link that cannot be followed); remove it"
+                    ) from None
+                if os.path.isabs(target) or not resolved.is_relative_to(root):
                     raise BadInput(
                         f"--extra-src {root}: {rel} links to {target}, outside the tree (it would not "
                         "exist on a worker); copy the file into the tree instead"

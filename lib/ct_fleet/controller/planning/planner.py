@@ -320,6 +320,10 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     secret_names = models.forward_names(model_secrets, [*split_list(cfg.forward_env), *job_env], values)
     # Secrets too big for the SSM parameters that carry them are refused before anything is made.
     fleet_secrets.bundles(credentials.worker_secrets(dotenv, env, names=secret_names))
+    credentials.refuse_secret_args(
+        {**dotenv, **credentials.worker_secrets(dotenv, env, names=secret_names)},
+        [("-T", task.task_args) for task in chosen.fleet_tasks] + [("-M", model_args)],
+    )
     grid = [replace(task, model=model) for task in chosen.fleet_tasks for model in fleet_models]
     fleet_jobs = jobs.make_jobs(grid, epochs, code_sha=version.sha, model_args=model_args)
     time_limit = cfg.sample_time_limit if "sample_time_limit" in user_args else None
@@ -345,7 +349,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         check_resume(request.runs_dir / fleet_id, [job.job_id for job in fleet_jobs], version.sha)
     cloud.check_credentials(dotenv, env)
     price = cloud.hourly_price(cfg)
-    notes = [note for tree in trees if (note := tree.note())]
+    notes = list(shipped.notes)  # every tree that ships, the task's own directory too
     fit = _survey(cloud, cfg, fleet_id, notes)
     spec = FleetSpec(
         fleet_id=fleet_id,

@@ -12,12 +12,13 @@ from __future__ import annotations
 import atexit
 import shutil
 import tarfile
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...tempdirs import owned_tempdir
 from . import code
+from .extra_src import scan_tree
 
 
 @dataclass(frozen=True)
@@ -41,23 +42,26 @@ class ShippedCode:
     extra_dir: Path  # the directory holding the unpacked --extra-src trees
     trees: list[ExtraTree] = field(default_factory=list)
     site: Path | None = None  # the fleet's requirements, installed beside the venv (overlay.py)
+    notes: list[str] = field(default_factory=list)  # what each shipped tree left out, said to the user
 
     @classmethod
     def build(cls, repo: Path, sha: str, extra_src: Sequence[Path]) -> ShippedCode:
-        work = Path(tempfile.mkdtemp(prefix="ct-fleet-shipped-"))
+        work = owned_tempdir("shipped")  # a killed controller's is swept by the next one
         atexit.register(shutil.rmtree, work, True)
         tarball = code.archive(repo, sha, work / "code.tar.gz")
         image, extra_dir = work / "code", work / "extra"
         image.mkdir()
         extra_dir.mkdir()
         _unpack(tarball, image)
-        trees = []
+        trees, notes = [], []
         for source in extra_src:
             packed = work / f"extra-{source.name}.tar.gz"
-            digest = code.pack_extra_src(source, packed)
+            scanned = scan_tree(source)
+            digest = code.pack_tree(scanned, packed)
             _unpack(packed, extra_dir)
             trees.append(ExtraTree(source, packed, digest))
-        return cls(sha, tarball, image, extra_dir, trees)
+            notes += [note] if (note := scanned.note()) else []
+        return cls(sha, tarball, image, extra_dir, trees, notes=notes)
 
     @property
     def settings_dir(self) -> Path:

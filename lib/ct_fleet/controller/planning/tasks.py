@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -128,18 +129,23 @@ def _run_probe(request: dict[str, Any], cwd: Path, shipped: ShippedCode, display
     with tempfile.TemporaryDirectory(prefix="ct-fleet-probe-") as tmp:
         answer_path, log_path = Path(tmp) / "answer.json", Path(tmp) / "stderr.log"
         with open(log_path, "wb") as log:
+            # A group of its own, all of it killed at the end: what a task starts at import
+            # (a server, a pool) must not outlive its loading.
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ct_fleet.controller.planning.probe", str(answer_path)],
+                stdin=subprocess.PIPE,
+                cwd=cwd,
+                env=_worker_like_env(shipped),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
+            )
             try:
-                proc = subprocess.run(
-                    [sys.executable, "-m", "ct_fleet.controller.planning.probe", str(answer_path)],
-                    input=json.dumps(request).encode(),
-                    cwd=cwd,
-                    env=_worker_like_env(shipped),
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                    timeout=PROBE_TIMEOUT,
-                )
+                proc.communicate(json.dumps(request).encode(), timeout=PROBE_TIMEOUT)
             except subprocess.TimeoutExpired:
                 raise BadInput(f"task {display}: loading it took over {PROBE_TIMEOUT}s") from None
+            finally:
+                _kill_group(proc)
         try:
             answer: dict[str, Any] = json.loads(answer_path.read_bytes())
         except (OSError, ValueError):
@@ -148,6 +154,14 @@ def _run_probe(request: dict[str, Any], cwd: Path, shipped: ShippedCode, display
         error = str(answer.get("error") or "no error text")
         raise BadInput(f"task {display} does not load from what ships: {error}{_missing_package_hint(error)}")
     return answer
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader while a member lives
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 def _missing_package_hint(error: str) -> str:

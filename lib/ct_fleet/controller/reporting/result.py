@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...error_lines import grouped
+from ...protocol import mask
 
 if TYPE_CHECKING:
     from ...merge import MergedTask
@@ -41,6 +43,23 @@ class RunResult:
     missing: list[dict[str, Any]] = field(default_factory=list)  # jobs not in the merged run, with why
     late_successes: list[str] = field(default_factory=list)  # job ids that succeeded after a dead letter
     report: Path | None = None  # runs/<fleet>/report.html, once written
+
+    def masked(self, secrets: Iterable[str]) -> RunResult:
+        """The result with every secret value masked in what it says (errors, reasons,
+        merged logs' errors): the CLI prints it and --json writes it."""
+        hidden = list(secrets)
+
+        def said(value: Any) -> Any:
+            if isinstance(value, str):
+                return mask(value, hidden)
+            if isinstance(value, list):
+                return [said(v) for v in value]
+            if isinstance(value, dict):
+                return {k: said(v) for k, v in value.items()}
+            return value
+
+        changes = {f.name: said(getattr(self, f.name)) for f in fields(self) if f.name not in ("merged", "run_dir")}
+        return replace(self, **changes, merged=[replace(m, why=mask(m.why, hidden)) for m in self.merged])
 
     def problems(self) -> list[str]:
         """Why the run is not complete and successful; empty when it is."""
