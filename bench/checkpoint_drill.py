@@ -1,23 +1,25 @@
 #!/usr/bin/env python
-"""checkpoint_drill: a long agent sample whose job is killed at two thirds, with and
-without --checkpoint, resumed (or restarted) by a job process elsewhere.
+"""checkpoint_drill: a long agent sample on the local fleet whose worker is killed at two
+thirds, with and without --checkpoint.
 
 The sample is a react() agent of N steps (tests/openai_stub.py's "Take N steps of S
 seconds": N-1 bash calls that sleep S seconds each, one that reads back a file, a submit;
-N+1 model calls) against a loopback OpenAI-compatible server, run as a worker runs a job
-(`python -m ct_fleet.worker.runner`) with its checkpoints in a moto S3 prefix. Each mode:
-  1. an undisturbed run (the baseline: model calls, wall time);
-  2. the same job SIGKILLed after 2/3 of its model calls, then run again from another
-     directory with nothing of the first one's on disk (a redelivery to another worker).
-Reported per mode: model calls and wall time to completion (kill + rerun), against the
-baseline; with --checkpoint also the cost per checkpoint (the undisturbed run's wall time
-with checkpoints minus without, per turn) and the bytes stored.
+N+1 model calls) against the loopback OpenAI-compatible stub, run by `bin/ct-fleet eval`
+on local workers and the embedded cloud (one worker; a replacement is launched when it is
+lost). Four runs, each a fleet of its own:
+  plain, undisturbed          the baseline: model calls, wall time, the sample's time
+  --checkpoint, undisturbed   what checkpointing costs: seconds per turn, bytes stored
+  plain, killed at 2/3        the worker's job loop SIGKILLed after 2/3 of the calls
+  --checkpoint, killed at 2/3 the same; the replacement resumes from the last checkpoint
+Reported: model calls and wall time to completion (the CLI's, launch to exit) of each, the
+calls made again, what the run's summary says it resumed and saved, and the cost of a
+checkpoint: the undisturbed sample's time with checkpoints minus without, per turn, beside
+Inspect's own per-checkpoint figures (its checkpoint events' duration and bytes added) and
+the most the job's checkpoint prefix held in S3 (polled during the run).
 
-Not the local fleet: the job's redelivery (visibility timeout, backoff) is left out, so
-the figures are the sample's own. The drill runs on the local fleet's code path for a
-job (the runner, the S3 prefix, eval_retry).
+Not a test (bench/README.md): it takes minutes and its figures are timings.
 
-    .venv/bin/python bench/checkpoint_drill.py               # 15 steps of 2 s
+    .venv/bin/python bench/checkpoint_drill.py                     # 15 steps of 2 s, ~6 min
     .venv/bin/python bench/checkpoint_drill.py --steps 13 --pause 0.5
 """
 
@@ -26,23 +28,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import boto3
-
-from ct_fleet.cloud.moto_server import MotoServer
-from ct_fleet.protocol import WorkMessage
-from ct_fleet.worker import checkpoints
+import psutil
+from inspect_ai.log import read_eval_log
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "lib"))
+
+from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY  # noqa: E402
+
 KEY = "sk-drill-" + uuid.uuid4().hex
+MODEL = "openai-api/stubai/scripted"
 AGENT = """
 from inspect_ai import Task, task
 from inspect_ai.agent import react
@@ -56,89 +64,136 @@ def steps(n: int = 13, pause: float = 0.5):
     sample = Sample(id="long", input=f"Take {n} steps of {pause} seconds", target=f"step {n - 1}")
     return Task(dataset=MemoryDataset([sample], name="steps"), solver=react(tools=[bash()]), scorer=includes(), sandbox="local")
 """
-CONFIG = {"trigger": {"type": "turn", "every": 1}, "sandbox_paths": {"default": []}}
+KNOBS = ["idle_timeout=3", "retry_backoff=1", "max_workers=1", "heartbeat_interval=2"]
 
 
 def calls(log: Path) -> int:
     return sum(1 for line in log.read_text().splitlines() if json.loads(line)["status"] == 200) if log.exists() else 0
 
 
+def job_loops(runs: Path) -> list[psutil.Process]:
+    """The local workers' job loops (`python -m ct_fleet.worker`) working under runs/."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if str(runs) in proc.cwd() and "ct_fleet.worker" in (proc.info["cmdline"] or []):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@dataclass
+class Run:
+    calls: int
+    wall: float
+    sample_time: float
+    model_events: int
+    summary: str
+    checkpoints: list[tuple[float, int]] = field(default_factory=list)  # Inspect's (seconds, bytes added) each
+    stored_max: int = 0  # the most bytes the fleet's checkpoints prefix held at once
+    killed_at: float | None = None  # seconds into the run
+
+
+class S3Watch:
+    """Polls the fleet's checkpoints prefix in the embedded cloud's S3 while the run goes
+    on (the worker deletes it once the result is stored): the most bytes it held."""
+
+    def __init__(self, runs: Path) -> None:
+        self.runs, self.most = runs, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        client = None
+        while not self._stop.wait(0.5):
+            try:
+                run_dir = next(p for p in self.runs.iterdir() if (p / "moto.port").exists())
+                if client is None:
+                    port = (run_dir / "moto.port").read_text().strip()
+                    client = boto3.client(
+                        "s3",
+                        endpoint_url=f"http://127.0.0.1:{port}",
+                        region_name="us-east-1",
+                        aws_access_key_id=EMBEDDED_ACCESS_KEY,
+                        aws_secret_access_key=EMBEDDED_SECRET_KEY,
+                    )
+                total = 0
+                for bucket in client.list_buckets()["Buckets"]:
+                    pages = client.get_paginator("list_objects_v2").paginate(
+                        Bucket=bucket["Name"], Prefix=f"{run_dir.name}/checkpoints/"
+                    )
+                    total += sum(o["Size"] for page in pages for o in page.get("Contents", []))
+                self.most = max(self.most, total)
+            except Exception:
+                continue  # not up yet, or gone
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return self.most
+
+
 class Drill:
-    def __init__(self, base: Path, endpoint: str, stub_url: str, stub_log: Path, steps: int, pause: float) -> None:
-        self.base, self.endpoint, self.stub_url, self.stub_log = base, endpoint, stub_url, stub_log
+    def __init__(self, base: Path, stub_url: str, stub_log: Path, steps: int, pause: float) -> None:
+        self.base, self.stub_url, self.stub_log = base, stub_url, stub_log
         self.steps, self.pause = steps, pause
-        self.s3 = boto3.client(
-            "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
-        )
-        self.bucket = "drill"
-        self.s3.create_bucket(Bucket=self.bucket)
+        self.project = base / "project"
+        self.project.mkdir()
+        (self.project / "agent.py").write_text(AGENT)
 
-    def job(self, job_id: str, checkpoint: bool) -> WorkMessage:
-        return WorkMessage(
-            fleet_id="drill",
-            job_id=job_id,
-            sample_id="long",
-            epoch=1,
-            task_spec="agent.py@steps",
-            task_args={"n": self.steps, "pause": self.pause},
-            model="openai-api/stubai/scripted",
-            code_sha="x",
-            result_key=f"drill/{job_id}.eval",
-            time_limit=None,
-            inspect_options={"checkpoint": {"checkpoint_file": CONFIG}} if checkpoint else {},
-        )
-
-    def start(self, job: WorkMessage, where: Path) -> subprocess.Popen[bytes]:
-        where.mkdir(parents=True)
-        (where / "agent.py").write_text(AGENT)
+    def run(self, name: str, checkpoint: bool, kill_at: int | None) -> Run:
+        runs, home = self.base / f"runs-{name}", self.base / f"home-{name}"
+        runs.mkdir()
+        home.mkdir()  # the bash tool's login shell reads none of this machine's profile
+        (runs / ".env").write_text(f"STUBAI_API_KEY={KEY}\nSTUBAI_BASE_URL={self.stub_url}\n")
+        args = [str(REPO / "bin" / "ct-fleet"), "eval", "agent.py@steps", "--model", MODEL]
+        args += ["-T", f"n={self.steps}", "-T", f"pause={self.pause}"]
+        args += ["--checkpoint", "turn:1"] if checkpoint else []
+        for knob in KNOBS:
+            args += ["--ec2-arg", knob]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env.update(
-            AWS_ENDPOINT_URL=self.endpoint,
-            AWS_ACCESS_KEY_ID="x",
-            AWS_SECRET_ACCESS_KEY="x",
-            AWS_REGION="us-east-1",
-            STUBAI_API_KEY=KEY,
-            STUBAI_BASE_URL=self.stub_url,
-            XDG_CACHE_HOME=str(where / "cache"),
-            XDG_DATA_HOME=str(where / "data"),
-        )
-        if checkpoints.wanted(job):
-            env[checkpoints.CHECKPOINTS_ENV] = checkpoints.location(self.bucket, job.fleet_id, job.job_id)
-        err = open(where / "stderr", "wb")
-        return subprocess.Popen(
-            [sys.executable, "-m", "ct_fleet.worker.runner", job.to_json(), str(where / "out.eval")],
-            cwd=where,
-            env=env,
-            stdout=err,
-            stderr=err,
-            start_new_session=True,
-        )
-
-    def stored(self, job_id: str) -> int:
-        listed = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=f"drill/checkpoints/{job_id}/")
-        return sum(o["Size"] for o in listed.get("Contents", []))
-
-    def run(self, checkpoint: bool, kill_at: int | None) -> dict[str, float]:
-        job = self.job(uuid.uuid4().hex[:8], checkpoint)
+        env.update(CT_FLEET_RUNS=str(runs), CT_FLEET_DOTENV=str(runs / ".env"), HOME=str(home))
         before, start = calls(self.stub_log), time.monotonic()
-        proc = self.start(job, self.base / uuid.uuid4().hex[:8])
-        stored = 0
-        if kill_at is not None:
-            while calls(self.stub_log) - before < kill_at and proc.poll() is None:
-                time.sleep(0.05)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            proc = self.start(job, self.base / uuid.uuid4().hex[:8])
-        if proc.wait() != 0:
-            raise SystemExit(f"the job failed: see {self.base}")
-        stored = self.stored(job.job_id)
-        return {"calls": calls(self.stub_log) - before, "seconds": time.monotonic() - start, "bytes": stored}
+        watch = S3Watch(runs)
+        with open(self.base / f"cli-{name}.log", "w") as out:
+            proc = subprocess.Popen(args, cwd=self.project, env=env, stdout=out, stderr=subprocess.STDOUT)
+            killed_at = None
+            if kill_at is not None:
+                while calls(self.stub_log) - before < kill_at and proc.poll() is None:
+                    time.sleep(0.05)
+                for loop in job_loops(runs):
+                    loop.send_signal(signal.SIGKILL)
+                killed_at = time.monotonic() - start
+            code = proc.wait()
+        wall = time.monotonic() - start
+        stored = watch.stop()
+        text = (self.base / f"cli-{name}.log").read_text()
+        if code != 0:
+            raise SystemExit(f"the {name} run exited {code}: see {self.base / f'cli-{name}.log'}")
+        (run_dir,) = [p for p in runs.iterdir() if (p / "manifest.json").exists()]
+        (merged,) = (run_dir / "merged").glob("*.eval")
+        sample = (read_eval_log(str(merged)).samples or [])[0]
+        events = [e for e in sample.events if e.event == "checkpoint"]
+        summary = " ".join(line for line in text.splitlines() if re.search(r"attempts|resumed from", line))
+        return Run(
+            calls=calls(self.stub_log) - before,
+            wall=wall,
+            sample_time=sample.total_time or 0.0,
+            model_events=sum(1 for e in sample.events if e.event == "model"),
+            summary=" ".join(summary.split()),
+            checkpoints=[(getattr(e, "duration_ms", 0) / 1000, getattr(e, "size_bytes", 0)) for e in events],
+            stored_max=stored,
+            killed_at=killed_at,
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--pause", type=float, default=2.0)
+    parser.add_argument("--keep", action="store_true", help="keep the runs' directories (printed)")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="ckpt-drill-"))
     stub_log = base / "stub.log"
@@ -147,37 +202,55 @@ def main() -> None:
         + ["--log", str(stub_log), "--rate-limit-every", "0"],
         env={**os.environ, "STUB_API_KEY": KEY},
     )
+    total = args.steps + 1
+    kill_at = total * 2 // 3
     try:
         while not (base / "port").exists() or not (base / "port").read_text():
             time.sleep(0.05)
         url = f"http://127.0.0.1:{(base / 'port').read_text()}/v1"
-        with MotoServer(log_path=base / "moto.log", lease_timeout=600) as moto:
-            drill = Drill(base, moto.endpoint_url, url, stub_log, args.steps, args.pause)
-            total = args.steps + 1
-            kill_at = total * 2 // 3
-            rows = {}
-            for mode, checkpoint in (("plain", False), ("--checkpoint turn:1", True)):
-                rows[mode] = {"baseline": drill.run(checkpoint, None), "killed": drill.run(checkpoint, kill_at)}
+        drill = Drill(base, url, stub_log, args.steps, args.pause)
+        rows = {
+            "plain": drill.run("plain", False, None),
+            "--checkpoint turn:1": drill.run("ckpt", True, None),
+            "plain, killed": drill.run("plain-killed", False, kill_at),
+            "--checkpoint turn:1, killed": drill.run("ckpt-killed", True, kill_at),
+        }
     finally:
         stub.terminate()
         stub.wait()
     print(
-        f"agent of {args.steps} steps ({total} model calls, tool calls sleep {args.pause}s), killed after {kill_at} calls"
+        f"agent of {args.steps} steps ({total} model calls, bash calls sleep {args.pause}s) on the local fleet; "
+        f"killed runs: the worker's job loop SIGKILLed after {kill_at} calls"
     )
-    print(f"{'mode':<22}{'calls':>7}{'wall s':>9}{'killed: calls':>15}{'wall s':>9}{'redone calls':>14}")
-    for mode, r in rows.items():
-        b, k = r["baseline"], r["killed"]
+    print(f"{'run':<30}{'model calls':>12}{'redone':>8}{'wall s':>9}{'killed at s':>13}{'sample s':>10}")
+    for name, r in rows.items():
+        killed = f"{r.killed_at:.1f}" if r.killed_at is not None else "-"
         print(
-            f"{mode:<22}{b['calls']:>7.0f}{b['seconds']:>9.1f}{k['calls']:>15.0f}{k['seconds']:>9.1f}"
-            f"{k['calls'] - b['calls']:>14.0f}"
+            f"{name:<30}{r.calls:>12}{r.calls - total:>8}{r.wall:>9.1f}{killed:>13}{r.sample_time:>10.1f}   {r.summary}"
         )
-    plain, ckpt = rows["plain"]["baseline"], rows["--checkpoint turn:1"]["baseline"]
-    per_turn = (ckpt["seconds"] - plain["seconds"]) / total
-    print(f"checkpoint cost: {per_turn:.2f} s per turn (undisturbed run, {total} checkpoints)")
+    plain, ckpt = rows["plain"], rows["--checkpoint turn:1"]
+    per_turn = (ckpt.sample_time - plain.sample_time) / total
+    own = ckpt.checkpoints
+    mean_s = sum(s for s, _ in own) / len(own) if own else float("nan")
+    mean_b = sum(b for _, b in own) / len(own) if own else 0
     print(
-        f"stored in S3 at the end of the killed run's last attempt: {rows['--checkpoint turn:1']['killed']['bytes']:,} bytes"
+        f"checkpoint cost per turn: {per_turn:.2f} s (undisturbed sample time with minus without, / {total}); "
+        f"Inspect's own: {len(own)} checkpoints, {mean_s:.2f} s and {mean_b / 1024:.1f} KB added each "
+        f"(to the local commit, before the copy to S3)"
     )
-    shutil.rmtree(base, ignore_errors=True)
+    print(
+        f"checkpoint prefix in S3 at most: {ckpt.stored_max / 1024:.0f} KB undisturbed, "
+        f"{rows['--checkpoint turn:1, killed'].stored_max / 1024:.0f} KB killed (deleted once the result is stored)"
+    )
+    pk, ck = rows["plain, killed"], rows["--checkpoint turn:1, killed"]
+    print(
+        f"checkpoint_drill: killed at 2/3, --checkpoint made {ck.calls} model calls in {ck.wall:.0f} s "
+        f"against {pk.calls} in {pk.wall:.0f} s without ({total} undisturbed)"
+    )
+    if args.keep:
+        print(f"runs kept in {base}")
+    else:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -249,6 +249,13 @@ def test_a_worker_killed_at_two_thirds_resumes_its_sample_on_another(tmp_path: P
     assert saved >= len(committed) and redone <= (STEPS + 1) - saved + 1, (saved, redone)
     assert f"resumed from checkpoints: 1 sample(s), {saved} model call(s) not made again" in out, out
     assert stat(out, "model usage:") == sum(u.total_tokens for u in sample.model_usage.values()), out
+    # The run report says so too, with what the checkpoints cost as Inspect's events say it.
+    figures = json.loads((run_dir / "report.json").read_text())["checkpoints"]
+    taken = [e for e in sample.events if e.event == "checkpoint"]
+    assert (figures["samples_resumed"], figures["model_calls_saved"]) == (1, saved), figures
+    assert (figures["samples_checkpointed"], figures["checkpoints"]) == (1, len(taken)), figures
+    assert figures["seconds"] > 0 and figures["bytes_added"] == sum(e.size_bytes for e in taken), figures
+    assert "<h2>Checkpoints</h2>" in (run_dir / "report.html").read_text()
     assert len([p for p in (run_dir / "instances").iterdir() if p.is_dir()]) == 2  # resumed elsewhere
     assert_nothing_running(runs)
 

@@ -213,3 +213,35 @@ def pop_resume(out: Path) -> dict[str, Any] | None:
         return None
     path.unlink(missing_ok=True)
     return data
+
+
+def _cost_sidecar(out: Path) -> Path:
+    return out.with_name(out.name + ".checkpoints.json")
+
+
+def record_cost(log: Any, out: Path) -> None:
+    """What the sample's checkpoints cost, beside OUT for the done report, as Inspect's
+    checkpoint events say it (those of earlier attempts it resumed from included): how
+    many, the seconds the agent waited for them (to the local commit; the copy to S3
+    comes on top) and the bytes each added to its restic repositories."""
+    sample = (log.samples or [None])[0]
+    if sample is None:
+        return
+    events = [e for e in sample.events if e.event == "checkpoint"]
+    data = {
+        "count": len(events),
+        "seconds": round(sum(getattr(e, "duration_ms", 0) or 0 for e in events) / 1000, 3),
+        "bytes": sum(getattr(e, "size_bytes", 0) or 0 for e in events),
+    }
+    _cost_sidecar(out).write_text(json.dumps(data))
+
+
+def pop_cost(out: Path) -> dict[str, Any] | None:
+    """What record_cost left for OUT (removing it), None when the job took no checkpoint."""
+    path = _cost_sidecar(out)
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    path.unlink(missing_ok=True)
+    return data

@@ -181,6 +181,8 @@ def run_inspect_job(
         _record_images(logs[0], out)  # before the move: the log reads its samples from its file
         if prior is not None:
             checkpoint_store.record_resume(logs[0], out)
+        if plan is not None:
+            checkpoint_store.record_cost(logs[0], out)
         relabel_epoch(path, job.epoch)
         shutil.move(str(path), out)
     finally:

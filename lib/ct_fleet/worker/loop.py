@@ -263,6 +263,9 @@ class Worker:
         resumed = checkpoints.pop_resume(out)
         if resumed:
             attempt.extra["resume"] = resumed  # what resuming from a checkpoint saved
+        cost = checkpoints.pop_cost(out)
+        if cost:
+            attempt.extra["checkpoints"] = cost  # what checkpointing cost
         secrets = failures.secret_values(self.s.environ)
         output = self._masked_stderr(stderr_path, secrets)[-20000:]
         if code == 0 and job.kind == "command" and out.exists():

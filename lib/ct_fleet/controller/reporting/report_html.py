@@ -83,6 +83,7 @@ Times are seconds since the run began.</p>
 <h2>Phases</h2>{_table(["phase", "from (s)", "seconds"], [(p.label, p.start, p.seconds) for p in report.phases])}
 <h2>Workers</h2>{_workers_table(report)}
 <h2>Failures</h2>{_failures_table(report)}
+{_checkpoints(report)}
 <h2>Slowest jobs</h2>{_bars_table(report.slowest)}
 </body></html>
 """
@@ -265,6 +266,21 @@ def _workers_table(report: RunReport) -> str:
     ]
     return _table(
         ["instance", "launched as", "slots", "boot (s)", "bootstrap (s)", "ended at (s)", "failed step"], rows
+    )
+
+
+def _checkpoints(report: RunReport) -> str:
+    c = report.checkpoints
+    if c is None:
+        return ""
+    each = f" ({c.seconds_each:.2f} s each)" if c.seconds_each is not None else ""
+    return (
+        "<h2>Checkpoints</h2>"
+        f"<p>{c.samples_resumed} sample(s) resumed from a checkpoint of a lost attempt: "
+        f"{c.model_calls_saved} model call(s) not made again. "
+        f"{c.samples_checkpointed} sample(s) committed {c.checkpoints} checkpoint(s): "
+        f"{c.seconds:.1f} s of the agents' time{each}, {c.bytes_added:,} bytes added to their repositories "
+        "(the copy to S3 not included).</p>"
     )
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from ...evallog import read_header
 from ...protocol import Manifest, run_layout, steplog
+from .checkpoints import CheckpointFigures, checkpoint_figures
 from .merged import by_task, merged_results, policy_of
 from .missing import rerun_command
 from .timeline import read_lines, read_phases
@@ -135,6 +136,9 @@ class RunReport(BaseModel):
     failures: list[FailureClass]
     slowest: list[Bar]
     results: list[TaskResult] = Field(default=[], description="each task x model with its merged log's metrics")
+    checkpoints: CheckpointFigures | None = Field(
+        default=None, description="--checkpoint runs: what resuming saved and checkpointing cost (this run's results)"
+    )
 
 
 def build_report(run_dir: Path, model_prices: Path = MODEL_PRICES) -> RunReport:
@@ -166,6 +170,7 @@ def build_report(run_dir: Path, model_prices: Path = MODEL_PRICES) -> RunReport:
         failures=_failures(manifest.fleet_id, bars),
         slowest=sorted((b for b in bars if b.outcome in FINAL), key=lambda b: -b.seconds)[:SLOWEST],
         results=_results(manifest, run_dir),
+        checkpoints=checkpoint_figures(attempts),
     )
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from ...protocol import DoneMessage, run_layout
+from ...protocol import DoneMessage, Resumed, run_layout
 from ..planning import Job
 from .missing import last_line
 from .observe import log_keys
@@ -48,8 +48,22 @@ def record_attempt(run_dir: Path, report: DoneMessage, job: Job) -> None:
             "finished_at": report.finished_at,
             "error_class": report.error_class,
             "error": last_line(report.error or "")[:300] or None,
+            **_checkpoints(report),
         },
     )
+
+
+def _checkpoints(report: DoneMessage) -> dict[str, Any]:
+    """What the report says of the sample's checkpoints: the model calls its resume did not
+    make again, and what its checkpoints cost (count, seconds, bytes)."""
+    out: dict[str, Any] = {}
+    resumed = Resumed.of(report)
+    if resumed is not None:
+        out["calls_restored"] = resumed.calls_restored
+    cost = report.extra.get("checkpoints")
+    if isinstance(cost, dict):
+        out["checkpoints"] = {k: cost[k] for k in ("count", "seconds", "bytes") if isinstance(cost.get(k), int | float)}
+    return out
 
 
 def record_worker(run_dir: Path, event: WorkerEvent, instance_ids: list[str], **fields: Any) -> None:
