@@ -16,7 +16,8 @@ import psutil
 from ct_fleet.protocol import WorkMessage, decode_reports, queue_names
 from ct_fleet.protocol.stop import MARKER_POLL, is_stop
 from ct_fleet.services import queues, session, stop, store
-from ct_fleet.worker.loop import Worker, WorkerSettings
+from ct_fleet.worker.loop import Worker
+from ct_fleet.worker.settings import WorkerSettings
 from fleet_helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[1]

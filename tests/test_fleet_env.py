@@ -12,7 +12,7 @@ import pytest
 from ct_fleet.errors import BadInput
 from ct_fleet.protocol import Ec2Config, FleetEnv, knob_parsing, knobs
 from ct_fleet.protocol import knob_rules as rules
-from ct_fleet.worker.loop import WorkerSettings
+from ct_fleet.worker.settings import WorkerSettings
 
 
 def test_worker_reads_fleet_env_with_the_knobs_ec2_defaults(tmp_path: Path) -> None:

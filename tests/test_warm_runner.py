@@ -19,7 +19,8 @@ from inspect_ai.log import read_eval_log
 from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
 from ct_fleet.protocol import WorkMessage
 from ct_fleet.services import queues, session
-from ct_fleet.worker.loop import Worker, WorkerSettings
+from ct_fleet.worker.loop import Worker
+from ct_fleet.worker.settings import WorkerSettings
 from ct_fleet.worker.supervise import supervise
 from ct_fleet.worker.warm import WarmJob, WarmRunner
 
@@ -180,7 +181,7 @@ def server_pid(w: Worker) -> int:
 
 
 def good_job_runs(w: Worker, epoch: int) -> None:
-    attempt = w._run_subprocess(job("honest", epoch=epoch), w.s.work_dir / f"good-{epoch}.eval")
+    attempt = w.attempts.run(job("honest", epoch=epoch), w.s.work_dir / f"good-{epoch}.eval")
     assert attempt.outcome == "success", attempt
 
 
@@ -198,7 +199,7 @@ def test_a_good_job_runs_warm(worker: Worker) -> None:
 def test_a_crashing_job_is_retried_and_nothing_else_dies(worker: Worker, policy: str, error: str) -> None:
     good_job_runs(worker, 3)
     pid = server_pid(worker)
-    attempt = worker._run_subprocess(job(policy), worker.s.work_dir / "crash.eval")
+    attempt = worker.attempts.run(job(policy), worker.s.work_dir / "crash.eval")
     assert (attempt.outcome, attempt.error_class) == ("retry", "infra")
     assert attempt.error and error in attempt.error
     assert server_pid(worker) == pid
@@ -208,7 +209,7 @@ def test_a_crashing_job_is_retried_and_nothing_else_dies(worker: Worker, policy:
 def test_a_hung_job_is_killed_at_its_time_limit(worker: Worker) -> None:
     good_job_runs(worker, 5)
     pid = server_pid(worker)
-    attempt = worker._run_subprocess(job("tests.fault_policies:hang", time_limit=1), worker.s.work_dir / "hang.eval")
+    attempt = worker.attempts.run(job("tests.fault_policies:hang", time_limit=1), worker.s.work_dir / "hang.eval")
     assert (attempt.outcome, attempt.error_class) == ("failed", "timeout")
     assert server_pid(worker) == pid
     assert not [p for p in psutil.Process(pid).children(recursive=True)]  # the hung child is gone
@@ -218,7 +219,7 @@ def test_a_hung_job_is_killed_at_its_time_limit(worker: Worker) -> None:
 def test_a_leaking_job_is_killed_at_its_memory_cap(worker: Worker) -> None:
     good_job_runs(worker, 7)
     pid = server_pid(worker)
-    attempt = worker._run_subprocess(job("tests.fault_policies:leak"), worker.s.work_dir / "leak.eval")
+    attempt = worker.attempts.run(job("tests.fault_policies:leak"), worker.s.work_dir / "leak.eval")
     assert (attempt.outcome, attempt.error_class) == ("failed", "memory"), attempt
     assert attempt.error and "over the job memory cap of 600 MB" in attempt.error
     assert server_pid(worker) == pid

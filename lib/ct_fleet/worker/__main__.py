@@ -7,7 +7,8 @@ import os
 import sys
 
 from ..services import session
-from .loop import Worker, WorkerSettings
+from .loop import Worker
+from .settings import WorkerSettings
 
 
 def main() -> int:

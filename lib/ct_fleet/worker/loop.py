@@ -20,109 +20,34 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-import uuid
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
-from ..evallog import problem, read_header, sample_error
-from ..evallog.masking import mask_secrets
 from ..protocol import (
-    START_CONCURRENCY,
     BadMessage,
     DoneMessage,
-    FleetEnv,
     Held,
     WorkMessage,
     encode_reports,
     queue_names,
 )
-from ..protocol.knobs import Ec2Config
 from ..protocol.stop import MARKER_POLL, is_stop
-from ..sandbox import cleanup, digests
 from ..services import queues, session, stop, store
-from . import checkpoints, failures
+from . import failures
+from .attempt import Attempt, JobAttempts
 from .concurrency import Concurrency
-from .inspect_job import command_env, extra_root, finish_command_output
 from .metadata import Metadata
 from .reporter import Reporter
-from .supervise import ATTEMPT_VAR, JobProcess, PopenJob, supervise, sweep_attempt
+from .settings import WorkerSettings
 from .warm import WarmRunner
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 log = logging.getLogger("ct_fleet.worker")
-
-# Seconds past 1.5 x its time limit before a job is killed: Inspect's own limit ends a
-# sample cleanly first; this stops a job whose sandbox or event loop hangs.
-KILL_GRACE = 60.0
-
-
-@dataclass
-class WorkerSettings:
-    fleet_id: str
-    bucket: str
-    instance_id: str
-    code_root: Path
-    max_concurrency: int
-    idle_timeout: float
-    visibility_timeout: int
-    heartbeat_interval: float
-    retry_backoff: int
-    work_dir: Path
-    # The worker's environment as its entry read it: its jobs inherit it, and its secrets'
-    # values are masked in what it reports.
-    environ: Mapping[str, str]
-    report_interval: float = 1.0
-    imds_endpoint: str | None = None  # None: EC2's own, read only on spot instances
-    spot: bool = False
-    warm_runner: bool = True
-    job_memory_mb: int = 0  # 0: no cap
-    kill_grace: float = KILL_GRACE
-    knobs: Ec2Config = field(default_factory=Ec2Config)  # every knob as fleet.env gave it
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str], knobs: type[Ec2Config] = Ec2Config) -> "WorkerSettings":
-        """fleet.env's contract (protocol.FleetEnv: the knobs that reach workers, with their
-        defaults) plus what the instance itself provides: its id, the code root, a work directory."""
-        fleet = FleetEnv.from_env(env, knobs)
-        k = fleet.knobs
-        return cls(
-            fleet_id=fleet.FLEET_ID,
-            bucket=k.bucket,
-            instance_id=env.get("INSTANCE_ID") or socket.gethostname(),
-            code_root=Path(env.get("CODE_ROOT", ".")).resolve(),
-            max_concurrency=k.concurrency_per_worker or START_CONCURRENCY,
-            idle_timeout=float(k.idle_timeout or 0),
-            visibility_timeout=k.visibility_timeout,
-            heartbeat_interval=float(k.heartbeat_interval),
-            retry_backoff=k.retry_backoff,
-            report_interval=float(env.get("REPORT_INTERVAL", "1")),
-            work_dir=Path(env.get("WORK_DIR") or tempfile.mkdtemp(prefix="ct-worker-")),
-            imds_endpoint=env.get("CT_IMDS_ENDPOINT") or None,
-            spot=k.spot,
-            warm_runner=k.warm_runner,
-            job_memory_mb=k.job_memory_mb or default_job_memory_mb(),
-            knobs=k,
-            environ=dict(env),
-        )
-
-
-def default_job_memory_mb() -> int:
-    """Half the machine's memory: a leaking job is killed before the kernel's OOM killer
-    picks a victim, which could be the worker itself."""
-    return int(psutil.virtual_memory().total / 2**20 / 2)
 
 
 @dataclass
@@ -131,15 +56,6 @@ class InFlight:
     receipt_handle: str
     received_at: float
     receive_count: int = 1
-
-
-@dataclass
-class Attempt:
-    outcome: str
-    error_class: str | None = None
-    error: str | None = None
-    started_at: float = field(default_factory=time.time)
-    extra: dict[str, Any] = field(default_factory=dict)  # for the done report (the images a job ran)
 
 
 class Worker:
@@ -166,6 +82,7 @@ class Worker:
         self._last_extend = 0.0
         self.reporter = Reporter(self.sqs, self.done_url, self.work_url, settings.report_interval)
         self.warm = WarmRunner(settings.code_root, settings.environ) if settings.warm_runner else None
+        self.attempts = JobAttempts(settings, self.s3, self.warm, cancel=self.fleet_done)
 
     # -- reporting ---------------------------------------------------------------------
     def _report(self, job: WorkMessage, attempt: Attempt, received_at: float, receive_count: int) -> DoneMessage:
@@ -216,123 +133,6 @@ class Worker:
             ),
         )
 
-    # -- one job -----------------------------------------------------------------------
-    def _run_subprocess(self, job: WorkMessage, out: Path) -> Attempt:
-        attempt = Attempt(outcome="success")
-        token = uuid.uuid4().hex
-        # The job's identity is in the environment for command templates and for
-        # settings that want it (fault drills in tests key on it; compose files label
-        # sandbox containers with it, for _remove_sandboxes).
-        job_env = {
-            "PYTHONUNBUFFERED": "1",
-            "CT_FLEET_ID": job.fleet_id,
-            "CT_INSTANCE_ID": self.s.instance_id,
-            ATTEMPT_VAR: token,
-            **command_env(job, out, extra_root(self.s.environ)),
-        }
-        if checkpoints.wanted(job):
-            job_env[checkpoints.CHECKPOINTS_ENV] = checkpoints.location(self.s.bucket, job.fleet_id, job.job_id)
-        stderr_path = out.with_suffix(".stderr")
-        proc: JobProcess
-        if job.kind != "command" and self.warm is not None:
-            proc = self.warm.start(job, out, stderr_path, job_env)
-        else:
-            if job.kind == "command":
-                # A command job needs no Python of its own: run the template directly.
-                cmd = ["bash", "-c", job.command or ""]
-            else:
-                cmd = [sys.executable, "-m", "ct_fleet.worker.runner", job.to_json(), str(out)]
-            with open(stderr_path, "wb") as err:
-                popen = subprocess.Popen(
-                    cmd, cwd=self.s.code_root, env={**self.s.environ, **job_env}, stdout=err, stderr=err
-                )
-            proc = PopenJob(popen)
-        # The kill timeout is the fleet's sample_time_limit (kill_after), set or not; Inspect
-        # is told a time limit only when the user set one (time_limit).
-        limit = job.kill_after * 1.5 + self.s.kill_grace if job.kill_after else None
-        ended = supervise(proc, time_limit=limit, memory_limit_mb=self.s.job_memory_mb or None, cancel=self.fleet_done)
-        swept = sweep_attempt(token, attempt.started_at)
-        if swept:
-            log.info("job %s: killed %d process(es) it left running (%s)", job.job_id, len(swept), swept[:10])
-        if ended.killed:
-            self._remove_sandboxes(job)
-            return Attempt("failed", ended.killed, ended.detail, attempt.started_at)
-        code = ended.code
-        images = digests.pop_sidecar(out)
-        attempt.extra = {"images": images} if images else {}
-        resumed = checkpoints.pop_resume(out)
-        if resumed:
-            attempt.extra["resume"] = resumed  # what resuming from a checkpoint saved
-        cost = checkpoints.pop_cost(out)
-        if cost:
-            attempt.extra["checkpoints"] = cost  # what checkpointing cost
-        secrets = failures.secret_values(self.s.environ)
-        output = self._masked_stderr(stderr_path, secrets)[-20000:]
-        if code == 0 and job.kind == "command" and out.exists():
-            try:
-                finish_command_output(job, out)
-            except (OSError, ValueError) as exc:
-                return Attempt("failed", "fatal", f"command log cannot be relabelled: {exc}", attempt.started_at)
-        if code != 0:
-            self._remove_sandboxes(job)
-            text = failures.tail(output, secrets)
-            # A command's exit status is its own, not the runner's (failures.TASK_FAILED).
-            cls, why = (failures.classify(text), "") if job.kind == "command" else failures.classify_exit(code, output)
-            outcome = "failed" if cls == "fatal" else "retry"
-            # The line that says why goes last: the controller shows an error's last line.
-            said = f"{text}\n{why}" if why and not text.endswith(why) else text
-            return Attempt(outcome, cls, f"runner exit {code}: {said}", attempt.started_at)
-        header = read_header(out)
-        if header is None:
-            return Attempt("retry", "infra", "runner left no finished log", attempt.started_at)
-        error = sample_error(header)
-        unreadable = problem(out)
-        if unreadable is not None:
-            # Not a result the controller could count: retried, and dead-lettered if it persists.
-            detail = f"; the eval's error: {error}" if error else ""
-            return Attempt(
-                "retry",
-                "infra",
-                f"runner left a log that does not read in full: {unreadable}{detail}",
-                attempt.started_at,
-            )
-        held = mask_secrets(out, secrets)
-        if held:
-            log.warning("job %s: secret values masked in its log (%s)", job.job_id, ", ".join(held)[:300])
-        if error is not None:
-            error = failures.mask(error, secrets)
-            if failures.RATE_LIMIT.search(error):
-                return Attempt("retry", "model_api", error, attempt.started_at)
-            return Attempt("sample_error", "task_error", error, attempt.started_at, attempt.extra)
-        return attempt
-
-    def _drop_checkpoints(self, job: WorkMessage) -> None:
-        """The job's result is stored: its checkpoints (and restic passwords) go, unless kept."""
-        if not checkpoints.wanted(job) or checkpoints.retained(job):
-            return
-        try:
-            checkpoints.delete(self.s3, checkpoints.location(self.s.bucket, job.fleet_id, job.job_id))
-        except Exception:
-            log.exception("could not delete the checkpoints of job %s; teardown removes them", job.job_id)
-
-    def _masked_stderr(self, path: Path, secrets: list[str]) -> str:
-        """The job's stderr with the secrets masked, in the file too: it outlives the job on disk."""
-        text = path.read_text(errors="replace")
-        masked = failures.mask(text, secrets)
-        if masked != text:
-            path.write_text(masked)
-        return masked
-
-    def _remove_sandboxes(self, job: WorkMessage) -> None:
-        """A runner that was killed or died cannot tear its Docker sandboxes down: do it."""
-        try:
-            removed = cleanup.remove_sandboxes(job=job.job_id, instance=self.s.instance_id, fleet=job.fleet_id)
-        except Exception:
-            log.exception("could not remove the sandboxes of job %s", job.job_id)
-            return
-        if removed:
-            log.info("job %s: removed its leftover sandboxes %s", job.job_id, ", ".join(removed))
-
     def handle(self, msg: MessageTypeDef) -> None:
         received_at = time.time()
         handle = msg["ReceiptHandle"]
@@ -351,7 +151,7 @@ class Worker:
             if store.exists(self.s3, self.s.bucket, job.result_key):
                 attempt = Attempt("skipped_duplicate")
             else:
-                attempt = self._run_subprocess(job, out)
+                attempt = self.attempts.run(job, out)
                 if self.fleet_done.is_set():
                     # Every job had a final outcome before this attempt ended: drop it.
                     log.info("job %s epoch %s: dropped at the end of the run", job.sample_id, job.epoch)
@@ -360,7 +160,7 @@ class Worker:
                     if not store.upload_result(self.s3, self.s.bucket, job.result_key, out):
                         # Another attempt of this job stored its result while this one ran.
                         attempt = Attempt("skipped_duplicate")
-                    self._drop_checkpoints(job)
+                    self.attempts.drop_checkpoints(job)
             report = self._report(job, attempt, received_at, receive_count)
             with self.lock:
                 last = len(self.in_flight) == 1  # nothing else running, nor just received

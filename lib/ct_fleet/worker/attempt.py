@@ -1,0 +1,163 @@
+"""One attempt of a job, as a process of its own: started (through the warm runner, the
+runner module, or a command's bash), supervised for its time and memory, swept of what it
+left running, and judged by what it wrote: a result, a sample error, or a failure that is
+worth a retry or final."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..evallog import problem, read_header, sample_error
+from ..evallog.masking import mask_secrets
+from ..protocol import WorkMessage
+from ..sandbox import cleanup, digests
+from . import checkpoints, failures
+from .inspect_job import command_env, extra_root, finish_command_output
+from .settings import WorkerSettings
+from .supervise import ATTEMPT_VAR, JobProcess, PopenJob, supervise, sweep_attempt
+from .warm import WarmRunner
+
+log = logging.getLogger("ct_fleet.worker")
+
+
+@dataclass
+class Attempt:
+    outcome: str
+    error_class: str | None = None
+    error: str | None = None
+    started_at: float = field(default_factory=time.time)
+    extra: dict[str, Any] = field(default_factory=dict)  # for the done report (the images a job ran)
+
+
+class JobAttempts:
+    """Runs attempts of this worker's jobs; `cancel` set (the fleet is done) ends them."""
+
+    def __init__(self, settings: WorkerSettings, s3: Any, warm: WarmRunner | None, cancel: threading.Event) -> None:
+        self.s = settings
+        self.s3 = s3
+        self.warm = warm
+        self.cancel = cancel
+
+    def run(self, job: WorkMessage, out: Path) -> Attempt:
+        attempt = Attempt(outcome="success")
+        token = uuid.uuid4().hex
+        # The job's identity is in the environment for command templates and for
+        # settings that want it (fault drills in tests key on it; compose files label
+        # sandbox containers with it, for _remove_sandboxes).
+        job_env = {
+            "PYTHONUNBUFFERED": "1",
+            "CT_FLEET_ID": job.fleet_id,
+            "CT_INSTANCE_ID": self.s.instance_id,
+            ATTEMPT_VAR: token,
+            **command_env(job, out, extra_root(self.s.environ)),
+        }
+        if checkpoints.wanted(job):
+            job_env[checkpoints.CHECKPOINTS_ENV] = checkpoints.location(self.s.bucket, job.fleet_id, job.job_id)
+        stderr_path = out.with_suffix(".stderr")
+        proc: JobProcess
+        if job.kind != "command" and self.warm is not None:
+            proc = self.warm.start(job, out, stderr_path, job_env)
+        else:
+            if job.kind == "command":
+                # A command job needs no Python of its own: run the template directly.
+                cmd = ["bash", "-c", job.command or ""]
+            else:
+                cmd = [sys.executable, "-m", "ct_fleet.worker.runner", job.to_json(), str(out)]
+            with open(stderr_path, "wb") as err:
+                popen = subprocess.Popen(
+                    cmd, cwd=self.s.code_root, env={**self.s.environ, **job_env}, stdout=err, stderr=err
+                )
+            proc = PopenJob(popen)
+        # The kill timeout is the fleet's sample_time_limit (kill_after), set or not; Inspect
+        # is told a time limit only when the user set one (time_limit).
+        limit = job.kill_after * 1.5 + self.s.kill_grace if job.kill_after else None
+        ended = supervise(proc, time_limit=limit, memory_limit_mb=self.s.job_memory_mb or None, cancel=self.cancel)
+        swept = sweep_attempt(token, attempt.started_at)
+        if swept:
+            log.info("job %s: killed %d process(es) it left running (%s)", job.job_id, len(swept), swept[:10])
+        if ended.killed:
+            self._remove_sandboxes(job)
+            return Attempt("failed", ended.killed, ended.detail, attempt.started_at)
+        code = ended.code
+        images = digests.pop_sidecar(out)
+        attempt.extra = {"images": images} if images else {}
+        resumed = checkpoints.pop_resume(out)
+        if resumed:
+            attempt.extra["resume"] = resumed  # what resuming from a checkpoint saved
+        cost = checkpoints.pop_cost(out)
+        if cost:
+            attempt.extra["checkpoints"] = cost  # what checkpointing cost
+        secrets = failures.secret_values(self.s.environ)
+        output = self._masked_stderr(stderr_path, secrets)[-20000:]
+        if code == 0 and job.kind == "command" and out.exists():
+            try:
+                finish_command_output(job, out)
+            except (OSError, ValueError) as exc:
+                return Attempt("failed", "fatal", f"command log cannot be relabelled: {exc}", attempt.started_at)
+        if code != 0:
+            self._remove_sandboxes(job)
+            text = failures.tail(output, secrets)
+            # A command's exit status is its own, not the runner's (failures.TASK_FAILED).
+            cls, why = (failures.classify(text), "") if job.kind == "command" else failures.classify_exit(code, output)
+            outcome = "failed" if cls == "fatal" else "retry"
+            # The line that says why goes last: the controller shows an error's last line.
+            said = f"{text}\n{why}" if why and not text.endswith(why) else text
+            return Attempt(outcome, cls, f"runner exit {code}: {said}", attempt.started_at)
+        header = read_header(out)
+        if header is None:
+            return Attempt("retry", "infra", "runner left no finished log", attempt.started_at)
+        error = sample_error(header)
+        unreadable = problem(out)
+        if unreadable is not None:
+            # Not a result the controller could count: retried, and dead-lettered if it persists.
+            detail = f"; the eval's error: {error}" if error else ""
+            return Attempt(
+                "retry",
+                "infra",
+                f"runner left a log that does not read in full: {unreadable}{detail}",
+                attempt.started_at,
+            )
+        held = mask_secrets(out, secrets)
+        if held:
+            log.warning("job %s: secret values masked in its log (%s)", job.job_id, ", ".join(held)[:300])
+        if error is not None:
+            error = failures.mask(error, secrets)
+            if failures.RATE_LIMIT.search(error):
+                return Attempt("retry", "model_api", error, attempt.started_at)
+            return Attempt("sample_error", "task_error", error, attempt.started_at, attempt.extra)
+        return attempt
+
+    def drop_checkpoints(self, job: WorkMessage) -> None:
+        """The job's result is stored: its checkpoints (and restic passwords) go, unless kept."""
+        if not checkpoints.wanted(job) or checkpoints.retained(job):
+            return
+        try:
+            checkpoints.delete(self.s3, checkpoints.location(self.s.bucket, job.fleet_id, job.job_id))
+        except Exception:
+            log.exception("could not delete the checkpoints of job %s; teardown removes them", job.job_id)
+
+    def _masked_stderr(self, path: Path, secrets: list[str]) -> str:
+        """The job's stderr with the secrets masked, in the file too: it outlives the job on disk."""
+        text = path.read_text(errors="replace")
+        masked = failures.mask(text, secrets)
+        if masked != text:
+            path.write_text(masked)
+        return masked
+
+    def _remove_sandboxes(self, job: WorkMessage) -> None:
+        """A runner that was killed or died cannot tear its Docker sandboxes down: do it."""
+        try:
+            removed = cleanup.remove_sandboxes(job=job.job_id, instance=self.s.instance_id, fleet=job.fleet_id)
+        except Exception:
+            log.exception("could not remove the sandboxes of job %s", job.job_id)
+            return
+        if removed:
+            log.info("job %s: removed its leftover sandboxes %s", job.job_id, ", ".join(removed))
