@@ -96,8 +96,8 @@ def test_idle_and_busy_workers_leave_on_the_signal(aws_env: dict[str, str], tmp_
     left: dict[str, float] = {}
     for w, t in zip(workers, threads, strict=True):
         t.join(timeout=MARKER_POLL + 30)
-        assert not t.is_alive(), f"worker {w.s.instance_id} did not leave"
-        left[w.s.instance_id] = time.monotonic() - signalled
+        assert not t.is_alive(), f"worker {w.settings.instance_id} did not leave"
+        left[w.settings.instance_id] = time.monotonic() - signalled
     assert all(w.fleet_done.is_set() for w in workers)
     # Idle workers left on the message; the busy one on the marker, its job killed.
     assert {w.left_because for w in workers if w is not busy} == {"a stop message"}, left

@@ -655,7 +655,7 @@ WORKER_CALLS: dict[str, Call] = {
         "queues.delete_batch (failed batch entries)", _simple("sqs:DeleteMessage", lambda s: s.queues("work"))
     ),
     "sqs:ChangeMessageVisibilityBatch": Call(
-        "Worker._keep_hidden, Worker.handle (retry backoff), Worker._release_all (spot)",
+        "VisibilityKeeper.run, Worker.handle (retry backoff), Worker._release_all (spot)",
         _simple("sqs:ChangeMessageVisibilityBatch", lambda s: s.queues("work")),
     ),
     "s3:HeadObject": Call(

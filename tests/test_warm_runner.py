@@ -181,7 +181,7 @@ def server_pid(w: Worker) -> int:
 
 
 def good_job_runs(w: Worker, epoch: int) -> None:
-    attempt = w.attempts.run(job("honest", epoch=epoch), w.s.work_dir / f"good-{epoch}.eval")
+    attempt = w.attempts.run(job("honest", epoch=epoch), w.settings.work_dir / f"good-{epoch}.eval")
     assert attempt.outcome == "success", attempt
 
 
@@ -199,7 +199,7 @@ def test_a_good_job_runs_warm(worker: Worker) -> None:
 def test_a_crashing_job_is_retried_and_nothing_else_dies(worker: Worker, policy: str, error: str) -> None:
     good_job_runs(worker, 3)
     pid = server_pid(worker)
-    attempt = worker.attempts.run(job(policy), worker.s.work_dir / "crash.eval")
+    attempt = worker.attempts.run(job(policy), worker.settings.work_dir / "crash.eval")
     assert (attempt.outcome, attempt.error_class) == ("retry", "infra")
     assert attempt.error and error in attempt.error
     assert server_pid(worker) == pid
@@ -209,7 +209,9 @@ def test_a_crashing_job_is_retried_and_nothing_else_dies(worker: Worker, policy:
 def test_a_hung_job_is_killed_at_its_time_limit(worker: Worker) -> None:
     good_job_runs(worker, 5)
     pid = server_pid(worker)
-    attempt = worker.attempts.run(job("tests.fault_policies:hang", time_limit=1), worker.s.work_dir / "hang.eval")
+    attempt = worker.attempts.run(
+        job("tests.fault_policies:hang", time_limit=1), worker.settings.work_dir / "hang.eval"
+    )
     assert (attempt.outcome, attempt.error_class) == ("failed", "timeout")
     assert server_pid(worker) == pid
     assert not [p for p in psutil.Process(pid).children(recursive=True)]  # the hung child is gone
@@ -219,7 +221,7 @@ def test_a_hung_job_is_killed_at_its_time_limit(worker: Worker) -> None:
 def test_a_leaking_job_is_killed_at_its_memory_cap(worker: Worker) -> None:
     good_job_runs(worker, 7)
     pid = server_pid(worker)
-    attempt = worker.attempts.run(job("tests.fault_policies:leak"), worker.s.work_dir / "leak.eval")
+    attempt = worker.attempts.run(job("tests.fault_policies:leak"), worker.settings.work_dir / "leak.eval")
     assert (attempt.outcome, attempt.error_class) == ("failed", "memory"), attempt
     assert attempt.error and "over the job memory cap of 600 MB" in attempt.error
     assert server_pid(worker) == pid
@@ -231,7 +233,7 @@ def test_a_dead_server_fails_its_jobs_and_the_next_job_starts_a_new_one(worker: 
     good_job_runs(worker, 9)
     pid = server_pid(worker)
     hung = job("tests.fault_policies:hang", time_limit=60)
-    out = worker.s.work_dir / "orphan.eval"
+    out = worker.settings.work_dir / "orphan.eval"
     assert worker.warm is not None
     running = worker.warm.start(hung, out, out.with_suffix(".stderr"), {})
     deadline = time.monotonic() + 60
@@ -253,7 +255,7 @@ def test_a_job_killed_mid_sample_leaves_no_sample_buffer(worker: Worker) -> None
     from ct_fleet.worker.inspect_job import job_log_dir
 
     hung = job("tests.fault_policies:hang", time_limit=60)
-    out = worker.s.work_dir / "killed.eval"
+    out = worker.settings.work_dir / "killed.eval"
     assert worker.warm is not None
     running = worker.warm.start(hung, out, out.with_suffix(".stderr"), {})
     deadline = time.monotonic() + 60
@@ -274,7 +276,7 @@ def test_an_attempt_that_ends_badly_clears_only_its_own_leftovers(worker: Worker
     still runs and finishes."""
     from ct_fleet.worker.inspect_job import job_log_dir
 
-    out = worker.s.work_dir / "twice.eval"
+    out = worker.settings.work_dir / "twice.eval"
     assert worker.warm is not None
     deadline = time.monotonic() + 60
 

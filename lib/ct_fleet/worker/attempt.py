@@ -41,7 +41,7 @@ class JobAttempts:
     """Runs attempts of this worker's jobs; `cancel` set (the fleet is done) ends them."""
 
     def __init__(self, settings: WorkerSettings, s3: Any, warm: WarmRunner | None, cancel: threading.Event) -> None:
-        self.s = settings
+        self.settings = settings
         self.s3 = s3
         self.warm = warm
         self.cancel = cancel
@@ -55,12 +55,12 @@ class JobAttempts:
         job_env = {
             "PYTHONUNBUFFERED": "1",
             "CT_FLEET_ID": job.fleet_id,
-            "CT_INSTANCE_ID": self.s.instance_id,
+            "CT_INSTANCE_ID": self.settings.instance_id,
             ATTEMPT_VAR: token,
-            **command_env(job, out, extra_root(self.s.environ)),
+            **command_env(job, out, extra_root(self.settings.environ)),
         }
         if checkpoints.wanted(job):
-            job_env[checkpoints.CHECKPOINTS_ENV] = checkpoints.location(self.s.bucket, job.fleet_id, job.job_id)
+            job_env[checkpoints.CHECKPOINTS_ENV] = checkpoints.location(self.settings.bucket, job.fleet_id, job.job_id)
         stderr_path = out.with_suffix(".stderr")
         proc: JobProcess
         if job.kind != "command" and self.warm is not None:
@@ -73,13 +73,15 @@ class JobAttempts:
                 cmd = [sys.executable, "-m", "ct_fleet.worker.runner", job.to_json(), str(out)]
             with open(stderr_path, "wb") as err:
                 popen = subprocess.Popen(
-                    cmd, cwd=self.s.code_root, env={**self.s.environ, **job_env}, stdout=err, stderr=err
+                    cmd, cwd=self.settings.code_root, env={**self.settings.environ, **job_env}, stdout=err, stderr=err
                 )
             proc = PopenJob(popen)
         # The kill timeout is the fleet's sample_time_limit (kill_after), set or not; Inspect
         # is told a time limit only when the user set one (time_limit).
-        limit = job.kill_after * 1.5 + self.s.kill_grace if job.kill_after else None
-        ended = supervise(proc, time_limit=limit, memory_limit_mb=self.s.job_memory_mb or None, cancel=self.cancel)
+        limit = job.kill_after * 1.5 + self.settings.kill_grace if job.kill_after else None
+        ended = supervise(
+            proc, time_limit=limit, memory_limit_mb=self.settings.job_memory_mb or None, cancel=self.cancel
+        )
         swept = sweep_attempt(token, attempt.started_at)
         if swept:
             log.info("job %s: killed %d process(es) it left running (%s)", job.job_id, len(swept), swept[:10])
@@ -95,7 +97,7 @@ class JobAttempts:
         cost = checkpoints.pop_cost(out)
         if cost:
             attempt.extra["checkpoints"] = cost  # what checkpointing cost
-        secrets = failures.secret_values(self.s.environ)
+        secrets = failures.secret_values(self.settings.environ)
         output = self._masked_stderr(stderr_path, secrets)[-20000:]
         if code == 0 and job.kind == "command" and out.exists():
             try:
@@ -140,7 +142,7 @@ class JobAttempts:
         if not checkpoints.wanted(job) or checkpoints.retained(job):
             return
         try:
-            checkpoints.delete(self.s3, checkpoints.location(self.s.bucket, job.fleet_id, job.job_id))
+            checkpoints.delete(self.s3, checkpoints.location(self.settings.bucket, job.fleet_id, job.job_id))
         except Exception:
             log.exception("could not delete the checkpoints of job %s; teardown removes them", job.job_id)
 
@@ -155,7 +157,7 @@ class JobAttempts:
     def _remove_sandboxes(self, job: WorkMessage) -> None:
         """A runner that was killed or died cannot tear its Docker sandboxes down: do it."""
         try:
-            removed = cleanup.remove_sandboxes(job=job.job_id, instance=self.s.instance_id, fleet=job.fleet_id)
+            removed = cleanup.remove_sandboxes(job=job.job_id, instance=self.settings.instance_id, fleet=job.fleet_id)
         except Exception:
             log.exception("could not remove the sandboxes of job %s", job.job_id)
             return

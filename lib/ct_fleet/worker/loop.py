@@ -34,11 +34,12 @@ from ..protocol import (
     encode_reports,
     queue_names,
 )
-from ..protocol.stop import MARKER_POLL, is_stop
+from ..protocol.stop import is_stop
 from ..services import queues, session, stop, store
 from . import failures
 from .attempt import Attempt, JobAttempts
 from .concurrency import Concurrency
+from .duties import Duty, FleetDoneWatch, Heartbeats, Keeper, NoticeWatch, VisibilityKeeper
 from .metadata import Metadata
 from .reporter import Reporter
 from .settings import WorkerSettings
@@ -60,7 +61,7 @@ class InFlight:
 
 class Worker:
     def __init__(self, settings: WorkerSettings) -> None:
-        self.s = settings
+        self.settings = settings
         self.sqs = session.client("sqs")
         self.s3 = session.client("s3")
         names = queue_names(settings.fleet_id)
@@ -72,14 +73,13 @@ class Worker:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.draining = threading.Event()  # a rebalance recommendation: no new jobs
-        self.metadata = Metadata.for_instance(self.s.imds_endpoint, self.s.spot)
+        self.metadata = Metadata.for_instance(self.settings.imds_endpoint, self.settings.spot)
         # Set on the end-of-run signal (protocol/stop.py): in-flight jobs are redundant then.
         self.fleet_done = threading.Event()
         self.left_because = ""  # how this worker learned that the fleet is done
         self.slot_freed = threading.Event()
         self.last_job_end = -math.inf  # when a slot last freed (monotonic): idle time counts from it
         self.worker_id = f"{settings.instance_id}/{os.getpid()}"
-        self._last_extend = 0.0
         self.reporter = Reporter(self.sqs, self.done_url, self.work_url, settings.report_interval)
         self.warm = WarmRunner(settings.code_root, settings.environ) if settings.warm_runner else None
         self.attempts = JobAttempts(settings, self.s3, self.warm, cancel=self.fleet_done)
@@ -88,8 +88,8 @@ class Worker:
     def _report(self, job: WorkMessage, attempt: Attempt, received_at: float, receive_count: int) -> DoneMessage:
         return DoneMessage(
             type="done",
-            fleet_id=self.s.fleet_id,
-            instance_id=self.s.instance_id,
+            fleet_id=self.settings.fleet_id,
+            instance_id=self.settings.instance_id,
             worker_id=self.worker_id,
             job_id=job.job_id,
             outcome=attempt.outcome,  # type: ignore[arg-type]
@@ -99,7 +99,7 @@ class Worker:
             started_at=attempt.started_at,
             finished_at=time.time(),
             error_class=attempt.error_class,
-            error=failures.mask(attempt.error or "", failures.secret_values(self.s.environ))[-2000:] or None,
+            error=failures.mask(attempt.error or "", failures.secret_values(self.settings.environ))[-2000:] or None,
             sent_at=time.time(),
             extra=attempt.extra,
         )
@@ -119,8 +119,8 @@ class Worker:
                 [
                     DoneMessage(
                         type="heartbeat",
-                        fleet_id=self.s.fleet_id,
-                        instance_id=self.s.instance_id,
+                        fleet_id=self.settings.fleet_id,
+                        instance_id=self.settings.instance_id,
                         worker_id=self.worker_id,
                         load=os.getloadavg()[0] / (os.cpu_count() or 1),
                         in_flight=in_flight,
@@ -139,16 +139,16 @@ class Worker:
         receive_count = int(msg.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
         try:
             job = WorkMessage.from_json(msg["Body"])
-            if job.fleet_id != self.s.fleet_id:
+            if job.fleet_id != self.settings.fleet_id:
                 raise BadMessage(f"a job of fleet {job.fleet_id!r}")
         except BadMessage as exc:
             self._drop_malformed(handle, str(exc))
             return
         with self.lock:
             self.in_flight[handle] = InFlight(job.job_id, handle, received_at, receive_count)
-        out = self.s.work_dir / f"{job.job_id}.eval"
+        out = self.settings.work_dir / f"{job.job_id}.eval"
         try:
-            if store.exists(self.s3, self.s.bucket, job.result_key):
+            if store.exists(self.s3, self.settings.bucket, job.result_key):
                 attempt = Attempt("skipped_duplicate")
             else:
                 attempt = self.attempts.run(job, out)
@@ -157,7 +157,7 @@ class Worker:
                     log.info("job %s epoch %s: dropped at the end of the run", job.sample_id, job.epoch)
                     return
                 if attempt.outcome in ("success", "sample_error"):
-                    if not store.upload_result(self.s3, self.s.bucket, job.result_key, out):
+                    if not store.upload_result(self.s3, self.settings.bucket, job.result_key, out):
                         # Another attempt of this job stored its result while this one ran.
                         attempt = Attempt("skipped_duplicate")
                     self.attempts.drop_checkpoints(job)
@@ -168,7 +168,7 @@ class Worker:
                 if attempt.error_class == "model_api":
                     self.concurrency.pressure()
                 # Back off before the next attempt, on this worker or another.
-                backoff = min(self.s.retry_backoff * receive_count, 300)
+                backoff = min(self.settings.retry_backoff * receive_count, 300)
                 self.reporter.add(report, backoff=(handle, backoff), at_once=last)
             else:
                 self.concurrency.success()
@@ -201,49 +201,34 @@ class Worker:
         self.slot_freed.set()
 
     # -- background duties -------------------------------------------------------------
-    def _keep_hidden(self) -> None:
-        """Extend visibility of running jobs so a live long job is never handed out twice."""
-        period = max(1.0, self.s.visibility_timeout / 3)
-        last_beat = 0.0
-        last_marker_check = time.time()
-        while not self.stopping.wait(min(period, 5.0)):
-            now = time.time()
-            if now - last_marker_check >= MARKER_POLL:
-                last_marker_check = now
-                if self._marker_says_done():
-                    self.end_of_run("the fleet-done marker")
-                    return
+    def _keeper(self) -> Keeper:
+        def running() -> list[str]:
             with self.lock:
-                due = [f.receipt_handle for f in self.in_flight.values()]
-            if due and now - self._last_extend >= period:
-                try:
-                    queues.change_visibility_batch(self.sqs, self.work_url, due, self.s.visibility_timeout)
-                except Exception:
-                    log.exception("could not extend visibility")
-                self._last_extend = now
-            if now - last_beat >= self.s.heartbeat_interval:
-                try:
-                    self.heartbeat()
-                except Exception:
-                    log.exception("heartbeat failed")
-                last_beat = now
-            self.metadata.poll()
-            if self.metadata.interrupted:
-                self._release_all()
-            elif self.metadata.rebalance and not self.draining.is_set():
+                return [f.receipt_handle for f in self.in_flight.values()]
+
+        def rebalance() -> None:
+            if not self.draining.is_set():
                 self._drain()
+
+        duties: list[Duty] = [
+            FleetDoneWatch(self._marker_says_done, self.end_of_run),
+            VisibilityKeeper(self.sqs, self.work_url, self.settings.visibility_timeout, running),
+            Heartbeats(self.heartbeat, self.settings.heartbeat_interval),
+            NoticeWatch(self.metadata, self._release_all, rebalance),
+        ]
+        return Keeper(duties, self.stopping)
 
     # -- the end of the run --------------------------------------------------------------
     def _marker_says_done(self) -> bool:
         try:
-            return stop.is_done(self.s3, self.s.bucket, self.s.fleet_id)
+            return stop.is_done(self.s3, self.settings.bucket, self.settings.fleet_id)
         except Exception:
             log.exception("could not look for the fleet-done marker")
             return False
 
     def _pass_on(self, msg: MessageTypeDef) -> None:
         try:
-            stop.pass_on(self.sqs, self.work_url, self.s.fleet_id, msg["ReceiptHandle"])
+            stop.pass_on(self.sqs, self.work_url, self.settings.fleet_id, msg["ReceiptHandle"])
         except Exception:
             log.exception("could not pass the stop message on; the marker still tells the others")
 
@@ -285,18 +270,17 @@ class Worker:
 
     # -- main loop ---------------------------------------------------------------------
     def run(self) -> int:
-        self.s.work_dir.mkdir(parents=True, exist_ok=True)
+        self.settings.work_dir.mkdir(parents=True, exist_ok=True)
         if self._marker_says_done():  # booted after the end: nothing to do
             self.end_of_run("the fleet-done marker, at start")
             return 0
         if self.warm is not None:
             # inspect_ai's import and the warm-up eval overlap the first receive
             self.warm.prestart()
-        keeper = threading.Thread(target=self._keep_hidden, daemon=True)
-        keeper.start()
+        self._keeper().start()
         self.reporter.start()
         idle_since = time.monotonic()
-        with ThreadPoolExecutor(max_workers=self.s.max_concurrency) as pool:
+        with ThreadPoolExecutor(max_workers=self.settings.max_concurrency) as pool:
             while not self.stopping.is_set():
                 with self.lock:
                     busy = len(self.in_flight)
@@ -320,10 +304,10 @@ class Worker:
                     self.slot_freed.clear()
                     continue
                 idle_for = time.monotonic() - idle_since
-                if busy == 0 and idle_for >= self.s.idle_timeout:
+                if busy == 0 and idle_for >= self.settings.idle_timeout:
                     log.info("queue empty for %.0fs with nothing in flight: exiting", idle_for)
                     break
-                wait = 1 if busy else int(max(1, min(20, self.s.idle_timeout - idle_for)))
+                wait = 1 if busy else int(max(1, min(20, self.settings.idle_timeout - idle_for)))
                 try:
                     messages = queues.receive(self.sqs, self.work_url, max_messages=free, wait=wait)
                 except Exception:
