@@ -359,7 +359,8 @@ def test_the_layer_checks_can_fail() -> None:
 ENV_READERS: dict[str, set[str]] = {
     "ct_fleet.worker.__main__": {"main"},
     "ct_fleet.worker.runner": {"main"},  # a job's process
-    "ct_fleet.worker.forkserver": {"main", "_child"},  # the server's entry; a forked job's
+    "ct_fleet.worker.forkserver": {"main"},  # the warm runner server's entry
+    "ct_fleet.worker.forked_job": {"run"},  # a job forked from it
     "ct_fleet.settings": {"<main>"},  # `python -m ct_fleet.settings pull`
     "ct_fleet.cloud.moto_server": {"<main>"},  # the embedded cloud's server process (its key)
     "ct_fleet.controller.planning.request": {"_environ"},  # the public API's FleetRequest

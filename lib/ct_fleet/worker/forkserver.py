@@ -33,7 +33,6 @@ alone when the job's task could not be built (failures.TASK_FAILED; the reason i
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import importlib
 import json
@@ -51,18 +50,16 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import psutil
 
 from ..exits import leave
 from ..protocol import WorkMessage
-from . import failures, runner
+from . import failures, forked_job, runner
 from .supervise import kill_tree
 
 SOCKET_NAME = "warm.sock"
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-PR_SET_CHILD_SUBREAPER = 36
 
 # Seconds the warm-up eval's helper threads (anyio's worker threads) get to finish.
 THREADS_GRACE = 30.0
@@ -177,7 +174,7 @@ class ForkServer:
 
     # -- the loop ----------------------------------------------------------------------
     def serve(self) -> None:
-        _subreaper()
+        forked_job.subreaper()
         os.set_blocking(self.wake_w, False)
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
@@ -314,57 +311,27 @@ class ForkServer:
         server = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _die_with(server)
-            _subreaper()
-            self._child(request, job, task, conn)
-        return pid
-
-    def _child(self, request: dict[str, Any], job: WorkMessage, task: Any, conn: socket.socket) -> NoReturn:
-        code = 1
-        try:
-            signal.set_wakeup_fd(-1)
-            for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, signal.SIG_DFL)
-            # The server's sockets and pipes are not the job's: a client must see EOF
-            # when the server dies, not when its last child exits.
-            self.sel.close()
-            self.listener.close()
-            conn.close()
-            for other in [*(p.conn for p in self.pending.values()), *(c.conn for c in self.children.values())]:
-                other.close()
-            os.close(self.wake_r)
-            os.close(self.wake_w)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            out = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(out, 1)
-            os.dup2(out, 2)
-            os.close(null)
-            os.close(out)
-            os.chdir(request["cwd"])
-            os.environ.update(request["env"])
-            before = set(sys.modules)
-            runner.run_inspect(
+            forked_job.die_with(server)
+            forked_job.subreaper()
+            # The server's sockets and pipes are not the job's: a client must see EOF when
+            # the server dies, not when its last child exits.
+            ours: list[socket.socket | selectors.BaseSelector] = [
+                self.sel,
+                self.listener,
+                conn,
+                *(p.conn for p in self.pending.values()),
+                *(c.conn for c in self.children.values()),
+            ]
+            forked_job.run(
+                request,
                 job,
-                Path(request["out"]),
                 task,
-                runner.extra_root(self.environ),
-                request["env"].get(runner.CHECKPOINTS_ENV),
+                close=ours,
+                fds=[self.wake_r, self.wake_w],
+                report_dir=self.sock_dir,
+                environ=self.environ,
             )
-            new = sorted(set(sys.modules) - before)
-            if new:
-                report = self.sock_dir / f"{os.getpid()}.modules"
-                report.with_suffix(".tmp").write_text("\n".join(new))
-                report.with_suffix(".tmp").replace(report)
-            code = 0
-        except SystemExit as ex:
-            code = ex.code if isinstance(ex.code, int) else 1
-        except Exception as ex:
-            code = runner.report_failure(ex)
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            leave(code)  # the server's own state must not run down a second time
+        return pid
 
     def _spawn_cold(self, request: dict[str, Any], conn: socket.socket) -> tuple[int, Child]:
         with open(request["log"], "wb") as out:
@@ -391,22 +358,6 @@ def _clear_leftovers(out: Path, pid: int) -> None:
     with contextlib.suppress(Exception):
         shutil.rmtree(sample_buffer_dir(log_dir), ignore_errors=True)
     shutil.rmtree(log_dir, ignore_errors=True)
-
-
-def _die_with(server: int) -> None:
-    """Have the kernel SIGKILL this child when the server dies (Linux). A job stays in the
-    server's process group, so killing an instance's group ends it too; this covers a
-    server killed on its own, whose children would otherwise run on, orphaned."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != server:  # it died before the prctl took effect
-        os._exit(1)
-
-
-def _subreaper() -> None:
-    """Orphaned descendants come to this process instead of init (Linux): see _end_orphans."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
 def _send(conn: socket.socket, message: dict[str, Any]) -> None:
