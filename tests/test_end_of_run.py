@@ -85,10 +85,10 @@ def test_idle_and_busy_workers_leave_on_the_signal(aws_env: dict[str, str], tmp_
     for t in threads:
         t.start()
     deadline = time.monotonic() + 120
-    while not any(w.in_flight for w in workers):
+    while not any(w.slots.busy() for w in workers):
         assert time.monotonic() < deadline, "no worker took the job"
         time.sleep(0.1)
-    (busy,) = [w for w in workers if w.in_flight]
+    (busy,) = [w for w in workers if w.slots.busy()]
     job_procs = wait_for(sleeping_jobs, timeout=120)  # the job's process is up
 
     stop.announce(s3, sqs, BUCKET, fleet_id, q.work)

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..evallog import problem, read_header, sample_error
 from ..evallog.masking import mask_secrets
-from ..protocol import WorkMessage
+from ..protocol import DoneMessage, WorkMessage
 from ..sandbox import cleanup, digests
 from . import checkpoints, failures
 from .inspect_job import command_env, extra_root, finish_command_output
@@ -35,6 +35,28 @@ class Attempt:
     error: str | None = None
     started_at: float = field(default_factory=time.time)
     extra: dict[str, Any] = field(default_factory=dict)  # for the done report (the images a job ran)
+
+    def report(
+        self, settings: WorkerSettings, worker_id: str, job: WorkMessage, received_at: float, receive_count: int
+    ) -> DoneMessage:
+        """The done report of this attempt, its error masked."""
+        return DoneMessage(
+            type="done",
+            fleet_id=settings.fleet_id,
+            instance_id=settings.instance_id,
+            worker_id=worker_id,
+            job_id=job.job_id,
+            outcome=self.outcome,  # type: ignore[arg-type]
+            result_key=job.result_key,
+            receive_count=receive_count,
+            received_at=received_at,
+            started_at=self.started_at,
+            finished_at=time.time(),
+            error_class=self.error_class,
+            error=failures.mask(self.error or "", failures.secret_values(settings.environ))[-2000:] or None,
+            sent_at=time.time(),
+            extra=self.extra,
+        )
 
 
 class JobAttempts:

@@ -18,45 +18,34 @@ recommendation, once the jobs it runs have ended (it takes no new ones).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import (
     BadMessage,
     DoneMessage,
-    Held,
     WorkMessage,
     encode_reports,
     queue_names,
 )
 from ..protocol.stop import is_stop
 from ..services import queues, session, stop, store
-from . import failures
 from .attempt import Attempt, JobAttempts
 from .concurrency import Concurrency
 from .duties import Duty, FleetDoneWatch, Heartbeats, Keeper, NoticeWatch, VisibilityKeeper
 from .metadata import Metadata
 from .reporter import Reporter
 from .settings import WorkerSettings
+from .slots import Slots
 from .warm import WarmRunner
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 log = logging.getLogger("ct_fleet.worker")
-
-
-@dataclass
-class InFlight:
-    job_id: str
-    receipt_handle: str
-    received_at: float
-    receive_count: int = 1
 
 
 class Worker:
@@ -68,50 +57,22 @@ class Worker:
         self.work_url = self.sqs.get_queue_url(QueueName=names["work"])["QueueUrl"]
         self.done_url = self.sqs.get_queue_url(QueueName=names["done"])["QueueUrl"]
         self.concurrency = Concurrency(settings.max_concurrency)
-        self.in_flight: dict[str, InFlight] = {}
+        self.slots = Slots()
         self.malformed = 0  # work messages dropped as not jobs of this fleet
-        self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.draining = threading.Event()  # a rebalance recommendation: no new jobs
         self.metadata = Metadata.for_instance(self.settings.imds_endpoint, self.settings.spot)
         # Set on the end-of-run signal (protocol/stop.py): in-flight jobs are redundant then.
         self.fleet_done = threading.Event()
         self.left_because = ""  # how this worker learned that the fleet is done
-        self.slot_freed = threading.Event()
-        self.last_job_end = -math.inf  # when a slot last freed (monotonic): idle time counts from it
         self.worker_id = f"{settings.instance_id}/{os.getpid()}"
         self.reporter = Reporter(self.sqs, self.done_url, self.work_url, settings.report_interval)
         self.warm = WarmRunner(settings.code_root, settings.environ) if settings.warm_runner else None
         self.attempts = JobAttempts(settings, self.s3, self.warm, cancel=self.fleet_done)
 
     # -- reporting ---------------------------------------------------------------------
-    def _report(self, job: WorkMessage, attempt: Attempt, received_at: float, receive_count: int) -> DoneMessage:
-        return DoneMessage(
-            type="done",
-            fleet_id=self.settings.fleet_id,
-            instance_id=self.settings.instance_id,
-            worker_id=self.worker_id,
-            job_id=job.job_id,
-            outcome=attempt.outcome,  # type: ignore[arg-type]
-            result_key=job.result_key,
-            receive_count=receive_count,
-            received_at=received_at,
-            started_at=attempt.started_at,
-            finished_at=time.time(),
-            error_class=attempt.error_class,
-            error=failures.mask(attempt.error or "", failures.secret_values(self.settings.environ))[-2000:] or None,
-            sent_at=time.time(),
-            extra=attempt.extra,
-        )
-
     def heartbeat(self, **extra: Any) -> None:
-        with self.lock:
-            in_flight = len(self.in_flight)
-            holding = {
-                f.job_id: Held(f.receipt_handle, f.receive_count, f.received_at)
-                for f in self.in_flight.values()
-                if f.job_id != "?"  # a slot reserved for a message not read yet
-            }
+        in_flight, holding = self.slots.busy(), self.slots.holding()
         queues.send_batch(
             self.sqs,
             self.done_url,
@@ -144,8 +105,7 @@ class Worker:
         except BadMessage as exc:
             self._drop_malformed(handle, str(exc))
             return
-        with self.lock:
-            self.in_flight[handle] = InFlight(job.job_id, handle, received_at, receive_count)
+        self.slots.take(handle, job.job_id, received_at, receive_count)
         out = self.settings.work_dir / f"{job.job_id}.eval"
         try:
             if store.exists(self.s3, self.settings.bucket, job.result_key):
@@ -161,9 +121,8 @@ class Worker:
                         # Another attempt of this job stored its result while this one ran.
                         attempt = Attempt("skipped_duplicate")
                     self.attempts.drop_checkpoints(job)
-            report = self._report(job, attempt, received_at, receive_count)
-            with self.lock:
-                last = len(self.in_flight) == 1  # nothing else running, nor just received
+            report = attempt.report(self.settings, self.worker_id, job, received_at, receive_count)
+            last = self.slots.busy() == 1  # nothing else running, nor just received
             if attempt.outcome == "retry":
                 if attempt.error_class == "model_api":
                     self.concurrency.pressure()
@@ -181,10 +140,7 @@ class Worker:
             # GB sample, three times over, filled a worker's disk).
             out.unlink(missing_ok=True)
             # The slot frees now; the report and the delete go out with the reporter's next flush.
-            with self.lock:
-                self.in_flight.pop(handle, None)
-                self.last_job_end = time.monotonic()
-            self.slot_freed.set()
+            self.slots.free(handle)
 
     def _drop_malformed(self, handle: str, why: str) -> None:
         """A work message that is not a job of this fleet: deleted (retrying cannot make it
@@ -196,23 +152,17 @@ class Worker:
             queues.delete_batch(self.sqs, self.work_url, [handle])
         except Exception:
             log.exception("could not delete the dropped work message; it will reach the dead-letter queue")
-        with self.lock:
-            self.in_flight.pop(handle, None)
-        self.slot_freed.set()
+        self.slots.free(handle, ran=False)
 
     # -- background duties -------------------------------------------------------------
     def _keeper(self) -> Keeper:
-        def running() -> list[str]:
-            with self.lock:
-                return [f.receipt_handle for f in self.in_flight.values()]
-
         def rebalance() -> None:
             if not self.draining.is_set():
                 self._drain()
 
         duties: list[Duty] = [
             FleetDoneWatch(self._marker_says_done, self.end_of_run),
-            VisibilityKeeper(self.sqs, self.work_url, self.settings.visibility_timeout, running),
+            VisibilityKeeper(self.sqs, self.work_url, self.settings.visibility_timeout, self.slots.handles),
             Heartbeats(self.heartbeat, self.settings.heartbeat_interval),
             NoticeWatch(self.metadata, self._release_all, rebalance),
         ]
@@ -240,14 +190,14 @@ class Worker:
         self.left_because = how
         self.fleet_done.set()
         self.stopping.set()
-        self.slot_freed.set()
+        self.slots.freed.set()
 
     def _drain(self) -> None:
         """Rebalance recommendation: take no new jobs, finish the running ones, then leave;
         the controller launches a replacement on the heartbeat that says so."""
         log.warning("rebalance recommendation: taking no new jobs; leaving when the running ones end")
         self.draining.set()
-        self.slot_freed.set()
+        self.slots.freed.set()
         try:
             self.heartbeat(rebalance=True)
         except Exception:
@@ -259,8 +209,7 @@ class Worker:
             return
         log.warning("spot interruption notice: releasing in-flight jobs")
         self.stopping.set()
-        with self.lock:
-            handles = [f.receipt_handle for f in self.in_flight.values()]
+        handles = self.slots.handles()
         if handles:
             queues.change_visibility_batch(self.sqs, self.work_url, handles, 0)
         try:
@@ -282,26 +231,24 @@ class Worker:
         idle_since = time.monotonic()
         with ThreadPoolExecutor(max_workers=self.settings.max_concurrency) as pool:
             while not self.stopping.is_set():
-                with self.lock:
-                    busy = len(self.in_flight)
+                with self.slots.lock:
+                    busy = len(self.slots.in_flight)
                     # Idle time counts from the last moment a job ran, not the last receive:
                     # a worker whose slots were all busy has not seen an empty queue. Not from
                     # the last look at a busy slot either: the job may have run a second past it.
-                    idle_since = max(idle_since, self.last_job_end)
+                    idle_since = max(idle_since, self.slots.last_end)
                 if busy:
                     idle_since = time.monotonic()
                 if self.draining.is_set():
                     if not busy:
                         log.info("drained after a rebalance recommendation: exiting")
                         break
-                    self.slot_freed.wait(1.0)
-                    self.slot_freed.clear()
+                    self.slots.wait(1.0)
                     continue
                 free = self.concurrency.current - busy
                 if free <= 0:
                     # Woken the moment a job finishes, so the next one starts at once.
-                    self.slot_freed.wait(1.0)
-                    self.slot_freed.clear()
+                    self.slots.wait(1.0)
                     continue
                 idle_for = time.monotonic() - idle_since
                 if busy == 0 and idle_for >= self.settings.idle_timeout:
@@ -320,9 +267,7 @@ class Worker:
                     self.end_of_run("a stop message")
                     break
                 for msg in messages:
-                    with self.lock:
-                        # Reserve the slot now so the next receive sees it taken.
-                        self.in_flight[msg["ReceiptHandle"]] = InFlight("?", msg["ReceiptHandle"], time.time())
+                    self.slots.reserve(msg["ReceiptHandle"])  # so that the next receive sees it taken
                     pool.submit(self.handle, msg)
                 if messages:
                     idle_since = time.monotonic()
