@@ -24,8 +24,20 @@ from ...errors import BadInput
 from ...paths import REPO_ROOT
 from ...protocol import START_CONCURRENCY, Ec2Config, knob_parsing, knobs, sizing
 from ...services import secrets as fleet_secrets
-from ...settings import DEFAULT_SETTING, SettingSources
-from . import code, credentials, estimate, inspect_request, jobs, models, overlay, preflight, setting_plan, sizes, tasks
+from ...settings import SettingSources
+from . import (
+    choosing,
+    code,
+    credentials,
+    estimate,
+    inspect_request,
+    jobs,
+    models,
+    overlay,
+    preflight,
+    setting_plan,
+    sizes,
+)
 from .capacity import Capacity, survey
 from .docker_needs import DockerNeeds, fleet_docker
 from .inspect_request import InspectRequest, split_list
@@ -91,17 +103,6 @@ class PlannedFleet:
         )
 
 
-@dataclass
-class _Tasks:
-    """What the task step decided."""
-
-    fleet_tasks: list[FleetTask]
-    default_epochs: int = 1
-    policy: str | None = None
-    plain_sandboxes: set[str] = field(default_factory=set)
-    plain_compose: set[str] = field(default_factory=set)
-
-
 def use_ec2(request: FleetRequest, defaults: dict[str, Any]) -> bool:
     if request.ec2 is not None:
         return request.ec2
@@ -134,41 +135,6 @@ def _knobs(
     return cfg, cloud, user_args
 
 
-def _locate_task(
-    request: FleetRequest, task: str, defaults: dict[str, Any], extra: list[Path], setting_envs: list[str]
-) -> tuple[tasks.Located, list[Path]]:
-    """TASK and its selection, located; the extra trees, with the task's own directory if it needs one."""
-    if request.task_file or setting_envs or request.main_tasks or request.side_tasks:
-        raise BadInput("a plain Inspect task takes no --task-file or -e/-t/-s: those select a setting's tasks")
-    if request.policy or defaults.get("policy"):
-        raise BadInput("--policy applies to settings; a plain task takes its solver from -T arguments")
-    located = tasks.locate(task, REPO_ROOT, extra)
-    if located.implicit_tree is not None:
-        clash = next((p for p in extra if p.name == located.implicit_tree.name), None)
-        if clash is not None:
-            raise BadInput(
-                f"task {task}: its directory {located.implicit_tree} would ship under the same name as "
-                f"--extra-src {clash}: pass its directory with --extra-src instead"
-            )
-        extra = [*extra, located.implicit_tree]
-    return located, extra
-
-
-def _locate_solver(asked: InspectRequest, extra: list[Path]) -> list[Path]:
-    """--solver file.py[@name] ships as a task file does; jobs find it by its root
-    (worker/inspect_job.py), a registered solver by its name. The merged logs name it as
-    given, as a direct run does."""
-    solver = asked.job_options.get("solver")
-    if not isinstance(solver, str):
-        return extra
-    where = tasks.locate(solver, REPO_ROOT, extra)
-    if where.root == "registry":
-        return extra
-    asked.job_options.update(solver_path=where.spec, solver_root=where.root)
-    tree = where.implicit_tree
-    return extra if tree is None or tree in extra else [*extra, tree]
-
-
 def _revision(tasks: list[FleetTask], shipped: ShippedCode, version: code.CodeVersion) -> dict[str, Any] | None:
     """The git revision the merged logs record, as Inspect does for the code a task came
     from: a task of its own tree gets that tree's repo (or none), a task of this checkout
@@ -186,78 +152,6 @@ def _revision(tasks: list[FleetTask], shipped: ShippedCode, version: code.CodeVe
     return found[0] if found and all(r == found[0] for r in found) else None
 
 
-def _plain_tasks(
-    request: FleetRequest,
-    located: list[tuple[str, tasks.Located]],
-    shipped: ShippedCode,
-    task_args: dict[str, Any],
-    defaults: dict[str, Any],
-    shuffle: bool | int | None,
-) -> _Tasks:
-    """Plain Inspect tasks, each loaded once as a worker would: their samples under the selection."""
-    limit = tasks.parse_limit(request.limit or defaults.get("limit"))
-    sample_id = tasks.parse_sample_ids([*request.sample_ids, *split_list(defaults.get("sample_id"))])
-    if limit is not None and sample_id is not None:
-        raise BadInput("use either --limit or --sample-id, not both")
-    fleet_tasks: list[FleetTask] = []
-    probed_all: list[tasks.ProbedTask] = []
-    for given, where in located:
-        probed = tasks.probe(
-            where, shipped, task_args=task_args, limit=limit, sample_id=sample_id, display=given, shuffle=shuffle
-        )
-        probed_all.extend(probed)
-        fleet_tasks.extend(
-            FleetTask(
-                name=p.name,
-                task_spec=p.spec,
-                task_root=where.root,
-                task_args=task_args,
-                sample_ids=p.sample_ids,
-                task_file=where.task_file,
-                limit=limit,
-                sample_id=sample_id,
-            )
-            for p in probed
-        )
-    if len({t.key for t in fleet_tasks}) < len(fleet_tasks):
-        raise BadInput("a task is named twice: give each TASK once")
-    task_epochs = {p.epochs for p in probed_all if p.epochs}
-    return _Tasks(
-        fleet_tasks,
-        default_epochs=task_epochs.pop() if len(task_epochs) == 1 else 1,
-        plain_sandboxes={kind for p in probed_all for kind in p.sandbox_types},
-        plain_compose={path for p in probed_all for path in p.compose_files},
-    )
-
-
-def _settings_tasks(
-    request: FleetRequest,
-    shipped: ShippedCode,
-    sources: SettingSources,
-    task_args: dict[str, Any],
-    defaults: dict[str, Any],
-    requirements: list[str],
-    setting_envs: list[str],
-) -> _Tasks:
-    """A setting run: env x main x side tasks of one or more settings, under a policy."""
-    if request.limit or request.sample_ids:
-        raise BadInput("--limit and --sample-id select a plain task's samples; for settings use -e/-t/-s")
-    policy = request.policy or defaults.get("policy") or "honest"
-    fleet_tasks = setting_plan.setting_tasks(
-        task_file=request.task_file or defaults.get("task_file"),
-        envs=setting_envs or defaults.get("envs") or (),
-        mains=request.main_tasks,
-        sides=request.side_tasks,
-        policy=policy,
-        task_args=task_args,
-        default_setting=defaults.get("setting") or DEFAULT_SETTING,
-        sources=sources,
-        shipped=shipped,
-        requirements=requirements,
-    )
-    return _Tasks(fleet_tasks, policy=policy)
-
-
 def plan_fleet(request: FleetRequest) -> PlannedFleet:
     """Validate the request and decide the fleet; raises BadInput, changes nothing."""
     env = dict(request.environ)
@@ -265,20 +159,13 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     preflight.check_runs_dir(request.runs_dir, env)
     defaults, config_args = load_run_config(request.config_path, request.attack)
     asked = inspect_request.read(request.inspect_options)
-    task_specs = list(request.tasks) or split_list(defaults.get("task")) or asked.run_tasks
     fleet_models = inspect_request.models(request.models, defaults.get("model"), asked.run_model)
     setting_envs, job_env = inspect_request.split_envs(request.envs)
     env.update(job_env)  # they reach jobs as the fleet's other secrets do: through SSM
     cfg, cloud, user_args = _knobs(request, defaults, config_args)
     if asked.worker_cap is not None:
         cfg = replace(cfg, concurrency_per_worker=min(cfg.concurrency_per_worker or asked.worker_cap, asked.worker_cap))
-    if asked.job_options.get("checkpoint") and cloud.instances_run_here():
-        preflight.check_restic(env)  # on EC2 the AMI bakes it (packer/scripts/install-restic.sh)
-    trees = preflight.check_extra_src(request.extra_src)
-    extra = [tree.root for tree in trees]
-    preflight.docker_auth_params(env)
-    preflight.docker_registry(env)
-    preflight.check_command(request.command)
+    trees = _preflight(request, asked, cloud, env)
     task_args = {**(defaults.get("task_args") or {}), **asked.task_args, **parse_kv(request.task_args, "-T")}
     model_args = {**(defaults.get("model_args") or {}), **asked.model_args, **parse_kv(request.model_args, "-M")}
     requirements = [
@@ -287,43 +174,20 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         *overlay.expand(request.requirements),
     ]
     reqs = setting_plan.plan_requirements(requirements)
-    located: list[tuple[str, tasks.Located]] = []
-    for task in task_specs:
-        where, extra = _locate_task(request, task, defaults, extra, setting_envs)
-        located.append((task, where))
-    extra = _locate_solver(asked, extra)
+    located, extra = choosing.locate(request, asked, defaults, [tree.root for tree in trees], setting_envs)
     sources = SettingSources(extra_roots=tuple(extra))
     version = code.code_version(REPO_ROOT)
     shipped = ShippedCode.build(REPO_ROOT, version.sha, extra)
     if located:
         shipped.site = overlay.install(reqs, request.environ)  # the probe loads the task with them, as workers will
-        chosen = _plain_tasks(request, located, shipped, task_args, defaults, asked.sample_shuffle)
+        chosen = choosing.plain_tasks(request, located, shipped, task_args, defaults, asked.sample_shuffle)
     else:
-        chosen = _settings_tasks(request, shipped, sources, task_args, defaults, requirements, setting_envs)
+        chosen = choosing.settings_tasks(request, shipped, sources, task_args, defaults, requirements, setting_envs)
     epochs = request.epochs if request.epochs is not None else asked.run_epochs
     epochs = epochs if epochs is not None else int(defaults.get("epochs", chosen.default_epochs))
-    external_sandbox = None
-    if request.sandbox and inspect_request.is_inspect_sandbox(request.sandbox):
-        inspect_request.check_sandbox_config(request.sandbox, [w.path for _, w in located if w.path])
-        asked.job_options["sandbox"] = request.sandbox  # Inspect's TYPE[:CONFIG], for every job
-        chosen.plain_sandboxes.add(request.sandbox.partition(":")[0])
-    elif request.sandbox:
-        setting_plan.check_ref("--sandbox", request.sandbox, shipped)
-        external_sandbox = request.sandbox
-    setup_digest = preflight.worker_setup_digest(cfg.worker_setup, extra)
+    external_sandbox = choosing.sandbox(request, asked, chosen, located, shipped)
     dotenv = credentials.read_dotenv(request.dotenv)
-    values = credentials.secret_values(dotenv, env)
-    model_secrets: list[str] = []
-    for model in fleet_models:
-        preflight.check_model(model)
-        model_secrets += models.check_model(model, model_args, values)
-    secret_names = models.forward_names(model_secrets, [*split_list(cfg.forward_env), *job_env], values)
-    # Secrets too big for the SSM parameters that carry them are refused before anything is made.
-    fleet_secrets.bundles(credentials.worker_secrets(dotenv, env, names=secret_names))
-    credentials.refuse_secret_args(
-        {**dotenv, **credentials.worker_secrets(dotenv, env, names=secret_names)},
-        [("-T", task.task_args) for task in chosen.fleet_tasks] + [("-M", model_args)],
-    )
+    secret_names = _secrets(cfg, env, dotenv, fleet_models, model_args, job_env, chosen)
     grid = [replace(task, model=model) for task in chosen.fleet_tasks for model in fleet_models]
     fleet_jobs = jobs.make_jobs(grid, epochs, code_sha=version.sha, model_args=model_args)
     time_limit = cfg.sample_time_limit if "sample_time_limit" in user_args else None
@@ -341,7 +205,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         **knobs.identity(
             cfg,
             sample_time_limit=time_limit,
-            worker_setup=f"{cfg.worker_setup}:{setup_digest}" if setup_digest else None,
+            worker_setup=_worker_setup(cfg, extra),
             setting_requirements=reqs.identity or None,
         ),
     )
@@ -387,6 +251,51 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         notes=notes,
         capacity=fit,
     )
+
+
+def _preflight(request: FleetRequest, asked: InspectRequest, cloud: Cloud, env: dict[str, str]) -> list[Any]:
+    """What must hold on this machine before anything else is looked at: restic for
+    --checkpoint, the --extra-src trees (returned), registry auth, the command template."""
+    if asked.job_options.get("checkpoint") and cloud.instances_run_here():
+        preflight.check_restic(env)  # on EC2 the AMI bakes it (packer/scripts/install-restic.sh)
+    trees = preflight.check_extra_src(request.extra_src)
+    preflight.docker_auth_params(env)
+    preflight.docker_registry(env)
+    preflight.check_command(request.command)
+    return trees
+
+
+def _secrets(
+    cfg: Ec2Config,
+    env: dict[str, str],
+    dotenv: dict[str, str],
+    fleet_models: list[str],
+    model_args: dict[str, Any],
+    job_env: dict[str, str],
+    chosen: choosing.ChosenTasks,
+) -> list[str]:
+    """The names of the secrets workers get: each model's key, forward_env and -e NAME=value.
+    Refused here: a model with no key, secrets too big for the SSM parameters that carry
+    them, and a -T or -M value that is a secret's (it would be written in clear)."""
+    values = credentials.secret_values(dotenv, env)
+    model_secrets: list[str] = []
+    for model in fleet_models:
+        preflight.check_model(model)
+        model_secrets += models.check_model(model, model_args, values)
+    secret_names = models.forward_names(model_secrets, [*split_list(cfg.forward_env), *job_env], values)
+    secrets = credentials.worker_secrets(dotenv, env, names=secret_names)
+    fleet_secrets.bundles(secrets)
+    credentials.refuse_secret_args(
+        {**dotenv, **secrets},
+        [("-T", task.task_args) for task in chosen.fleet_tasks] + [("-M", model_args)],
+    )
+    return secret_names
+
+
+def _worker_setup(cfg: Ec2Config, extra: list[Path]) -> str | None:
+    """worker_setup in the fleet id: its path and the digest of what it holds."""
+    digest = preflight.worker_setup_digest(cfg.worker_setup, extra)
+    return f"{cfg.worker_setup}:{digest}" if digest else None
 
 
 def _survey(cloud: Cloud, cfg: Ec2Config, fleet_id: str, notes: list[str]) -> Capacity | None:

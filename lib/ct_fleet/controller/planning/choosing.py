@@ -1,0 +1,171 @@
+"""Which tasks a fleet runs: each TASK located (a file, a module, a package's registry
+name, with the tree it ships in), then loaded as a worker would to choose its samples; or
+a setting's env x main x side tasks under a policy. --solver and --sandbox are placed here
+too, as they ship and resolve as tasks do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import BadInput
+from ...paths import REPO_ROOT
+from ...settings import DEFAULT_SETTING, SettingSources
+from . import inspect_request, setting_plan, tasks
+from .inspect_request import InspectRequest, split_list
+from .jobs import FleetTask
+from .request import FleetRequest
+from .shipped import ShippedCode
+
+
+@dataclass
+class ChosenTasks:
+    """What the task step decided."""
+
+    fleet_tasks: list[FleetTask]
+    default_epochs: int = 1
+    policy: str | None = None
+    plain_sandboxes: set[str] = field(default_factory=set)
+    plain_compose: set[str] = field(default_factory=set)
+
+
+def _locate_task(
+    request: FleetRequest, task: str, defaults: dict[str, Any], extra: list[Path], setting_envs: list[str]
+) -> tuple[tasks.Located, list[Path]]:
+    """TASK and its selection, located; the extra trees, with the task's own directory if it needs one."""
+    if request.task_file or setting_envs or request.main_tasks or request.side_tasks:
+        raise BadInput("a plain Inspect task takes no --task-file or -e/-t/-s: those select a setting's tasks")
+    if request.policy or defaults.get("policy"):
+        raise BadInput("--policy applies to settings; a plain task takes its solver from -T arguments")
+    located = tasks.locate(task, REPO_ROOT, extra)
+    if located.implicit_tree is not None:
+        clash = next((p for p in extra if p.name == located.implicit_tree.name), None)
+        if clash is not None:
+            raise BadInput(
+                f"task {task}: its directory {located.implicit_tree} would ship under the same name as "
+                f"--extra-src {clash}: pass its directory with --extra-src instead"
+            )
+        extra = [*extra, located.implicit_tree]
+    return located, extra
+
+
+def _locate_solver(asked: InspectRequest, extra: list[Path]) -> list[Path]:
+    """--solver file.py[@name] ships as a task file does; jobs find it by its root
+    (worker/inspect_job.py), a registered solver by its name. The merged logs name it as
+    given, as a direct run does."""
+    solver = asked.job_options.get("solver")
+    if not isinstance(solver, str):
+        return extra
+    where = tasks.locate(solver, REPO_ROOT, extra)
+    if where.root == "registry":
+        return extra
+    asked.job_options.update(solver_path=where.spec, solver_root=where.root)
+    tree = where.implicit_tree
+    return extra if tree is None or tree in extra else [*extra, tree]
+
+
+def plain_tasks(
+    request: FleetRequest,
+    located: list[tuple[str, tasks.Located]],
+    shipped: ShippedCode,
+    task_args: dict[str, Any],
+    defaults: dict[str, Any],
+    shuffle: bool | int | None,
+) -> ChosenTasks:
+    """Plain Inspect tasks, each loaded once as a worker would: their samples under the selection."""
+    limit = tasks.parse_limit(request.limit or defaults.get("limit"))
+    sample_id = tasks.parse_sample_ids([*request.sample_ids, *split_list(defaults.get("sample_id"))])
+    if limit is not None and sample_id is not None:
+        raise BadInput("use either --limit or --sample-id, not both")
+    fleet_tasks: list[FleetTask] = []
+    probed_all: list[tasks.ProbedTask] = []
+    for given, where in located:
+        probed = tasks.probe(
+            where, shipped, task_args=task_args, limit=limit, sample_id=sample_id, display=given, shuffle=shuffle
+        )
+        probed_all.extend(probed)
+        fleet_tasks.extend(
+            FleetTask(
+                name=p.name,
+                task_spec=p.spec,
+                task_root=where.root,
+                task_args=task_args,
+                sample_ids=p.sample_ids,
+                task_file=where.task_file,
+                limit=limit,
+                sample_id=sample_id,
+            )
+            for p in probed
+        )
+    if len({t.key for t in fleet_tasks}) < len(fleet_tasks):
+        raise BadInput("a task is named twice: give each TASK once")
+    task_epochs = {p.epochs for p in probed_all if p.epochs}
+    return ChosenTasks(
+        fleet_tasks,
+        default_epochs=task_epochs.pop() if len(task_epochs) == 1 else 1,
+        plain_sandboxes={kind for p in probed_all for kind in p.sandbox_types},
+        plain_compose={path for p in probed_all for path in p.compose_files},
+    )
+
+
+def settings_tasks(
+    request: FleetRequest,
+    shipped: ShippedCode,
+    sources: SettingSources,
+    task_args: dict[str, Any],
+    defaults: dict[str, Any],
+    requirements: list[str],
+    setting_envs: list[str],
+) -> ChosenTasks:
+    """A setting run: env x main x side tasks of one or more settings, under a policy."""
+    if request.limit or request.sample_ids:
+        raise BadInput("--limit and --sample-id select a plain task's samples; for settings use -e/-t/-s")
+    policy = request.policy or defaults.get("policy") or "honest"
+    fleet_tasks = setting_plan.setting_tasks(
+        task_file=request.task_file or defaults.get("task_file"),
+        envs=setting_envs or defaults.get("envs") or (),
+        mains=request.main_tasks,
+        sides=request.side_tasks,
+        policy=policy,
+        task_args=task_args,
+        default_setting=defaults.get("setting") or DEFAULT_SETTING,
+        sources=sources,
+        shipped=shipped,
+        requirements=requirements,
+    )
+    return ChosenTasks(fleet_tasks, policy=policy)
+
+
+def locate(
+    request: FleetRequest,
+    asked: InspectRequest,
+    defaults: dict[str, Any],
+    extra: list[Path],
+    setting_envs: list[str],
+) -> tuple[list[tuple[str, tasks.Located]], list[Path]]:
+    """Each TASK located (a setting's tasks when there is none), and the trees that ship with them."""
+    located: list[tuple[str, tasks.Located]] = []
+    for task in list(request.tasks) or split_list(defaults.get("task")) or asked.run_tasks:
+        where, extra = _locate_task(request, task, defaults, extra, setting_envs)
+        located.append((task, where))
+    return located, _locate_solver(asked, extra)
+
+
+def sandbox(
+    request: FleetRequest,
+    asked: InspectRequest,
+    chosen: ChosenTasks,
+    located: list[tuple[str, tasks.Located]],
+    shipped: ShippedCode,
+) -> str | None:
+    """--sandbox: Inspect's TYPE[:CONFIG] reaches every job; module:type is the fleet's own
+    (returned), checked to resolve from what ships."""
+    if request.sandbox and inspect_request.is_inspect_sandbox(request.sandbox):
+        inspect_request.check_sandbox_config(request.sandbox, [w.path for _, w in located if w.path])
+        asked.job_options["sandbox"] = request.sandbox
+        chosen.plain_sandboxes.add(request.sandbox.partition(":")[0])
+        return None
+    if request.sandbox:
+        setting_plan.check_ref("--sandbox", request.sandbox, shipped)
+    return request.sandbox
