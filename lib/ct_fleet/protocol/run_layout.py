@@ -10,6 +10,7 @@ durations.json         seconds per job, for later fleets' cost estimates
 sandbox-images.jsonl   the images each job's sandboxes ran
 attempts.jsonl         one line per done report of a job: where, when and how it ran (the report's bars)
 workers.jsonl          one line per worker event: launched (and why), ended, spot notice
+budget.jsonl           each division of the model budget among the workers (--max-connections)
 phases.json            when the last run reached each of its phases
 logs/                  the workers' bootstrap logs, fetched from S3 at the end of a run
 report.html, .json     the run report (controller/reporting/run_report.py) and its data
@@ -37,6 +38,7 @@ SPAN = "span.json"  # when the run began and its last result came: the merged ru
 SANDBOX_IMAGES = "sandbox-images.jsonl"
 ATTEMPTS = "attempts.jsonl"
 WORKERS = "workers.jsonl"
+BUDGET = "budget.jsonl"  # each division of the model budget the controller wrote
 PHASES = "phases.json"
 BOOT_LOGS = "logs"
 REPORT_HTML = "report.html"

@@ -28,19 +28,23 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from ..evallog import problem, read_header, sample_error
+from ..inspect_options import one_connection
 from ..protocol import START_CONCURRENCY, BadMessage, DoneMessage, FleetEnv, WorkMessage, encode_reports, queue_names
+from ..protocol.budget import BUDGET_REPORT, RATE_LIMITED
 from ..protocol.knobs import Ec2Config
 from ..protocol.stop import MARKER_POLL, is_stop
 from ..sandbox import cleanup, digests
+from ..services import budget as budget_store
 from ..services import queues, session, stop, store
-from . import failures
+from . import failures, pressure
+from .budget import WorkerBudget, follow
 from .concurrency import Concurrency
 from .inspect_job import command_env, extra_root, finish_command_output
 from .metadata import Metadata
@@ -154,6 +158,7 @@ class Worker:
         self._last_extend = 0.0
         self.reporter = Reporter(self.sqs, self.done_url, self.work_url, settings.report_interval)
         self.warm = WarmRunner(settings.code_root, settings.environ) if settings.warm_runner else None
+        self.budget: WorkerBudget | None = None  # the fleet's model budget, when it has one (run())
 
     # -- reporting ---------------------------------------------------------------------
     def _report(self, job: WorkMessage, attempt: Attempt, received_at: float, receive_count: int) -> DoneMessage:
@@ -192,7 +197,7 @@ class Worker:
                         in_flight=in_flight,
                         concurrency=self.concurrency.current,
                         sent_at=time.time(),
-                        extra=extra,
+                        extra={**extra, BUDGET_REPORT: self.budget.report()} if self.budget else extra,
                     )
                 ]
             ),
@@ -211,6 +216,9 @@ class Worker:
             **command_env(job, out, extra_root(self.s.environ)),
         }
         stderr_path = out.with_suffix(".stderr")
+        if self.budget is not None and self.budget.applies(job.model):
+            # The worker holds the fleet's share of this model: the job makes one request at a time.
+            job = replace(job, inspect_options=one_connection(job.inspect_options))
         proc: JobProcess
         if job.kind != "command" and self.warm is not None:
             proc = self.warm.start(job, out, stderr_path, job_env)
@@ -235,6 +243,9 @@ class Worker:
         code = ended.code
         images = digests.pop_sidecar(out)
         attempt.extra = {"images": images} if images else {}
+        limited = pressure.pop(out)
+        if limited:
+            attempt.extra.update({RATE_LIMITED: limited, "model": job.model})
         secrets = failures.secret_values(self.s.environ)
         output = self._masked_stderr(stderr_path, secrets)[-20000:]
         if code == 0 and job.kind == "command" and out.exists():
@@ -272,6 +283,18 @@ class Worker:
             return Attempt("sample_error", "task_error", error, attempt.started_at, attempt.extra)
         return attempt
 
+    def _run_budgeted(self, job: WorkMessage, out: Path) -> Attempt | None:
+        """The job, once the worker's share of its model has room (protocol/budget.py)."""
+        budget = self.budget
+        if budget is None or not budget.applies(job.model):
+            return self._run_subprocess(job, out)
+        if not budget.acquire(job.model, self.stopping):
+            return None
+        try:
+            return self._run_subprocess(job, out)
+        finally:
+            budget.release(job.model)
+
     def _masked_stderr(self, path: Path, secrets: list[str]) -> str:
         """The job's stderr with the secrets masked, in the file too: it outlives the job on disk."""
         text = path.read_text(errors="replace")
@@ -308,7 +331,10 @@ class Worker:
                 attempt = Attempt("skipped_duplicate")
             else:
                 out = self.s.work_dir / f"{job.job_id}.eval"
-                attempt = self._run_subprocess(job, out)
+                ran = self._run_budgeted(job, out)
+                if ran is None:
+                    return  # the run ended while the job waited for the model budget
+                attempt = ran
                 if self.fleet_done.is_set():
                     # Every job had a final outcome before this attempt ended: drop it.
                     log.info("job %s epoch %s: dropped at the end of the run", job.sample_id, job.epoch)
@@ -437,6 +463,27 @@ class Worker:
         except Exception:
             log.exception("could not report the spot notice")
 
+    def _follow_budget(self) -> None:
+        """The fleet's model budget, if it has one: read now, then followed in a thread."""
+        try:
+            self.budget = WorkerBudget.load(self.s3, self.s.bucket, self.s.fleet_id, self.s.instance_id)
+        except Exception:
+            log.exception("could not read the fleet's model budget; reading it again in the background")
+            self.budget = None
+        if self.budget is None:
+            return
+        budget = self.budget
+        threading.Thread(
+            target=follow,
+            args=(
+                budget,
+                lambda: budget_store.get(self.s3, self.s.bucket, self.s.fleet_id),
+                self.heartbeat,
+                self.stopping,
+            ),
+            daemon=True,
+        ).start()
+
     # -- main loop ---------------------------------------------------------------------
     def run(self) -> int:
         self.s.work_dir.mkdir(parents=True, exist_ok=True)
@@ -446,6 +493,7 @@ class Worker:
         if self.warm is not None:
             # inspect_ai's import and the warm-up eval overlap the first receive
             self.warm.prestart()
+        self._follow_budget()
         keeper = threading.Thread(target=self._keep_hidden, daemon=True)
         keeper.start()
         self.reporter.start()
@@ -468,6 +516,11 @@ class Worker:
                     self.slot_freed.clear()
                     continue
                 free = self.concurrency.current - busy
+                if self.budget is not None and free > 0 and self.budget.room() <= 0:
+                    # Slots free, but the worker's share of the model budget is in use (or
+                    # not given yet): waiting on the budget is not idle.
+                    idle_since = time.monotonic()
+                    free = 0
                 if free <= 0:
                     # Woken the moment a job finishes, so the next one starts at once.
                     self.slot_freed.wait(1.0)
@@ -479,7 +532,8 @@ class Worker:
                     break
                 wait = 1 if busy else int(max(1, min(20, self.s.idle_timeout - idle_for)))
                 try:
-                    messages = queues.receive(self.sqs, self.work_url, max_messages=free, wait=wait)
+                    room = self.budget.room() if self.budget is not None else free
+                    messages = queues.receive(self.sqs, self.work_url, max_messages=min(free, room), wait=wait)
                 except Exception:
                     log.exception("receive failed; retrying")
                     time.sleep(2)

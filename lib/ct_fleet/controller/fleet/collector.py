@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ...cloud import Cloud
 from ...evallog import problem, read_header, sample_error
 from ...protocol import DoneMessage, WorkMessage, decode_reports, mask, result_key, run_layout
+from ...protocol.budget import RATE_LIMITED
 from ...services import queues, store
 from ..planning import FleetSpec
 from ..reporting import UsageTotals, last_line, record_attempt
@@ -132,6 +133,8 @@ class ResultCollector:
         if msg.type == "heartbeat":
             self.on_heartbeat(msg)
             return
+        if RATE_LIMITED in msg.extra:
+            self.on_heartbeat(msg)  # the model budget's pressure (protocol/budget.py)
         if msg.error:
             msg = replace(msg, error=mask(msg.error, self.secrets.values()))
         job = self.jobs.get(msg.job_id or "")

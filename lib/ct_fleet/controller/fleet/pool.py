@@ -13,13 +13,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ...cloud import Cloud
-from ...protocol import START_CONCURRENCY, DoneMessage
+from ...protocol import START_CONCURRENCY, DoneMessage, run_layout
 from ...services import instances, launching
 from ...services import secrets as fleet_secrets
 from ...services.launching import Launched
 from ..planning import FleetSpec, first_launch_count
 from ..reporting import cost_so_far, record_worker
 from . import boot_logs, interrupts, phases, scaling
+from .budget import FleetBudget
 from .capacity import Capacity
 from .launcher import PoolLauncher, fleet_launcher
 
@@ -63,18 +64,30 @@ class WorkerPool:
         self.last_scale_up = -math.inf  # monotonic time starts near 0 at boot: never a cool-down at first
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
         self.leaving: set[str] = set()  # workers that said they go (spot notice, rebalance)
+        self.slots = self.cfg.concurrency_per_worker or START_CONCURRENCY
+        # --max-connections / --adaptive-connections: each model's requests across the fleet
+        models = list(dict.fromkeys(t.model or spec.model for t in spec.tasks)) or [spec.model]
+        self.budget = FleetBudget.of_options(spec.inspect_options, models, self.slots)
+        self.limit = ""  # what holds the fleet back now (scaling.limit_of)
+        self.limit_since: float | None = None
+        self.limit_seconds: dict[str, float] = {}
 
     # -- launch ------------------------------------------------------------------------
     def adopt(self, instance_ids: list[str]) -> None:
         self.launched = list(instance_ids)
 
     def launch_first(self, pending: int) -> list[str]:
-        return self.launch(
-            first_launch_count(
-                pending, max_workers=self.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
-            ),
-            why="first",
+        # The budget document exists before any worker starts: a worker reads at its start
+        # whether the fleet has one (then it waits for its share).
+        self.publish_budget([])
+        count = first_launch_count(
+            pending, max_workers=self.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
         )
+        if self.budget.covers_all:
+            count = min(count, self.budget.workers_needed())
+        ids = self.launch(count, why="first")
+        self.publish_budget(self.launched)
+        return ids
 
     def _launcher(self) -> PoolLauncher:
         if self.launcher is None:
@@ -125,7 +138,12 @@ class WorkerPool:
         return cost_so_far(self.launch_times, time.time(), self.prices, self.end_times)
 
     # -- while it runs -----------------------------------------------------------------
+    def publish_budget(self, live: list[str]) -> None:
+        self.budget.publish(self.s3, self.cfg.bucket, self.spec.fleet_id, live, self.run_dir / run_layout.BUDGET)
+
     def on_heartbeat(self, msg: DoneMessage) -> None:
+        """A heartbeat, or a done report that carries a rate-limit count (protocol/budget.py)."""
+        self.budget.on_word(msg)
         if msg.load is not None:
             self.worker_load[msg.instance_id] = (msg.load, time.monotonic())
         for notice in ("spot_notice", "rebalance"):
@@ -156,6 +174,20 @@ class WorkerPool:
         if self.short and waiting:
             # Not a replacement: workers EC2 did not give yet (capacity, quota, throttling).
             self.launch(self.short, why="shortfall")
+        loads = [load for load, at in self.worker_load.values() if now - at < 3 * self.cfg.heartbeat_interval]
+        bound = self.budget.saturated() or self.budget.pressure()
+        self._at_limit(
+            scaling.limit_of(
+                waiting=waiting,
+                live=len(live),
+                max_workers=self.max_workers,
+                clamped=self.capacity.clamped is not None,
+                launch_limited=self.limited,
+                model_bound=bound,
+                fresh_loads=loads,
+            ),
+            now,
+        )
         decision = scaling.decide(
             remaining=remaining,
             waiting=waiting,
@@ -164,8 +196,10 @@ class WorkerPool:
             max_replacements=self.cfg.max_replacements,
             max_workers=self.max_workers,
             concurrency_per_worker=self.cfg.concurrency_per_worker,
-            fresh_loads=[load for load, at in self.worker_load.values() if now - at < 3 * self.cfg.heartbeat_interval],
+            fresh_loads=loads,
             cooled=now - self.last_scale_up >= 2 * self.cfg.heartbeat_interval,
+            model_bound=bound,
+            budget_workers=self.budget.workers_needed() if self.budget.covers_all else None,
         )
         if decision.action == "give_up":
             return self.bootstrap_failure()
@@ -180,6 +214,12 @@ class WorkerPool:
             self.last_scale_up = now
             self.launch(decision.count, why="scale_up")
         return None
+
+    def _at_limit(self, limit: str, now: float) -> None:
+        """The limit the fleet is at now, and the seconds spent at each (for the report)."""
+        if self.limit_since is not None and self.limit:
+            self.limit_seconds[self.limit] = self.limit_seconds.get(self.limit, 0.0) + now - self.limit_since
+        self.limit, self.limit_since = limit, now
 
     # -- why workers die ---------------------------------------------------------------
     def deterministic_boot_failure(self, ended: list[str]) -> str | None:

@@ -93,6 +93,7 @@ def _check_fleet(run: FleetRun) -> tuple[list[str], str | None]:
     if gone:
         return run.pool.launched, f"{gone}: the fleet cannot progress; fleet terminated"
     live, ended = run.pool.look()
+    run.pool.publish_budget(live)
     if ended and run.state.remaining:
         why = run.pool.deterministic_boot_failure(ended)
         if why:
