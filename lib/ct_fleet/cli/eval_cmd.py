@@ -361,6 +361,11 @@ def _ask_leave_running(live: LiveProgress) -> bool:
     return answer.strip().lower() == "leave"
 
 
+def limits_text(limits: dict[str, float], elapsed: float) -> str:
+    """`model API 80%, CPU 10%` of the run's time."""
+    return ", ".join(f"{k} {v / max(elapsed, 1e-9):.0%}" for k, v in sorted(limits.items(), key=lambda kv: -kv[1]))
+
+
 def _report(result: RunResult, console: Console) -> None:
     console.print(
         f"fleet {result.fleet_id}: {result.jobs} jobs ({result.resumed} already done"
@@ -376,6 +381,13 @@ def _report(result: RunResult, console: Console) -> None:
     )
     if result.fewer_workers:
         console.print(f"fewer workers than wanted: {result.fewer_workers}", highlight=False)
+    if result.instance_seconds:
+        console.print(
+            f"instance-hours {result.instance_seconds / 3600:.3f} for sample-hours {result.sample_seconds / 3600:.3f} "
+            f"({result.instance_seconds / max(result.sample_seconds, 1e-9):.2f}x)"
+            + (f"; held by {limits_text(result.limits, result.elapsed)}" if result.limits else ""),
+            highlight=False,
+        )
     if result.tokens:
         unpriced = f" (no price for {', '.join(result.unpriced_models)})" if result.unpriced_models else ""
         console.print(

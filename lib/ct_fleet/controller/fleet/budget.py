@@ -104,7 +104,7 @@ class FleetBudget:
     def of_options(cls, options: Mapping[str, Any], models: Sequence[str], slots: int) -> "FleetBudget":
         """--max-connections / --adaptive-connections: each model's requests across the fleet."""
         wanted = connection_budget(options)
-        return cls({m: wanted for m in models} if wanted else {}, slots, first_version=int(time.time()))
+        return cls(dict.fromkeys(models, wanted) if wanted else {}, slots, first_version=int(time.time()))
 
     def publish(self, s3: S3Client, bucket: str, fleet_id: str, live: Sequence[str], record: Path) -> None:
         """The division among the live workers, written when it changed (and recorded, one

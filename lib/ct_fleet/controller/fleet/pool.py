@@ -11,6 +11,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ...cloud import Cloud
 from ...protocol import START_CONCURRENCY, DoneMessage, run_layout
@@ -65,21 +66,16 @@ class WorkerPool:
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
         self.leaving: set[str] = set()  # workers that said they go (spot notice, rebalance)
         self.slots = self.cfg.concurrency_per_worker or START_CONCURRENCY
-        # --max-connections / --adaptive-connections: each model's requests across the fleet
-        models = list(dict.fromkeys(t.model or spec.model for t in spec.tasks)) or [spec.model]
-        self.budget = FleetBudget.of_options(spec.inspect_options, models, self.slots)
-        self.limit = ""  # what holds the fleet back now (scaling.limit_of)
-        self.limit_since: float | None = None
-        self.limit_seconds: dict[str, float] = {}
+        models = [t.model or spec.model for t in spec.tasks] or [spec.model]
+        self.budget = FleetBudget.of_options(spec.inspect_options, models, self.slots)  # --max-connections
+        self.limits = scaling.LimitClock()  # what holds the fleet back, and how long it did
 
     # -- launch ------------------------------------------------------------------------
     def adopt(self, instance_ids: list[str]) -> None:
         self.launched = list(instance_ids)
 
     def launch_first(self, pending: int) -> list[str]:
-        # The budget document exists before any worker starts: a worker reads at its start
-        # whether the fleet has one (then it waits for its share).
-        self.publish_budget([])
+        self.publish_budget([])  # before a worker starts: it reads then whether the fleet has one
         count = first_launch_count(
             pending, max_workers=self.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
         )
@@ -176,16 +172,8 @@ class WorkerPool:
             self.launch(self.short, why="shortfall")
         loads = [load for load, at in self.worker_load.values() if now - at < 3 * self.cfg.heartbeat_interval]
         bound = self.budget.saturated() or self.budget.pressure()
-        self._at_limit(
-            scaling.limit_of(
-                waiting=waiting,
-                live=len(live),
-                max_workers=self.max_workers,
-                clamped=self.capacity.clamped is not None,
-                launch_limited=self.limited,
-                model_bound=bound,
-                fresh_loads=loads,
-            ),
+        self.limits.at(
+            scaling.limit_of(waiting, len(live), self.max_workers, self.capacity.clamped, self.limited, bound, loads),
             now,
         )
         decision = scaling.decide(
@@ -214,12 +202,6 @@ class WorkerPool:
             self.last_scale_up = now
             self.launch(decision.count, why="scale_up")
         return None
-
-    def _at_limit(self, limit: str, now: float) -> None:
-        """The limit the fleet is at now, and the seconds spent at each (for the report)."""
-        if self.limit_since is not None and self.limit:
-            self.limit_seconds[self.limit] = self.limit_seconds.get(self.limit, 0.0) + now - self.limit_since
-        self.limit, self.limit_since = limit, now
 
     # -- why workers die ---------------------------------------------------------------
     def deterministic_boot_failure(self, ended: list[str]) -> str | None:
@@ -311,3 +293,16 @@ def _record_launches(run_dir: Path, got: list[Launched], why: str, slots: int, p
             instance_type=g.pool.instance_type,
             market=g.market,
         )
+
+
+def result_fields(pool: WorkerPool, job_seconds: Sequence[float]) -> dict[str, Any]:
+    """For the run's result: why it had fewer workers, the limits it was at, and its
+    instance time against its samples' (the tail's waste shows in the difference)."""
+    pool.limits.at(pool.limits.now, time.monotonic())
+    now = time.time()
+    return {
+        "fewer_workers": pool.fewer_why(),
+        "limits": {k: round(v, 1) for k, v in pool.limits.seconds.items()},
+        "instance_seconds": sum(pool.end_times.get(i, now) - at for i, at in pool.launch_times.items()),
+        "sample_seconds": float(sum(job_seconds)),
+    }

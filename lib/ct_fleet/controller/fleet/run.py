@@ -26,7 +26,7 @@ from .collector import ResultCollector
 from .interrupts import FleetInterrupted, Terminated
 from .lease import S3Lease
 from .live_merge import LiveMerge
-from .pool import WorkerPool
+from .pool import WorkerPool, result_fields
 from .tracker import JobTracker
 
 if TYPE_CHECKING:
@@ -269,7 +269,7 @@ class FleetRun:
             resumed=resumed,
             retried_errors=self.results.retried_errors,
             workers_launched=len(self.pool.launched),
-            fewer_workers=self.pool.fewer_why(),
+            **result_fields(self.pool, self.state.job_seconds),
             elapsed=time.monotonic() - start,
             stopped_reason=why,
             dead_report=dead_jobs(

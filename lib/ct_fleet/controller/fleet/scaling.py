@@ -12,7 +12,7 @@ limit_of names the limit the fleet is at while work waits, for the live line and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from ..planning import first_launch_count
@@ -63,11 +63,10 @@ def decide(
 
 
 def limit_of(
-    *,
     waiting: int,
     live: int,
     max_workers: int | None,
-    clamped: bool,
+    clamped: str | None,
     launch_limited: str | None,
     model_bound: bool,
     fresh_loads: Sequence[float],
@@ -86,3 +85,17 @@ def limit_of(
     if fresh_loads and sum(fresh_loads) / len(fresh_loads) >= SCALE_UP_LOAD:
         return "CPU"
     return ""
+
+
+@dataclass
+class LimitClock:
+    """The limit the fleet is at now, and the seconds it spent at each (for the report)."""
+
+    now: str = ""
+    since: float | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def at(self, limit: str, when: float) -> None:
+        if self.since is not None and self.now:
+            self.seconds[self.now] = self.seconds.get(self.now, 0.0) + when - self.since
+        self.now, self.since = limit, when

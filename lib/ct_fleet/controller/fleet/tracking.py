@@ -124,5 +124,6 @@ def _report(run: FleetRun, start: float, live: list[str]) -> None:
             model_cost=run.results.usage.cost,
             wanted=len(live) + run.pool.short,
             fewer_why=run.pool.limited or "",
+            limit=run.pool.limits.now,
         )
     )
