@@ -9,6 +9,7 @@ from .credentials import launched_by, read_dotenv, secret_values, worker_secrets
 from .docker_needs import DockerNeeds
 from .estimate import Estimate, first_launch_count, record_durations
 from .eval_args import fleet_fields, from_eval_args
+from .history import longest_first
 from .jobs import FleetTask, Job, TaskSpec
 from .models import needs as model_needs
 from .overlay import installed_site
@@ -34,6 +35,7 @@ __all__ = [
     "from_eval_args",
     "record_durations",
     "installed_site",
+    "longest_first",
     "launched_by",
     "model_needs",
     "plan_fleet",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...protocol import START_CONCURRENCY, run_layout
+from .history import record_sample_seconds
 
 BOOT_SECONDS = {True: 65, False: 240}  # baked AMI vs stock Ubuntu with a full install
 FIRST_LAUNCH_CAP = 24
@@ -30,6 +31,7 @@ def first_launch_count(pending: int, *, max_workers: int | None, concurrency_per
 def record_durations(run_dir: Path, group: tuple[str, str], seconds: Sequence[float]) -> None:
     """Seconds per job of this run, for the estimates of later fleets of the same tasks and
     policy (or model): `group` is FleetSpec.duration_group."""
+    record_sample_seconds(run_dir)
     if seconds:
         setting, policy = group
         data = {"setting": setting, "policy": policy, "seconds": list(seconds)}

@@ -1,0 +1,73 @@
+"""The longest first, without a fleet: expected durations from earlier runs' records (the
+same task identity, any model), a rerun's own first attempt first, the median for samples
+with no history, the plan's order with none at all."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ct_fleet.controller.planning import FleetSpec, FleetTask
+from ct_fleet.controller.planning.history import ORDER, longest_first, record_sample_seconds
+from ct_fleet.controller.planning.jobs import make_jobs
+from ct_fleet.protocol import Ec2Config, run_layout
+
+
+def task(model: str) -> FleetTask:
+    return FleetTask(
+        name="t", task_spec="t.py@t", task_root="code", task_args={"n": 5}, sample_ids=[1, 2, 3, 4, 5], model=model
+    )
+
+
+def fleet(runs: Path, name: str, model: str, seconds: dict[int, float], *, record: bool = True):
+    """A run directory holding a manifest and finished attempts of the given durations."""
+    t = task(model)
+    jobs = make_jobs([t], 1, code_sha="abc", model_args={})
+    spec = FleetSpec(fleet_id=name, tasks=[t], jobs=jobs, model=model, epochs=1, code_sha="abc", config=Ec2Config())
+    run_dir = runs / name
+    run_dir.mkdir(parents=True)
+    (run_dir / run_layout.MANIFEST).write_text(spec.manifest().to_json())
+    with open(run_dir / run_layout.ATTEMPTS, "w") as fh:
+        for job in jobs:
+            if job.sample_id in seconds:
+                row = {"task": t.key, "sample_id": job.sample_id, "outcome": "success"}
+                fh.write(json.dumps({**row, "started_at": 100.0, "finished_at": 100.0 + seconds[job.sample_id]}) + "\n")
+    if record:
+        record_sample_seconds(run_dir)
+    return t, jobs, run_dir
+
+
+def order(jobs) -> list[int]:
+    return [j.sample_id for j in jobs]
+
+
+def test_no_history_keeps_the_plan_order(tmp_path: Path):
+    t, jobs, run_dir = fleet(tmp_path, "new", "m/a", {})
+    assert order(longest_first(run_dir, [t], jobs)) == [1, 2, 3, 4, 5]
+    assert not (run_dir / ORDER).exists()
+
+
+def test_an_earlier_run_of_the_same_task_with_another_model_orders_the_queue(tmp_path: Path):
+    fleet(tmp_path, "old", "m/b", {1: 1.0, 2: 30.0, 3: 2.0, 4: 10.0})  # no history of sample 5
+    t, jobs, run_dir = fleet(tmp_path, "new", "m/a", {})
+    # 5 goes by the median of the others (6.0): between 4 (10 s) and 3 (2 s)
+    assert order(longest_first(run_dir, [t], jobs)) == [2, 4, 5, 3, 1]
+    predicted = json.loads((run_dir / ORDER).read_text())
+    assert [row[1:] for row in predicted] == [[30.0, True], [10.0, True], [6.0, False], [2.0, True], [1.0, True]]
+
+
+def test_a_rerun_uses_its_own_first_attempt_over_other_runs(tmp_path: Path):
+    fleet(tmp_path, "old", "m/a", {1: 50.0, 2: 1.0})
+    # the interrupted first attempt of this fleet wrote no sample-seconds.json: its attempts count
+    t, jobs, run_dir = fleet(tmp_path, "new", "m/a", {1: 2.0, 2: 40.0}, record=False)
+    assert order(longest_first(run_dir, [t], jobs))[:1] == [2]
+
+
+def test_another_task_identity_is_no_history(tmp_path: Path):
+    fleet(tmp_path, "old", "m/a", {1: 1.0, 5: 30.0})
+    other = FleetTask(
+        name="t", task_spec="t.py@t", task_root="code", task_args={"n": 6}, sample_ids=[1, 2, 3, 4, 5], model="m/a"
+    )
+    jobs = make_jobs([other], 1, code_sha="abc", model_args={})
+    (tmp_path / "new").mkdir()
+    assert order(longest_first(tmp_path / "new", [other], jobs)) == [1, 2, 3, 4, 5]
