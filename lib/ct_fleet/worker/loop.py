@@ -421,6 +421,15 @@ class Worker:
             log.exception("could not look for the fleet-done marker")
             return False
 
+    def _at_tail(self) -> bool:
+        """The queue's-tail marker is there (protocol/stop.py): looked for after an empty
+        receive with nothing in flight, one HeadObject per idle long poll."""
+        try:
+            return stop.is_tail(self.s3, self.s.bucket, self.s.fleet_id)
+        except Exception:
+            log.exception("could not look for the queue's-tail marker")
+            return False
+
     def _pass_on(self, msg: MessageTypeDef) -> None:
         try:
             stop.pass_on(self.sqs, self.work_url, self.s.fleet_id, msg["ReceiptHandle"])
@@ -550,6 +559,10 @@ class Worker:
                     pool.submit(self.handle, msg)
                 if messages:
                     idle_since = time.monotonic()
+                elif busy == 0 and self._at_tail():
+                    log.info("the queue's tail: nothing queued, no retry to come, nothing in flight here: exiting")
+                    self.left_because = "the queue's tail"
+                    break
         self.stopping.set()
         self.reporter.close()  # the reports of the last jobs
         if self.warm is not None:

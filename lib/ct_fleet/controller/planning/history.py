@@ -27,8 +27,8 @@ from typing import Any
 from ...protocol import Manifest, run_layout
 from .jobs import FleetTask, Job
 
-SAMPLE_SECONDS = "sample-seconds.json"  # identity -> sample id (JSON) -> seconds
-ORDER = "order.json"  # the queue's order as predicted: [[job id, seconds, from history?], ...]
+SAMPLE_SECONDS = run_layout.SAMPLE_SECONDS
+ORDER = run_layout.ORDER
 FINAL = ("success", "sample_error")
 
 
