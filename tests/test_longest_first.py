@@ -30,7 +30,7 @@ def fleet(runs: Path, name: str, model: str, seconds: dict[int, float], *, recor
     with open(run_dir / run_layout.ATTEMPTS, "w") as fh:
         for job in jobs:
             if job.sample_id in seconds:
-                row = {"task": t.key, "sample_id": job.sample_id, "outcome": "success"}
+                row = {"task": t.key, "sample_id": job.sample_id, "epoch": job.epoch, "outcome": "success"}
                 fh.write(json.dumps({**row, "started_at": 100.0, "finished_at": 100.0 + seconds[job.sample_id]}) + "\n")
     if record:
         record_sample_seconds(run_dir)
@@ -71,3 +71,23 @@ def test_another_task_identity_is_no_history(tmp_path: Path):
     jobs = make_jobs([other], 1, code_sha="abc", model_args={})
     (tmp_path / "new").mkdir()
     assert order(longest_first(tmp_path / "new", [other], jobs)) == [1, 2, 3, 4, 5]
+
+
+def test_each_epoch_goes_by_its_own_history_else_by_its_samples(tmp_path: Path):
+    old = task("m/b")
+    jobs = make_jobs([old], 2, code_sha="abc", model_args={})
+    spec = FleetSpec(fleet_id="old", tasks=[old], jobs=jobs, model="m/b", epochs=2, code_sha="abc", config=Ec2Config())
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / run_layout.MANIFEST).write_text(spec.manifest().to_json())
+    took = {(1, 1): 1.0, (1, 2): 20.0, (2, 1): 5.0}  # sample 2's epoch 2 not seen: 5.0 from epoch 1
+    with open(tmp_path / "old" / run_layout.ATTEMPTS, "w") as fh:
+        for (sample, epoch), seconds in took.items():
+            row = {"task": old.key, "sample_id": sample, "epoch": epoch, "outcome": "success"}
+            fh.write(json.dumps({**row, "started_at": 0.0, "finished_at": seconds}) + "\n")
+    record_sample_seconds(tmp_path / "old")
+    new = task("m/a")
+    (tmp_path / "new").mkdir()
+    ordered = longest_first(tmp_path / "new", [new], make_jobs([new], 2, code_sha="abc", model_args={}))
+    order = [(j.sample_id, j.epoch) for j in ordered]
+    # 20 s first, 1 s last; sample 2's epochs (5 s) tie with the median (5 s) of samples 3-5
+    assert order[0] == (1, 2) and order[-1] == (1, 1) and order[1:3] == [(2, 1), (2, 2)]

@@ -5,12 +5,13 @@ times the median start wherever they happen to be, often last, and the run waits
 with its other slots idle. Enqueued longest first, they start first and the short ones fill
 the slots around them (longest processing time first, within 4/3 of the best makespan).
 
-The expected duration of a (task, sample id) comes from earlier runs of the same task
-identity (its spec, root, arguments and setting: not its model, which may differ), each
-run's sample-seconds.json (written at its end from its attempts.jsonl), and from this
+The expected duration of a (task, sample id, epoch) comes from earlier runs of the same
+task identity (its spec, root, arguments and setting: not its model, which may differ),
+each run's sample-seconds.json (written at its end from its attempts.jsonl), and from this
 fleet's own attempts.jsonl first: a rerun of a partly done fleet uses its own first
-attempt's durations. A sample with no history goes by the median of those that have one;
-with no history at all, the plan's order is kept. What was predicted is kept in
+attempt's durations. An epoch not seen goes by its sample's other epochs; a sample with no
+history by the median of those that have one; with no history at all, the plan's order
+is kept. What was predicted is kept in
 order.json, which the run report sets against what each job took.
 """
 
@@ -27,7 +28,7 @@ from typing import Any
 from ...protocol import Manifest, run_layout
 from .jobs import FleetTask, Job
 
-SAMPLE_SECONDS = run_layout.SAMPLE_SECONDS
+SAMPLE_SECONDS = run_layout.SAMPLE_SECONDS  # identity -> "sample id (JSON)#epoch" -> seconds
 ORDER = run_layout.ORDER
 FINAL = ("success", "sample_error")
 
@@ -43,6 +44,10 @@ def _identity_of(task: Any) -> str:
 
 def _sample_key(sample_id: object) -> str:
     return json.dumps(sample_id)
+
+
+def _job_key(sample_id: object, epoch: object) -> str:
+    return f"{_sample_key(sample_id)}#{epoch}"
 
 
 def _read_lines(path: Path) -> Iterable[dict[str, Any]]:
@@ -71,7 +76,7 @@ def seconds_of_run(run_dir: Path) -> dict[str, dict[str, float]]:
         started, finished = row.get("started_at"), row.get("finished_at")
         who = identities.get(str(row.get("task")))
         if row.get("outcome") in FINAL and who and isinstance(started, float) and isinstance(finished, float):
-            seen[who][_sample_key(row.get("sample_id"))].append(finished - started)
+            seen[who][_job_key(row.get("sample_id"), row.get("epoch"))].append(finished - started)
     return {who: {s: statistics.median(v) for s, v in samples.items()} for who, samples in seen.items()}
 
 
@@ -83,8 +88,8 @@ def record_sample_seconds(run_dir: Path) -> None:
 
 
 def expected_seconds(run_dir: Path, tasks: Sequence[FleetTask]) -> dict[tuple[str, str], float]:
-    """(task key, sample key) -> expected seconds: this fleet's own records first, then the
-    mean over the other runs beside it."""
+    """(task key, "sample#epoch") -> expected seconds: this fleet's own records first, then
+    the mean over the other runs beside it."""
     wanted = {_identity_of(t): t.key for t in tasks}
     others: dict[tuple[str, str], list[float]] = defaultdict(list)
     for path in run_dir.parent.glob(f"*/{SAMPLE_SECONDS}"):
@@ -110,7 +115,15 @@ def longest_first(run_dir: Path, tasks: Sequence[FleetTask], jobs: list[Job]) ->
     """`jobs` longest expected first (the rest by the median), the prediction kept in
     order.json; in plan order when no job has a history."""
     expected = expected_seconds(run_dir, tasks)
-    known = {j.job_id: expected[k] for j in jobs if (k := (j.task, _sample_key(j.sample_id))) in expected}
+    by_sample: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for (task, key), seconds in expected.items():
+        by_sample[(task, key.rpartition("#")[0])].append(seconds)
+    known = {}
+    for j in jobs:
+        exact = expected.get((j.task, _job_key(j.sample_id, j.epoch)))
+        other_epochs = by_sample.get((j.task, _sample_key(j.sample_id)))
+        if exact is not None or other_epochs:
+            known[j.job_id] = exact if exact is not None else statistics.fmean(other_epochs or [0.0])
     if not known:
         (run_dir / ORDER).unlink(missing_ok=True)
         return jobs
