@@ -11,8 +11,8 @@ first run's durations order longest first (controller/planning/history.py).
     makespan = last job finished - first work message sent
     ideal    = max(total work / slots, longest job)
     target   : makespan / ideal <= 1.10 with history
-    also     : instance-hours over sample-hours of that run (workers.jsonl's launched and
-               ended against the jobs' received -> finished)
+    also     : slot-hours over sample-hours of each run (workers.jsonl's launched -> ended
+               times the slots, against the jobs' received -> finished)
 
     .venv/bin/python bench/longest_first.py            # 160 jobs, median 4 s, 2 workers x 4 slots
     .venv/bin/python bench/longest_first.py --quick    # 80 jobs, median 2 s
@@ -109,13 +109,13 @@ def main() -> int:
             )
         )
     table = Table(title=f"longest first: {jobs} jobs, lognormal around {median} s, 1 in 20 at {10 * median} s")
-    for col in ("run", "ideal s", "makespan s", "ratio", "last long job starts at", "instance-h / sample-h", "busy %"):
+    for col in ("run", "ideal s", "makespan s", "ratio", "last long job starts at", "slot-h / sample-h", "busy %"):
         table.add_column(col, justify="right")
     ratios = []
     for tag, s in zip(("plan order (no history)", "longest first (history)"), runs, strict=True):
         assert s.fleet_dir is not None
         sample = s.busy_share * s.makespan * args.workers * args.slots
-        ratios.append(instance_seconds(s.fleet_dir) / sample)
+        ratios.append(instance_seconds(s.fleet_dir) * args.slots / sample)
         table.add_row(
             tag,
             f"{s.ideal:.1f}",
@@ -138,7 +138,7 @@ def main() -> int:
     print(
         f"longest_first: {jobs} jobs, {args.workers}x{args.slots} slots; makespan/ideal plan order "
         f"{runs[0].ratio:.3f}, with history {with_history.ratio:.3f} (target <= {TARGET}: "
-        f"{'MET' if met else 'MISSED'}); instance-h/sample-h {ratios[0]:.2f} -> {ratios[1]:.2f}"
+        f"{'MET' if met else 'MISSED'}); slot-h/sample-h {ratios[0]:.2f} -> {ratios[1]:.2f}"
     )
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)

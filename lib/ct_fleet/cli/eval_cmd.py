@@ -383,8 +383,9 @@ def _report(result: RunResult, console: Console) -> None:
         console.print(f"fewer workers than wanted: {result.fewer_workers}", highlight=False)
     if result.instance_seconds:
         console.print(
-            f"instance-hours {result.instance_seconds / 3600:.3f} for sample-hours {result.sample_seconds / 3600:.3f} "
-            f"({result.instance_seconds / max(result.sample_seconds, 1e-9):.2f}x)"
+            f"instance-hours {result.instance_seconds / 3600:.3f} ({result.slot_seconds / 3600:.3f} slot-hours) "
+            f"for sample-hours {result.sample_seconds / 3600:.3f}: slots busy "
+            f"{result.sample_seconds / max(result.slot_seconds, 1e-9):.0%}"
             + (f"; held by {limits_text(result.limits, result.elapsed)}" if result.limits else ""),
             highlight=False,
         )

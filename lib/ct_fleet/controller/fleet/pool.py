@@ -300,9 +300,11 @@ def result_fields(pool: WorkerPool, job_seconds: Sequence[float]) -> dict[str, A
     instance time against its samples' (the tail's waste shows in the difference)."""
     pool.limits.at(pool.limits.now, time.monotonic())
     now = time.time()
+    lives = sum(pool.end_times.get(i, now) - at for i, at in pool.launch_times.items())
     return {
         "fewer_workers": pool.fewer_why(),
         "limits": {k: round(v, 1) for k, v in pool.limits.seconds.items()},
-        "instance_seconds": sum(pool.end_times.get(i, now) - at for i, at in pool.launch_times.items()),
+        "instance_seconds": lives,
+        "slot_seconds": lives * pool.slots,
         "sample_seconds": float(sum(job_seconds)),
     }
