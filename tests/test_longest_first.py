@@ -91,3 +91,31 @@ def test_each_epoch_goes_by_its_own_history_else_by_its_samples(tmp_path: Path):
     order = [(j.sample_id, j.epoch) for j in ordered]
     # 20 s first, 1 s last; sample 2's epochs (5 s) tie with the median (5 s) of samples 3-5
     assert order[0] == (1, 2) and order[-1] == (1, 1) and order[1:3] == [(2, 1), (2, 2)]
+
+
+def test_the_report_sets_the_prediction_against_what_ran(tmp_path: Path):
+    from ct_fleet.controller.reporting.run_report import Bar, predicted_order
+
+    (tmp_path / run_layout.ORDER).write_text(json.dumps([["a", 30.0, True], ["b", 6.0, False], ["c", 2.0, True]]))
+
+    def bar(job_id: str, start: float, end: float, outcome: str = "success") -> Bar:
+        return Bar(
+            job_id=job_id,
+            task="t",
+            sample_id=job_id,
+            epoch=1,
+            instance_id="i",
+            lane=0,
+            start=start,
+            end=end,
+            outcome=outcome,
+            attempt=1,
+        )
+
+    bars = [bar("b", 0.0, 1.0, "retry"), bar("a", 0.5, 28.0), bar("c", 0.1, 3.0), bar("b", 2.0, 9.0)]
+    rows = predicted_order(tmp_path, bars)
+    assert [(r.job_id, r.queue_rank, r.start_rank, r.predicted, r.actual) for r in rows] == [
+        ("a", 0, 1, 30.0, 27.5),
+        ("b", 1, 2, 6.0, 7.0),
+        ("c", 2, 0, 2.0, 2.9),
+    ]

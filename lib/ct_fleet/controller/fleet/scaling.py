@@ -56,7 +56,8 @@ def decide(
         if replacements >= max_replacements:
             return Decision("give_up") if not live else Decision("none")
         return Decision("replace", min(wanted - live, max_replacements - replacements))
-    if live < (max_workers or 0) and waiting and cooled and fresh_loads and not model_bound:
+    most = min(max_workers or 0, budget_workers or max_workers or 0)
+    if live < most and waiting and cooled and fresh_loads and not model_bound:
         if sum(fresh_loads) / len(fresh_loads) >= SCALE_UP_LOAD:
             return Decision("scale_up", 1)
     return Decision("none")
