@@ -11,10 +11,10 @@ from ct_fleet.protocol.budget import BUDGET_REPORT, RATE_LIMITED, Budget
 M = "openai/m"
 
 
-def word(instance: str, *, v: int | None = None, held: int = 0, limited: int = 0) -> DoneMessage:
+def word(instance: str, *, v: int | None = None, held: int = 0, limited: int = 0, waiting: int = 0) -> DoneMessage:
     extra: dict[str, object] = {}
     if v is not None:
-        extra[BUDGET_REPORT] = {"v": v, "held": {M: held}}
+        extra[BUDGET_REPORT] = {"v": v, "held": {M: held}, "waiting": {M: waiting}}
     if limited:
         extra[RATE_LIMITED] = limited
     return DoneMessage(
@@ -60,7 +60,9 @@ def test_fleet_budget_never_grants_past_the_total_while_workers_join():
     budget.on_word(word("a", v=doc.v, held=4))
     doc = budget.update(["a", "b"])
     assert doc is not None and (doc.share(M, "a"), doc.share(M, "b")) == (4, 4)
-    assert budget.saturated()
+    assert not budget.saturated(["a", "b"])  # all granted, but no request waits for a token
+    budget.on_word(word("b", v=doc.v, held=4, waiting=3))
+    assert budget.saturated(["a", "b"]) and budget.workers_needed() == 2
     doc = budget.update(["b"])  # a died
     assert doc is not None and doc.share(M, "b") == 8 and doc.share(M, "a") == 0
 

@@ -1,19 +1,22 @@
-"""A worker on moto, without a fleet: it never runs more jobs of a budgeted model than its
-share (protocol/budget.py), takes a grown share within a poll, tells the controller what it
-holds, and leaves at the queue's tail (protocol/stop.py) without waiting out idle_timeout."""
+"""A worker on moto, without a fleet: its jobs never have more requests to a budgeted model
+in flight than its share (protocol/budget.py, worker/budget.py's token socket), it takes a
+grown share within a poll, tells the controller what it holds, and leaves at the queue's
+tail (protocol/stop.py) without waiting out idle_timeout."""
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from ct_fleet.protocol import WorkMessage, decode_reports
+from ct_fleet.protocol import decode_reports
 from ct_fleet.protocol.budget import BUDGET_REPORT, Budget, ModelBudget
 from ct_fleet.services import budget as budget_store
 from ct_fleet.services import queues, session, stop, store
+from ct_fleet.worker.budget import SOCKET
 from ct_fleet.worker.loop import Worker, WorkerSettings
 from fleet_helpers import wait_for
 
@@ -39,36 +42,6 @@ def settings(fleet_id: str, tmp: Path) -> WorkerSettings:
     )
 
 
-def job(fleet_id: str, n: int, stamps: Path, model: str = MODEL) -> WorkMessage:
-    # Writes no log: each attempt ends as a retry, which is enough here.
-    return WorkMessage(
-        fleet_id=fleet_id,
-        job_id=f"j{n}",
-        sample_id=n,
-        epoch=1,
-        task_spec="",
-        task_args={},
-        model=model,
-        code_sha="",
-        result_key=f"{fleet_id}/j{n}.eval",
-        time_limit=0,
-        kind="command",
-        command=f"echo start $EPOCHREALTIME >> {stamps}; sleep 1.5; echo end $EPOCHREALTIME >> {stamps}",
-    )
-
-
-def most_at_once(stamps: Path) -> int:
-    events = sorted(
-        (float(t), +1 if kind == "start" else -1)
-        for kind, t in (line.split() for line in stamps.read_text().splitlines())
-    )
-    now = peak = 0
-    for _, step in events:
-        now += step
-        peak = max(peak, now)
-    return peak
-
-
 def reports(sqs, url: str) -> list:
     found = []
     for m in queues.receive(sqs, url, max_messages=10, wait=1):
@@ -76,33 +49,57 @@ def reports(sqs, url: str) -> list:
     return found
 
 
-def test_a_worker_runs_at_most_its_share_and_takes_a_grown_one(aws_env: dict[str, str], tmp_path: Path) -> None:
+class Job:
+    """A job process's side of the token socket (worker/job_hook.py speaks it the same way)."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.conn.connect(os.readlink(work_dir / SOCKET))
+        self.stream = self.conn.makefile("rwb", buffering=0)
+
+    def say(self, line: str) -> None:
+        self.stream.write(f"{line}\n".encode())
+        assert self.stream.readline() == b"ok\n"
+
+    def close(self) -> None:
+        self.stream.close()
+        self.conn.close()
+
+
+def test_a_worker_holds_its_jobs_requests_to_its_share(aws_env: dict[str, str], tmp_path: Path) -> None:
     session.reset()
     fleet_id = "budget1"
     sqs, s3 = session.client("sqs"), session.client("s3")
     store.ensure_bucket(s3, BUCKET, create=True)
     q = queues.ensure_queues(sqs, fleet_id, visibility_timeout=60, max_receive_count=2)
-    doc = Budget(v=1, models={MODEL: ModelBudget(total=3, shares={"i-1": 1, "i-2": 2})})
-    budget_store.put(s3, BUCKET, fleet_id, doc)
-    stamps = tmp_path / "stamps"
-    queues.send_batch(sqs, q.work, [job(fleet_id, n, stamps).to_json() for n in range(3)])
+    budget_store.put(s3, BUCKET, fleet_id, Budget(v=1, models={MODEL: ModelBudget(total=3, shares={"i-1": 1})}))
     worker = Worker(settings(fleet_id, tmp_path))
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
-    wait_for(lambda: stamps.exists() and stamps.read_text().count("end") >= 3, timeout=60, every=0.2)
-    assert most_at_once(stamps) == 1  # 4 slots, a share of 1: one job at a time
-    # the other worker died: its share is this one's now
+    wait_for(lambda: (tmp_path / "w" / SOCKET).is_symlink(), timeout=30, every=0.1)
+    jobs = [Job(tmp_path / "w") for _ in range(3)]
+    jobs[0].say(f"acquire {MODEL}")
+    jobs[2].say("acquire other/model")  # no budget: at once
+    second = threading.Thread(target=jobs[1].say, args=(f"acquire {MODEL}",), daemon=True)
+    second.start()
+    second.join(timeout=3)
+    assert second.is_alive(), "a second request got a token past a share of 1"
+    assert worker.budget is not None and worker.budget.report()["waiting"] == {MODEL: 1}
+    jobs[0].close()  # a job process that ends gives its token back
+    second.join(timeout=10)
+    assert not second.is_alive()
+    # the other worker died: its share is this one's now, and a third request goes at once
     budget_store.put(s3, BUCKET, fleet_id, Budget(v=2, models={MODEL: ModelBudget(total=3, shares={"i-1": 3})}))
     wait_for(lambda: worker.budget is not None and worker.budget.share(MODEL) == 3, timeout=30, every=0.2)
-    stamps.unlink()
-    queues.send_batch(sqs, q.work, [job(fleet_id, n, stamps).to_json() for n in range(3, 6)])
-    wait_for(lambda: stamps.exists() and stamps.read_text().count("end") >= 3, timeout=60, every=0.2)
-    assert most_at_once(stamps) == 3
-    # it said what it read and holds (a heartbeat on the new document)
-    said = [r.extra[BUDGET_REPORT] for r in reports(sqs, q.done) if r.type == "heartbeat"]
-    assert {"v": 2, "held": {MODEL: 0}} in said or any(s["v"] == 2 for s in said), said
-    worker.end_of_run("test")
-    thread.join(timeout=30)
+    jobs[2].say(f"acquire {MODEL}")
+    assert worker.budget.report()["held"] == {MODEL: 2}
+    jobs[1].say(f"release {MODEL}")
+    assert worker.budget.report()["held"] == {MODEL: 1}
+    # it told the controller what it read and holds (a heartbeat on each new document)
+    said = [r.extra[BUDGET_REPORT]["v"] for r in reports(sqs, q.done) if r.type == "heartbeat"]
+    assert 2 in said, said
+    worker.end_of_run("test")  # the token server closes at once (the job loop, within a receive)
+    wait_for(lambda: not (tmp_path / "w" / SOCKET).is_symlink(), timeout=30, every=0.1)
 
 
 def test_an_idle_worker_leaves_at_the_queues_tail(aws_env: dict[str, str], tmp_path: Path) -> None:

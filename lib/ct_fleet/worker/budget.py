@@ -1,18 +1,25 @@
 """The worker's side of the fleet's model budget (protocol/budget.py): its share of each
-model, read from S3, and the jobs of each model it runs at once, never over the share.
+model, read from S3, and the requests to each model its jobs have in flight, never over
+the share, across all its job processes.
 
-A job of a budgeted model takes a token (acquire) before its process starts and gives it
-back when the process ends; each such job runs with Inspect's max_connections 1, so the
-worker's requests to the model in flight are at most its jobs of it. A job whose model has
-no free token waits, hidden on the queue, until one frees or the share grows.
+Every job process runs Inspect with max_connections 1 (one request at a time) and asks
+this worker for a token before each request (Inspect's own hooks, job_hook.py): the
+worker serves tokens on a Unix socket in its work directory (TokenServer, SOCKET), one
+connection per job. A request whose model has no free token waits until one frees or the
+share grows; a job gives its token back when the request ends (usage or a retry), when
+its sample ends, or when its process does (the connection closes).
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
+import socket
+import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.budget import BUDGET_POLL, Budget
@@ -23,12 +30,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ct_fleet.worker")
 
+SOCKET = "budget.sock"  # in the worker's work directory, beside its jobs' outputs
+
 
 class WorkerBudget:
     def __init__(self, doc: Budget, instance_id: str) -> None:
         self.doc = doc
         self.instance_id = instance_id
-        self.held: Counter[str] = Counter()
+        self.held: Counter[str] = Counter()  # requests in flight per model
+        self.waiting: Counter[str] = Counter()  # requests waiting for a token per model
         self.changed = threading.Condition()
 
     @classmethod
@@ -45,10 +55,10 @@ class WorkerBudget:
     def share(self, model: str) -> int:
         return self.doc.share(model, self.instance_id) or 0
 
-    def room(self) -> int:
-        """Jobs this worker may start now across its budgeted models."""
+    def any_share(self) -> bool:
+        """A share of some model: a worker with none takes no jobs (they would only wait)."""
         with self.changed:
-            return sum(max(0, self.share(m) - self.held[m]) for m in self.doc.models)
+            return any(self.share(m) for m in self.doc.models)
 
     def set(self, doc: Budget) -> bool:
         """A document read from S3; True when it is a new one."""
@@ -60,24 +70,36 @@ class WorkerBudget:
             return True
 
     def acquire(self, model: str, cancel: threading.Event) -> bool:
-        """A token for a job of `model`; False when `cancel` is set first."""
+        """A token for a request to `model` (at once for a model with no budget); False
+        when `cancel` is set first."""
         with self.changed:
-            while self.held[model] >= self.share(model):
-                if cancel.is_set():
-                    return False
-                self.changed.wait(1.0)
+            if not self.applies(model):
+                return True
+            self.waiting[model] += 1
+            try:
+                while self.held[model] >= self.share(model):
+                    if cancel.is_set():
+                        return False
+                    self.changed.wait(1.0)
+            finally:
+                self.waiting[model] -= 1
             self.held[model] += 1
             return True
 
     def release(self, model: str) -> None:
         with self.changed:
-            self.held[model] -= 1
-            self.changed.notify_all()
+            if self.applies(model):
+                self.held[model] -= 1
+                self.changed.notify_all()
 
     def report(self) -> dict[str, Any]:
         """For the heartbeat: the version read and the jobs held per model."""
         with self.changed:
-            return {"v": self.doc.v, "held": {m: self.held[m] for m in self.doc.models}}
+            return {
+                "v": self.doc.v,
+                "held": {m: self.held[m] for m in self.doc.models},
+                "waiting": {m: self.waiting[m] for m in self.doc.models},
+            }
 
     def over(self) -> bool:
         """Holding more than a share (jobs started before a cut)."""
@@ -109,3 +131,61 @@ def follow(
                 last_said, was_over = now, over
             except Exception:
                 log.exception("could not report the budget held")
+
+
+class TokenServer:
+    """The budget's tokens for this worker's job processes, on a Unix socket: a job sends
+    `acquire MODEL` (answered `ok` once it holds a token) and `release MODEL` (answered
+    `ok`), one line each; what a connection holds when it closes is given back."""
+
+    def __init__(self, budget: WorkerBudget, work_dir: Path, stopping: threading.Event) -> None:
+        self.budget = budget
+        self.stopping = stopping
+        # A socket's path is limited to ~100 bytes and a work directory's may be longer:
+        # the socket is in a short private directory, linked from the work directory.
+        self.dir = Path(tempfile.mkdtemp(prefix="ct-budget-"))
+        self.path = self.dir / "s"
+        self.link = work_dir / SOCKET
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(self.path))
+        self.sock.listen(64)
+        self.link.unlink(missing_ok=True)
+        self.link.symlink_to(self.path)
+        self.sock.settimeout(1.0)
+
+    def serve(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._job, args=(conn,), daemon=True).start()
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+        self.link.unlink(missing_ok=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _job(self, conn: socket.socket) -> None:
+        held: Counter[str] = Counter()
+        try:
+            with conn, conn.makefile("rwb", buffering=0) as stream:
+                for raw in stream:
+                    verb, _, model = raw.decode(errors="replace").strip().partition(" ")
+                    if verb == "acquire":
+                        if not self.budget.acquire(model, self.stopping):
+                            return
+                        held[model] += 1
+                    elif verb == "release" and held[model] > 0:
+                        self.budget.release(model)
+                        held[model] -= 1
+                    stream.write(b"ok\n")
+        except OSError:
+            pass
+        finally:
+            for model, n in held.items():
+                for _ in range(n):
+                    self.budget.release(model)

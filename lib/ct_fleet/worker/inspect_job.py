@@ -128,9 +128,9 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path |
 
     from ..evallog.relabel import relabel_epoch
     from ..inspect_options import eval_kwargs
-    from . import rate_hook
+    from . import job_hook
 
-    rate_hook.start()
+    job_hook.start(out)
     if task is None:
         import_setting(job, extra)
     log_dir = job_log_dir(out, os.getpid())
@@ -160,7 +160,7 @@ def run_inspect_job(job: WorkMessage, out: Path, task: Any = None, extra: Path |
         relabel_epoch(path, job.epoch)
         shutil.move(str(path), out)
     finally:
-        rate_hook.write(out)
+        job_hook.finish(out)
         shutil.rmtree(log_dir, ignore_errors=True)
 
 

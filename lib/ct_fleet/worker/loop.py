@@ -44,7 +44,7 @@ from ..sandbox import cleanup, digests
 from ..services import budget as budget_store
 from ..services import queues, session, stop, store
 from . import failures, pressure
-from .budget import WorkerBudget, follow
+from .budget import TokenServer, WorkerBudget, follow
 from .concurrency import Concurrency
 from .inspect_job import command_env, extra_root, finish_command_output
 from .metadata import Metadata
@@ -216,8 +216,8 @@ class Worker:
             **command_env(job, out, extra_root(self.s.environ)),
         }
         stderr_path = out.with_suffix(".stderr")
-        if self.budget is not None and self.budget.applies(job.model):
-            # The worker holds the fleet's share of this model: the job makes one request at a time.
+        if self.budget is not None:
+            # One request at a time, each with a token of this worker's share (worker/budget.py).
             job = replace(job, inspect_options=one_connection(job.inspect_options))
         proc: JobProcess
         if job.kind != "command" and self.warm is not None:
@@ -283,18 +283,6 @@ class Worker:
             return Attempt("sample_error", "task_error", error, attempt.started_at, attempt.extra)
         return attempt
 
-    def _run_budgeted(self, job: WorkMessage, out: Path) -> Attempt | None:
-        """The job, once the worker's share of its model has room (protocol/budget.py)."""
-        budget = self.budget
-        if budget is None or not budget.applies(job.model):
-            return self._run_subprocess(job, out)
-        if not budget.acquire(job.model, self.stopping):
-            return None
-        try:
-            return self._run_subprocess(job, out)
-        finally:
-            budget.release(job.model)
-
     def _masked_stderr(self, path: Path, secrets: list[str]) -> str:
         """The job's stderr with the secrets masked, in the file too: it outlives the job on disk."""
         text = path.read_text(errors="replace")
@@ -331,10 +319,7 @@ class Worker:
                 attempt = Attempt("skipped_duplicate")
             else:
                 out = self.s.work_dir / f"{job.job_id}.eval"
-                ran = self._run_budgeted(job, out)
-                if ran is None:
-                    return  # the run ended while the job waited for the model budget
-                attempt = ran
+                attempt = self._run_subprocess(job, out)
                 if self.fleet_done.is_set():
                     # Every job had a final outcome before this attempt ended: drop it.
                     log.info("job %s epoch %s: dropped at the end of the run", job.sample_id, job.epoch)
@@ -482,6 +467,8 @@ class Worker:
         if self.budget is None:
             return
         budget = self.budget
+        tokens = TokenServer(budget, self.s.work_dir, self.stopping)
+        threading.Thread(target=tokens.serve, daemon=True).start()
         threading.Thread(
             target=follow,
             args=(
@@ -525,9 +512,9 @@ class Worker:
                     self.slot_freed.clear()
                     continue
                 free = self.concurrency.current - busy
-                if self.budget is not None and free > 0 and self.budget.room() <= 0:
-                    # Slots free, but the worker's share of the model budget is in use (or
-                    # not given yet): waiting on the budget is not idle.
+                if self.budget is not None and free > 0 and not self.budget.any_share():
+                    # No share of the model budget (not given yet, or more workers than it
+                    # holds): its jobs would only wait. Waiting on the budget is not idle.
                     idle_since = time.monotonic()
                     free = 0
                 if free <= 0:
@@ -541,8 +528,7 @@ class Worker:
                     break
                 wait = 1 if busy else int(max(1, min(20, self.s.idle_timeout - idle_for)))
                 try:
-                    room = self.budget.room() if self.budget is not None else free
-                    messages = queues.receive(self.sqs, self.work_url, max_messages=min(free, room), wait=wait)
+                    messages = queues.receive(self.sqs, self.work_url, max_messages=free, wait=wait)
                 except Exception:
                     log.exception("receive failed; retrying")
                     time.sleep(2)

@@ -1,7 +1,7 @@
 """Rate-limit retries a job made, for the fleet's adaptive model budget.
 
 Inspect retries a rate-limited request itself (the sample goes on), so the worker learns
-of the pressure from Inspect's own hook (rate_hook.py), counted in the job process and
+of the pressure from Inspect's own hook (job_hook.py), counted in the job process and
 written beside the job's output (`<output>.ratelimited`, one integer) when the eval ends.
 A command job may write the same file. The worker reads it into the done report.
 """

@@ -97,7 +97,8 @@ class FleetBudget:
         self._written = False
         # Every model of the fleet has a budget: workers beyond what holds it add nothing.
         self.covers_all = bool(bounds)
-        self.held: dict[str, tuple[int, dict[str, int]]] = {}  # worker -> (version read, jobs per model)
+        self.held: dict[str, tuple[int, dict[str, int]]] = {}  # worker -> (version read, requests per model)
+        self.waiting: dict[str, dict[str, int]] = {}  # worker -> requests waiting for a token, per model
         self.rate_limited_total = 0
 
     @classmethod
@@ -140,6 +141,9 @@ class FleetBudget:
         if isinstance(report, dict) and isinstance(report.get("v"), int) and isinstance(report.get("held"), dict):
             held = {str(m): int(n) for m, n in report["held"].items() if isinstance(n, int)}
             self.held[msg.instance_id] = (report["v"], held)
+            waiting = report.get("waiting")
+            if isinstance(waiting, dict):
+                self.waiting[msg.instance_id] = {str(m): n for m, n in waiting.items() if isinstance(n, int)}
         limited = msg.extra.get(RATE_LIMITED)
         if isinstance(limited, int) and limited > 0 and msg.type == "done":
             self.rate_limited_total += limited
@@ -197,15 +201,20 @@ class FleetBudget:
             state.last_move = now
 
     # -- for scaling and the live line ------------------------------------------------------
-    def saturated(self) -> bool:
-        """True when every budgeted model's total is granted: another worker adds no
-        model capacity."""
-        return bool(self.models) and all(sum(s.granted.values()) >= s.total for s in self.models.values())
+    def saturated(self, live: Sequence[str] = ()) -> bool:
+        """True when every budgeted model's total is granted and requests wait for its
+        tokens (a worker's last report): another worker would only wait too."""
+        return bool(self.models) and all(
+            sum(s.granted.values()) >= s.total and any(self.waiting.get(w, {}).get(m, 0) for w in live)
+            for m, s in self.models.items()
+        )
 
     def pressure(self) -> bool:
         """Rate-limit retries in the last interval between updates."""
         return any(s.pressured for s in self.models.values())
 
     def workers_needed(self) -> int:
-        """Workers that can hold every model's highest total at once."""
-        return max(1, math.ceil(self.capacity / max(1, self.slots)))
+        """Workers whose slots hold twice every model's highest total: a job spends part of
+        its time off the model (its start, its tools, its scoring), and the budget's
+        requests are kept busy while it does."""
+        return max(1, math.ceil(2 * self.capacity / max(1, self.slots)))

@@ -171,7 +171,7 @@ class WorkerPool:
             # Not a replacement: workers EC2 did not give yet (capacity, quota, throttling).
             self.launch(self.short, why="shortfall")
         loads = [load for load, at in self.worker_load.values() if now - at < 3 * self.cfg.heartbeat_interval]
-        bound = self.budget.saturated() or self.budget.pressure()
+        bound = self.budget.saturated(live) or self.budget.pressure()
         self.limits.at(
             scaling.limit_of(waiting, len(live), self.max_workers, self.capacity.clamped, self.limited, bound, loads),
             now,
