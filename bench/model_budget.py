@@ -13,8 +13,13 @@ fleet-wide budget, docs/model-budget.md). For each, from the server's log:
     429 share  = refused requests over all requests
     target     : throughput >= 0.9 of L / S with the budget, 429 share <= 1%
 
-    .venv/bin/python bench/model_budget.py           # L=8, S=1.0 s, 48 samples x 10 turns, 2 workers x 8 slots
+    .venv/bin/python bench/model_budget.py           # L=8, S=2.0 s, 48 samples x 8 turns, 2 workers x 8 slots
+    .venv/bin/python bench/model_budget.py --latency 1.0 --turns 10   # the shorter answers of RESULTS 15
     .venv/bin/python bench/model_budget.py --quick   # 24 samples x 6 turns
+
+Each request's token is taken and given back in the job's process, around its HTTP call
+(worker/job_hook.py): what that costs on the client side (~0.15 s a request on a loaded
+2-core machine) is lost from every S, so the fraction rises with S.
 """
 
 from __future__ import annotations
@@ -155,9 +160,9 @@ def run(tag: str, tmp: Path, args: argparse.Namespace, samples: int, turns: int,
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--limit", type=int, default=8, help="L: the provider's requests at once")
-    ap.add_argument("--latency", type=float, default=1.0, help="S: seconds per answer")
+    ap.add_argument("--latency", type=float, default=2.0, help="S: seconds per answer")
     ap.add_argument("--samples", type=int, default=48)
-    ap.add_argument("--turns", type=int, default=10)
+    ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="24 samples x 6 turns")
