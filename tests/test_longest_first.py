@@ -119,3 +119,21 @@ def test_the_report_sets_the_prediction_against_what_ran(tmp_path: Path):
         ("b", 1, 2, 6.0, 7.0),
         ("c", 2, 0, 2.0, 2.9),
     ]
+
+
+def test_fleets_of_other_machines_order_an_ec2_run_through_s3(aws_env: dict[str, str], tmp_path: Path):
+    """history/{identity}.json in the bucket: merged into at a run's end, read at the next's start."""
+    from ct_fleet.controller.planning import identities, seconds_of_run
+    from ct_fleet.services import history, session, store
+
+    session.reset()
+    s3 = session.client("s3")
+    store.ensure_bucket(s3, "history-test", create=True)
+    t, _, old_dir = fleet(tmp_path / "elsewhere", "old", "m/b", {1: 1.0, 2: 30.0, 3: 2.0})
+    history.merge(s3, "history-test", seconds_of_run(old_dir))
+    history.merge(s3, "history-test", {identities([t])[0]: {"4#1": 10.0}})  # a later run adds, keeps the rest
+    s3.put_object(Bucket="history-test", Key=history.key("junk"), Body=b"[1, 2]")
+    assert history.get(s3, "history-test", "junk") == {} and history.get(s3, "history-test", "none") == {}
+    new, jobs, run_dir = fleet(tmp_path / "here", "new", "m/a", {})
+    remote = {i: history.get(s3, "history-test", i) for i in identities([new])}
+    assert order(longest_first(run_dir, [new], jobs, remote)) == [2, 4, 5, 3, 1]

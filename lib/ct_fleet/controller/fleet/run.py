@@ -18,7 +18,7 @@ from ...cloud import Cloud
 from ...protocol import FleetEnv, Manifest, run_layout
 from ...protocol.user_data import render_user_data
 from ...services import queues, stop, store
-from ..planning import FleetSpec, Job, longest_first, record_durations
+from ..planning import FleetSpec, Job, record_durations
 from ..reporting import Progress, RunResult, dead_jobs, missing_jobs
 from . import liveness, merging, phases, tracking
 from .capacity import Capacity
@@ -26,6 +26,7 @@ from .collector import ResultCollector
 from .interrupts import FleetInterrupted, Terminated
 from .lease import S3Lease
 from .live_merge import LiveMerge
+from .ordering import order_pending
 from .pool import WorkerPool, result_fields
 from .tracker import JobTracker
 
@@ -136,7 +137,7 @@ class FleetRun:
         stop.clear(self.s3, self.cfg.bucket, self.spec.fleet_id)  # an earlier end no longer holds
         done = self.results.resume() if known else set()
         store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
-        pending = longest_first(self.run_dir, self.spec.tasks, [j for i, j in self.jobs.items() if i not in done])
+        pending = order_pending(self, [job for job_id, job in self.jobs.items() if job_id not in done])
         adopted, enqueued = self._queue(pending, previous)
         phases.reached(phases.ENQUEUE, self.run_dir)
         stopped_reason = None

@@ -15,6 +15,7 @@ from ...protocol import START_CONCURRENCY
 from ...services import queues, stop
 from ..reporting import progress_of
 from . import liveness, phases
+from .ordering import record_history
 
 if TYPE_CHECKING:
     from .run import FleetRun
@@ -81,6 +82,7 @@ def track(run: FleetRun, start: float) -> str | None:
         if quiet >= run.cfg.no_sample_timeout:
             return f"no completed sample for {quiet:.0f}s while workers were active: fleet terminated"
     run.results.collect(wait=True)
+    record_history(run)
     return None
 
 

@@ -21,7 +21,7 @@ import hashlib
 import json
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,11 +87,21 @@ def record_sample_seconds(run_dir: Path) -> None:
         (run_dir / SAMPLE_SECONDS).write_text(json.dumps(found))
 
 
-def expected_seconds(run_dir: Path, tasks: Sequence[FleetTask]) -> dict[tuple[str, str], float]:
+def identities(tasks: Sequence[FleetTask]) -> list[str]:
+    return list(dict.fromkeys(_identity_of(t) for t in tasks))
+
+
+def expected_seconds(
+    run_dir: Path, tasks: Sequence[FleetTask], remote: Mapping[str, Mapping[str, float]] | None = None
+) -> dict[tuple[str, str], float]:
     """(task key, "sample#epoch") -> expected seconds: this fleet's own records first, then
-    the mean over the other runs beside it."""
+    the mean over the other runs beside it and `remote` (identity -> seconds, from S3)."""
     wanted = {_identity_of(t): t.key for t in tasks}
     others: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for who, samples in (remote or {}).items():
+        if who in wanted:
+            for sample, seconds in samples.items():
+                others[(wanted[who], sample)].append(float(seconds))
     for path in run_dir.parent.glob(f"*/{SAMPLE_SECONDS}"):
         if path.parent == run_dir:
             continue
@@ -111,10 +121,15 @@ def expected_seconds(run_dir: Path, tasks: Sequence[FleetTask]) -> dict[tuple[st
     return expected
 
 
-def longest_first(run_dir: Path, tasks: Sequence[FleetTask], jobs: list[Job]) -> list[Job]:
+def longest_first(
+    run_dir: Path,
+    tasks: Sequence[FleetTask],
+    jobs: list[Job],
+    remote: Mapping[str, Mapping[str, float]] | None = None,
+) -> list[Job]:
     """`jobs` longest expected first (the rest by the median), the prediction kept in
     order.json; in plan order when no job has a history."""
-    expected = expected_seconds(run_dir, tasks)
+    expected = expected_seconds(run_dir, tasks, remote)
     by_sample: dict[tuple[str, str], list[float]] = defaultdict(list)
     for (task, key), seconds in expected.items():
         by_sample[(task, key.rpartition("#")[0])].append(seconds)
