@@ -127,7 +127,7 @@ def run(tag: str, tmp: Path, args: argparse.Namespace, samples: int, turns: int,
             MODEL,
             "--json",
             *("--ec2-arg", f"max_workers={args.workers}", "--ec2-arg", f"concurrency_per_worker={args.slots}"),
-            *(("--max-connections", str(args.limit)) if budget else ()),
+            *(_budget_args(args) if budget else ()),
         ]
         t0 = time.monotonic()
         done = subprocess.run(argv, cwd=where, env=env, capture_output=True, text=True, timeout=3600)
@@ -157,6 +157,11 @@ def run(tag: str, tmp: Path, args: argparse.Namespace, samples: int, turns: int,
     }
 
 
+def _budget_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """--max-connections L, or --adaptive-connections SPEC (a total that finds L itself)."""
+    return ("--adaptive-connections", args.adaptive) if args.adaptive else ("--max-connections", str(args.limit))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--limit", type=int, default=8, help="L: the provider's requests at once")
@@ -166,6 +171,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="24 samples x 6 turns")
+    ap.add_argument("--adaptive", default="", help="with --adaptive-connections SPEC (e.g. 4-8-16) instead of L")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     samples, turns = (24, 6) if args.quick else (args.samples, args.turns)
