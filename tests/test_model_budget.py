@@ -72,25 +72,33 @@ def test_adaptive_total_cuts_on_rate_limits_and_grows_back():
     budget = FleetBudget({M: ConnectionBudget(2, 10, 12, 0.5, 0.1, 15.0)}, slots=8, clock=lambda: now[0])
     budget.update(["a", "b"])
     assert budget.models[M].total == 10
-    budget.on_word(word("a", limited=3))
+
+    def say(worker: str, limited: int, waiting: int = 0) -> None:
+        extra = {BUDGET_REPORT: {"v": budget.version, "held": {M: 0}, "waiting": {M: waiting}, "limited": {M: limited}}}
+        budget.on_word(DoneMessage(type="heartbeat", fleet_id="f", instance_id=worker, worker_id="w", extra=extra))
+
+    say("a", limited=3)  # a heartbeat says a's jobs met 3 rate limits so far
     now[0] = 1
     budget.update(["a", "b"])
     assert budget.models[M].total == 5 and budget.pressure()
-    budget.on_word(word("a", limited=1))
+    say("a", limited=3)  # the same count again: nothing new
+    budget.on_word(word("b", limited=1))  # a done report's count (a job without the socket)
     now[0] = 2
     budget.update(["a", "b"])
     assert budget.models[M].total == 5  # within the cooldown: one cut
-    for t in (20, 26, 32, 38, 44, 50, 56, 62, 68):
+    now[0] = 20
+    budget.update(["a", "b"])
+    assert budget.models[M].total == 5 and not budget.pressure()  # no request waits: no growth
+    for t in range(35, 200, 15):
+        say("a", limited=3, waiting=2)
+        say("b", limited=0)  # b read the last division (and holds nothing)
         now[0] = t
         budget.update(["a", "b"])
-        for w in ("a", "b"):
-            budget.on_word(word(w, v=budget.version, held=0))
-    assert not budget.pressure()
-    assert budget.models[M].total == 12  # grown back to the high bound, never past it
-    budget.on_word(word("b", limited=1))
-    now[0] = 100
+    assert budget.models[M].total == 12  # grown back, once per cooldown, never past the high bound
+    say("b", limited=1)  # b's first rate limit by its own count
+    now[0] = 300
     budget.update(["a", "b"])
-    assert budget.models[M].total == 6
+    assert budget.models[M].total == 6 and budget.rate_limited_total == 5
 
 
 def test_connection_options_mean_a_fleet_budget_and_one_connection_per_job():

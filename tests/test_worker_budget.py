@@ -95,6 +95,8 @@ def test_a_worker_holds_its_jobs_requests_to_its_share(aws_env: dict[str, str], 
     assert worker.budget.report()["held"] == {MODEL: 2}
     jobs[1].say(f"release {MODEL}")
     assert worker.budget.report()["held"] == {MODEL: 1}
+    jobs[1].say(f"limited {MODEL}")  # a rate-limit retry, said at once for the adaptive total
+    assert worker.budget.report()["limited"] == {MODEL: 1}
     # it told the controller what it read and holds (a heartbeat on each new document)
     said = [r.extra[BUDGET_REPORT]["v"] for r in reports(sqs, q.done) if r.type == "heartbeat"]
     assert 2 in said, said

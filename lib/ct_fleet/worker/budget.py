@@ -39,6 +39,7 @@ class WorkerBudget:
         self.instance_id = instance_id
         self.held: Counter[str] = Counter()  # requests in flight per model
         self.waiting: Counter[str] = Counter()  # requests waiting for a token per model
+        self.limited: Counter[str] = Counter()  # rate-limit retries since the worker started
         self.changed = threading.Condition()
 
     @classmethod
@@ -99,6 +100,7 @@ class WorkerBudget:
                 "v": self.doc.v,
                 "held": {m: self.held[m] for m in self.doc.models},
                 "waiting": {m: self.waiting[m] for m in self.doc.models},
+                "limited": {m: self.limited[m] for m in self.doc.models},
             }
 
     def over(self) -> bool:
@@ -114,7 +116,8 @@ def follow(
     stopping: threading.Event,
 ) -> None:
     """Read the document every BUDGET_POLL seconds; `tell` the controller (a heartbeat) what
-    is held when a new one arrives, and while over a share, each time that changes."""
+    is held when a new one arrives, while over a share each time that changes, and when
+    the jobs met rate limits (the adaptive total reacts within seconds)."""
     last_said: dict[str, Any] | None = None
     was_over = False
     while not stopping.wait(BUDGET_POLL):
@@ -125,7 +128,8 @@ def follow(
             continue
         new = doc is not None and doc != budget_store.NONE and budget.set(doc)
         now, over = budget.report(), budget.over()
-        if new or ((over or was_over) and now != last_said):
+        limited = last_said is not None and now["limited"] != last_said["limited"]
+        if new or limited or ((over or was_over) and now != last_said):
             try:
                 tell()
                 last_said, was_over = now, over
@@ -179,6 +183,9 @@ class TokenServer:
                         if not self.budget.acquire(model, self.stopping):
                             return
                         held[model] += 1
+                    elif verb == "limited":
+                        with self.budget.changed:
+                            self.budget.limited[model] += 1
                     elif verb == "release" and held[model] > 0:
                         self.budget.release(model)
                         held[model] -= 1

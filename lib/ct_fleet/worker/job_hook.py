@@ -6,6 +6,8 @@ names (budget.SOCKET, a link to a short path: socket paths are limited to ~100 b
 The job runs with max_connections 1, so it holds at most one token: taken before each
 request (`on_before_model_generate`, which fires on every attempt), given back when the
 request ends (`on_model_usage`, `on_model_retry` before the backoff) or the sample does.
+A rate-limit retry is said to the worker at once (`limited MODEL`); without a budget it is
+counted into `<output>.ratelimited` for the done report.
 A request that ends without either (no usage reported, a cache hit) keeps its token until
 the job's next request or its sample's end: never more requests than tokens.
 """
@@ -62,6 +64,14 @@ class _Tokens:
         await anyio.to_thread.run_sync(self._say, f"acquire {model}")
         self.held = model
 
+    async def limited(self, model: str) -> None:
+        """A rate-limit retry: told to the worker at once (the adaptive total reacts to it),
+        else counted for the done report."""
+        if self.conn is None:
+            self.rate_limited += 1
+        else:
+            await anyio.to_thread.run_sync(self._say, f"limited {model}")
+
     async def release(self) -> None:
         if self.conn is None or self.held is None:
             return
@@ -86,7 +96,7 @@ class JobHooks(Hooks):
 
     async def on_model_retry(self, data: ModelRetry) -> None:
         if _rate_limited(data):
-            TOKENS.rate_limited += 1
+            await TOKENS.limited(data.model_name)
         await TOKENS.release()
 
     async def on_sample_end(self, data: SampleEnd) -> None:

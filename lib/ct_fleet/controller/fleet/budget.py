@@ -99,6 +99,7 @@ class FleetBudget:
         self.covers_all = bool(bounds)
         self.held: dict[str, tuple[int, dict[str, int]]] = {}  # worker -> (version read, requests per model)
         self.waiting: dict[str, dict[str, int]] = {}  # worker -> requests waiting for a token, per model
+        self.limited_seen: dict[str, dict[str, int]] = {}  # worker -> its rate-limit retries so far, per model
         self.rate_limited_total = 0
 
     @classmethod
@@ -144,6 +145,14 @@ class FleetBudget:
             waiting = report.get("waiting")
             if isinstance(waiting, dict):
                 self.waiting[msg.instance_id] = {str(m): n for m, n in waiting.items() if isinstance(n, int)}
+            counts = report.get("limited")
+            if isinstance(counts, dict):
+                seen = self.limited_seen.setdefault(msg.instance_id, {})
+                for name, count in counts.items():
+                    if name in self.models and isinstance(count, int) and count > seen.get(name, 0):
+                        self.models[name].rate_limited += count - seen.get(name, 0)
+                        self.rate_limited_total += count - seen.get(name, 0)
+                        seen[name] = count
         limited = msg.extra.get(RATE_LIMITED)
         if isinstance(limited, int) and limited > 0 and msg.type == "done":
             self.rate_limited_total += limited
@@ -159,7 +168,7 @@ class FleetBudget:
         changed = False
         for name, state in self.models.items():
             state.pressured, state.rate_limited = state.rate_limited > 0, 0
-            self._adapt(state)
+            self._adapt(state, any(self.waiting.get(w, {}).get(name, 0) for w in workers))
             holds = {w: self._may_hold(name, state, w) for w in workers}
             new = divide(state.total, workers, self.slots, state.granted, holds)
             if new != state.granted:
@@ -184,10 +193,11 @@ class FleetBudget:
             return held.get(name, 0)
         return max(state.ceiling.get(worker, 0), state.granted.get(worker, 0))
 
-    def _adapt(self, state: ModelState) -> None:
+    def _adapt(self, state: ModelState, demand: bool) -> None:
         """AIMD on the total, as Inspect's adaptive connections do in one process: cut by
         `decrease` on rate-limit retries (at most once per cooldown), grow by `scale_up`
-        while there are none and the workers are granted all of it."""
+        once per cooldown without any, while the workers are granted all of it and requests
+        wait for its tokens (the fleet learns of a 429 seconds late: it grows slowly)."""
         b = state.bounds
         if b.low == b.high:
             return
@@ -196,7 +206,7 @@ class FleetBudget:
             if now - state.last_cut >= b.cooldown:
                 state.total = max(b.low, int(state.total * b.decrease))
                 state.last_cut = state.last_move = now
-        elif now - state.last_move >= b.cooldown / 3 and sum(state.granted.values()) >= state.total:
+        elif now - state.last_move >= b.cooldown and demand and sum(state.granted.values()) >= state.total:
             state.total = min(b.high, state.total + max(1, round(state.total * b.scale_up)))
             state.last_move = now
 
