@@ -118,7 +118,7 @@ def follow(
     """Read the document every BUDGET_POLL seconds; `tell` the controller (a heartbeat) what
     is held when a new one arrives, while over a share each time that changes, and when
     the jobs met rate limits (the adaptive total reacts within seconds)."""
-    last_said: dict[str, Any] | None = None
+    last_said = budget.report()  # what the controller can take as known: the start
     was_over = False
     while not stopping.wait(BUDGET_POLL):
         try:
@@ -128,7 +128,7 @@ def follow(
             continue
         new = doc is not None and doc != budget_store.NONE and budget.set(doc)
         now, over = budget.report(), budget.over()
-        limited = last_said is not None and now["limited"] != last_said["limited"]
+        limited = now["limited"] != last_said["limited"]
         if new or limited or ((over or was_over) and now != last_said):
             try:
                 tell()
