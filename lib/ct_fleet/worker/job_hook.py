@@ -14,6 +14,7 @@ the job's next request or its sample's end: never more requests than tokens.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from pathlib import Path
@@ -82,6 +83,37 @@ class _Tokens:
 TOKENS = _Tokens()
 
 
+class _SdkRetries(logging.Handler):
+    """Retries inside a provider's own client fire no Inspect hook: the OpenAI and
+    Anthropic SDKs retry a 429 (or a 408, 409, 5xx) themselves, saying so in their
+    `_base_client` log ("Retrying request to ..."). Counted here, said with the next usage."""
+
+    LOGGERS = ("openai._base_client", "anthropic._base_client")
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Retrying request"):
+            self.count += 1
+
+    def take(self) -> int:
+        count, self.count = self.count, 0
+        return count
+
+    def install(self) -> None:
+        for name in self.LOGGERS:
+            logger = logging.getLogger(name)
+            if self not in logger.handlers:
+                logger.addHandler(self)
+                if logger.getEffectiveLevel() > logging.INFO:
+                    logger.setLevel(logging.INFO)
+
+
+_SDK_RETRIES = _SdkRetries()
+
+
 def _rate_limited(data: ModelRetry) -> bool:
     return data.status_code == 429 or "ratelimit" in (data.exception_type or "").lower()
 
@@ -92,6 +124,8 @@ class JobHooks(Hooks):
         await TOKENS.acquire(data.model_name)
 
     async def on_model_usage(self, data: ModelUsageData) -> None:
+        for _ in range(data.retries + _SDK_RETRIES.take()):
+            await TOKENS.limited(data.model_name)
         await TOKENS.release()
 
     async def on_model_retry(self, data: ModelRetry) -> None:
@@ -105,6 +139,8 @@ class JobHooks(Hooks):
 
 def start(out: Path) -> None:
     """A job begins: its tokens' connection (a forked job inherits its server's state)."""
+    _SDK_RETRIES.install()
+    _SDK_RETRIES.take()
     TOKENS.open(out)
 
 
