@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,31 +75,48 @@ class RunStats:
     depth_rows: list[tuple[str, float, float, int]]
     wall: float
     busy_share: float
+    fleet_dir: Path | None = None
+    order: list[tuple[str, int]] | None = None  # (sample, epoch) in the order the jobs were received
+    sleeps: dict[tuple[str, int], float] | None = None
 
     @property
     def ratio(self) -> float:
         return self.makespan / self.ideal
 
 
-def run_fleet(n_wanted: int, workers: int, slots: int, tmp: Path, console: Console) -> RunStats:
+def run_fleet(
+    n_wanted: int,
+    workers: int,
+    slots: int,
+    tmp: Path,
+    console: Console,
+    *,
+    durations: Callable[[str, int], float] = duration,
+    tag: str = "",
+    runs_name: str = "",
+    extra: Sequence[str] = (),
+) -> RunStats:
+    """One fleet run; `runs_name` shares a runs/ directory between runs (their history),
+    `extra` adds CLI arguments, `tag` names this run's files."""
+    tag = tag or str(n_wanted)
     epochs = math.ceil(n_wanted / len(c.SMOKE_IDS))
-    pool = tmp / f"pool-{n_wanted}"
+    pool = tmp / f"pool-{tag}"
     c.make_pool(pool, c.SMOKE_IDS, epochs)
     sleeps = {}
     for sid in c.SMOKE_IDS:
         for epoch in range(1, epochs + 1):
-            d = duration(sid, epoch)
+            d = durations(sid, epoch)
             (pool / f"{sid}__{epoch}.dur").write_text(f"{d}\n")
             sleeps[(sid, epoch)] = d
-    stamps = tmp / f"stamps-{n_wanted}.txt"
+    stamps = tmp / f"stamps-{tag}.txt"
     # $EPOCHREALTIME is a bash builtin: the stamps cost no process.
     command = (
         f's=$EPOCHREALTIME; sleep "$(cat "{pool}/${{CT_SAMPLE_ID}}__${{CT_EPOCH}}.dur")"; '
         f'cp "{pool}/${{CT_SAMPLE_ID}}__${{CT_EPOCH}}.eval" "$CT_OUTPUT"; '
         f'printf "%s %s %s\\n" "$CT_JOB_ID" "$s" "$EPOCHREALTIME" >> "{stamps}"'
     )
-    record = tmp / f"probe-{n_wanted}.jsonl"
-    runs = tmp / f"runs-{n_wanted}"
+    record = tmp / f"probe-{tag}.jsonl"
+    runs = tmp / (runs_name or f"runs-{tag}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "CT_FLEET_API_LOG"}
     env["CT_FLEET_RUNS"] = str(runs)
     argv = [
@@ -121,18 +139,20 @@ def run_fleet(n_wanted: int, workers: int, slots: int, tmp: Path, console: Conso
         f"max_workers={workers}",
         "--ec2-arg",
         f"concurrency_per_worker={slots}",
+        *extra,
     ]
     t0 = time.monotonic()
-    with open(tmp / f"cli-{n_wanted}.log", "w") as out:
+    with open(tmp / f"cli-{tag}.log", "w") as out:
         rc = subprocess.run(argv, cwd=c.REPO, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
     wall = time.monotonic() - t0
     if rc != 0:
-        raise SystemExit(f"ct-fleet exited {rc}: see {tmp / f'cli-{n_wanted}.log'}")
+        raise SystemExit(f"ct-fleet exited {rc}: see {tmp / f'cli-{tag}.log'}")
 
     first_send = None
     sends: list[float] = []
     by_job: dict[str, Job] = {}
-    manifest = json.loads(next(runs.iterdir()).joinpath("manifest.json").read_text())
+    fleet = max((p.parent for p in runs.glob("*/manifest.json")), key=lambda p: p.stat().st_mtime)
+    manifest = json.loads((fleet / "manifest.json").read_text())
     job_key = {j["job_id"]: (j["sample_id"], j["epoch"]) for j in manifest["jobs"]}
     for line in record.read_text().splitlines():
         ev = json.loads(line)
@@ -207,6 +227,9 @@ def run_fleet(n_wanted: int, workers: int, slots: int, tmp: Path, console: Conso
         depth_rows=rows,
         wall=wall,
         busy_share=busy / (makespan * workers * slots),
+        fleet_dir=fleet,
+        order=[job_key[j.job_id] for j in sorted(jobs, key=lambda j: j.received)],
+        sleeps=sleeps,
     )
 
 

@@ -446,8 +446,9 @@ def launch_workers(ec2, *, count: int, ami: str, config, fleet_id: str, launched
 
 
 @contextmanager
-def model_stub(where: Path, key: str, rate_limit_every: int = 3) -> Iterator[dict[str, object]]:
-    """tests/openai_stub.py on a loopback port: its base URL and the log of what it was sent."""
+def model_stub(where: Path, key: str, *options: str) -> Iterator[dict[str, object]]:
+    """tests/openai_stub.py on a loopback port (with its `options`): its base URL and the
+    log of what it was sent."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -456,8 +457,7 @@ def model_stub(where: Path, key: str, rate_limit_every: int = 3) -> Iterator[dic
             str(where / "port"),
             "--log",
             str(where / "log"),
-            "--rate-limit-every",
-            str(rate_limit_every),
+            *options,
         ],
         env={**os.environ, "STUB_API_KEY": key},
     )

@@ -1,6 +1,7 @@
 """A loopback OpenAI-compatible chat completions server with a scripted agent.
 
     STUB_API_KEY=KEY python tests/openai_stub.py --port-file F --log F [--rate-limit-every N]
+        [--max-concurrent L --latency S]
 
 POST /v1/chat/completions (Authorization: Bearer KEY, else 401; the key comes in the
 environment so that it is on no command line): offered no tools, the "model" answers
@@ -9,6 +10,11 @@ result yet, it calls the `bash` tool to compute the answer, and after it answers
 tool's output. The log records the generate config each request sent. Usage counts are real (from the request and reply
 sizes). Every Nth request is refused with HTTP 429 first, so clients must retry. One JSON
 line per request goes to --log (status, model, whether the key matched), never the key.
+
+With --max-concurrent L it is a provider with a concurrency limit: it answers at most L
+requests at once, each after --latency seconds, and refuses any beyond with HTTP 429 at
+once; each log line then also has `active`, the requests in progress when it arrived
+(itself included, so at most L for a 200), and `t0`/`t1`, when it arrived and was answered.
 """
 
 from __future__ import annotations
@@ -25,12 +31,29 @@ from typing import Any
 
 
 class Stub:
-    def __init__(self, key: str, log: Path, rate_limit_every: int) -> None:
+    def __init__(
+        self, key: str, log: Path, rate_limit_every: int, max_concurrent: int = 0, latency: float = 0.0
+    ) -> None:
         self.key = key
         self.log = log
         self.every = rate_limit_every
+        self.max_concurrent = max_concurrent
+        self.latency = latency
+        self.active = 0
         self.count = 0
         self.lock = threading.Lock()
+
+    def enter(self) -> int | None:
+        """A request begins: the requests now in progress, or None when over the limit."""
+        with self.lock:
+            if self.max_concurrent and self.active >= self.max_concurrent:
+                return None
+            self.active += 1
+            return self.active
+
+    def leave(self) -> None:
+        with self.lock:
+            self.active -= 1
 
     def record(self, entry: dict[str, Any]) -> None:
         with self.lock, open(self.log, "a") as fh:
@@ -180,8 +203,22 @@ def make_handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
                     {"Retry-After": "0"},
                 )
                 return
-            body = reply(request)
-            stub.record({**entry, "status": 200, "usage": body["usage"]})
+            t0 = time.time()
+            active = stub.enter()
+            if active is None:
+                stub.record({**entry, "status": 429, "t0": t0, "active": stub.max_concurrent + 1})
+                self._send(
+                    429,
+                    {"error": {"message": "Too many concurrent requests", "type": "rate_limit_error"}},
+                    {"Retry-After": "1"},
+                )
+                return
+            try:
+                time.sleep(stub.latency)
+                body = reply(request)
+            finally:
+                stub.leave()
+            stub.record({**entry, "status": 200, "usage": body["usage"], "active": active, "t0": t0, "t1": time.time()})
             self._send(200, body)
 
     return Handler
@@ -192,8 +229,10 @@ def main() -> None:
     parser.add_argument("--port-file", type=Path, required=True)
     parser.add_argument("--log", type=Path, required=True)
     parser.add_argument("--rate-limit-every", type=int, default=3)
+    parser.add_argument("--max-concurrent", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0)
     args = parser.parse_args()
-    stub = Stub(os.environ["STUB_API_KEY"], args.log, args.rate_limit_every)
+    stub = Stub(os.environ["STUB_API_KEY"], args.log, args.rate_limit_every, args.max_concurrent, args.latency)
     server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(stub))
     args.port_file.write_text(str(server.server_address[1]))
     server.serve_forever()

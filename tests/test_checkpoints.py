@@ -112,7 +112,7 @@ def test_only_a_config_file_keeps_checkpoints() -> None:
 
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory: pytest.TempPathFactory):
-    with model_stub(tmp_path_factory.mktemp("stub"), KEY, rate_limit_every=0) as running:
+    with model_stub(tmp_path_factory.mktemp("stub"), KEY, "--rate-limit-every", "0") as running:
         yield running
 
 

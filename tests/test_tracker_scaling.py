@@ -166,3 +166,44 @@ def test_done_reports_are_let_pile_up_except_at_the_end_of_the_run():
     # One batch would hold what is left: each report may be the last, and waits for nothing.
     assert pause_after(received=3, remaining=BATCH) == 0
     assert pause_after(received=0, remaining=1) == 0
+
+
+def test_no_scale_up_while_the_model_api_is_the_limit_and_no_more_workers_than_hold_the_budget() -> None:
+    full = {**BASE, "remaining": 50, "live": 5, "max_workers": 20, "fresh_loads": [0.9, 0.95]}
+    assert decide(**full) == Decision("scale_up", 1)
+    assert decide(**{**full, "model_bound": True}) == Decision("none")
+    # a budget of 20 requests at 10 slots a worker: 2 workers hold it, 5 are up
+    assert decide(**{**BASE, "live": 1, "budget_workers": 2}) == Decision("replace", 1)
+    assert decide(**{**BASE, "live": 2, "budget_workers": 2, "fresh_loads": [1.0]}) == Decision("none")
+
+
+def test_the_limit_the_fleet_is_at() -> None:
+    from ct_fleet.controller.fleet.scaling import LimitClock, limit_of
+
+    busy = [0.9, 0.95]
+    assert limit_of(0, 5, 10, None, None, True, busy) == ""  # nothing waits
+    assert limit_of(9, 5, 10, None, None, True, busy) == "model API"
+    assert limit_of(9, 5, 10, None, "the vCPU quota L-34B43A08 refused", False, busy) == "quota"
+    assert limit_of(9, 5, 10, None, "no capacity in us-east-1a", False, busy) == "capacity"
+    assert limit_of(9, 10, 10, None, None, False, busy) == "max_workers"
+    assert limit_of(9, 10, 10, "clamped by L-34B43A08", None, False, busy) == "quota"
+    assert limit_of(9, 5, 10, None, None, False, busy) == "CPU"
+    assert limit_of(9, 5, 10, None, None, False, [0.2]) == ""
+    clock = LimitClock()
+    clock.at("CPU", 0.0)
+    clock.at("model API", 10.0)
+    clock.at("", 25.0)
+    clock.at("CPU", 30.0)
+    clock.at("CPU", 31.0)
+    assert clock.seconds == {"CPU": 11.0, "model API": 15.0}
+
+
+def test_a_retried_job_is_one_that_comes_back_until_it_ends() -> None:
+    t = JobTracker.of(["a", "b"])
+    t.on_report(report("a", "retry", error_class="model_api"))
+    assert t.retrying == {"a"}
+    t.on_report(report("a", "success", receive_count=2))
+    assert t.retrying == set()
+    t.on_report(report("b", "success"))
+    t.fetched("b", ok=False)  # an unreadable result: sent again
+    assert t.retrying == {"b"}

@@ -73,9 +73,14 @@ HANDLING: dict[str, Handling] = {
     **{name: JOB for name in (*_GENERATE, *_JOB_OPTIONS)},
     "max_connections": Handling(
         "job",
-        "per job process (one sample each): at most N requests at once per running job, not per fleet",
+        "at most N requests at once to each model across the whole fleet: N is divided among the live workers, "
+        "each job runs one request at a time; concurrency_per_worker still caps a worker's jobs (docs/model-budget.md)",
     ),
-    "adaptive_connections": Handling("job", "per job process, as --max-connections"),
+    "adaptive_connections": Handling(
+        "job",
+        "each model's fleet-wide total adapts between MIN and MAX on rate-limit retries, divided as "
+        "--max-connections is (which wins when both are given)",
+    ),
     "checkpoint": Handling(
         "job",
         "each job checkpoints its sample into the fleet's S3 prefix; a job run again on any worker resumes "

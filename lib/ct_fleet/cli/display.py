@@ -63,6 +63,8 @@ def progress_table(p: Progress) -> Table:
     captions = [f"failed: {p.failures}"] if p.failures else []
     if p.fewer_why:
         captions.append(f"fewer workers than wanted: {p.fewer_why}")
+    if p.limit:
+        captions.append(f"at the limit of: {p.limit}")
     table.caption = "\n".join(captions) or None
     return table
 
@@ -84,7 +86,7 @@ class LiveProgress:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.live: Live | None = None
-        self._last: tuple[int, ...] | None = None
+        self._last: tuple[int | str, ...] | None = None
         self._drawn: tuple[str, ...] = ()
         self._drawn_at = -math.inf  # the first update draws, however recently the machine booted
         self._undrawn: Progress | None = None
@@ -102,7 +104,7 @@ class LiveProgress:
     def _draw(self) -> None:
         p, self._undrawn = self._undrawn, None
         if self.live and p is not None:
-            self._drawn, self._drawn_at = (*progress_row(p), p.failures, p.fewer_why), time.monotonic()
+            self._drawn, self._drawn_at = (*progress_row(p), p.failures, p.fewer_why, p.limit), time.monotonic()
             self.live.update(progress_table(p), refresh=True)
 
     def stop(self) -> None:
@@ -117,14 +119,14 @@ class LiveProgress:
         if self.stopped:
             return
         if self.live:
-            row = (*progress_row(p), p.failures, p.fewer_why)
+            row = (*progress_row(p), p.failures, p.fewer_why, p.limit)
             if row == self._drawn:
                 return
             self._undrawn = p  # drawn by a later update, or when the panel stops
             if time.monotonic() - self._drawn_at >= self.REDRAW:
                 self._draw()
             return
-        key = (p.done, p.failed, p.dead, p.workers, p.wanted)
+        key = (p.done, p.failed, p.dead, p.workers, p.wanted, p.limit)
         if key != self._last:
             self._last = key
             self.console.print(
@@ -134,7 +136,8 @@ class LiveProgress:
                 + (f", {tokens_text(p.tokens)} tokens ({money(p.model_cost)})" if p.tokens else "")
                 + ("" if p.cost is None else f", EC2 {money(p.cost)} so far")
                 + (f"; failed: {p.failures}" if p.failures else "")
-                + (f"; fewer workers than wanted: {p.fewer_why}" if p.fewer_why else ""),
+                + (f"; fewer workers than wanted: {p.fewer_why}" if p.fewer_why else "")
+                + (f"; at the limit of: {p.limit}" if p.limit else ""),
                 markup=False,
                 highlight=False,
             )

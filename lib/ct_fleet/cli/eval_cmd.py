@@ -298,6 +298,11 @@ def build_eval_command() -> click.Command:
     return command
 
 
+def limits_text(limits: dict[str, float], elapsed: float) -> str:
+    """`model API 80%, CPU 10%` of the run's time."""
+    return ", ".join(f"{k} {v / max(elapsed, 1e-9):.0%}" for k, v in sorted(limits.items(), key=lambda kv: -kv[1]))
+
+
 def _report(result: RunResult, console: Console) -> None:
     console.print(
         f"fleet {result.fleet_id}: {result.jobs} jobs ({result.resumed} already done"
@@ -319,6 +324,14 @@ def _report(result: RunResult, console: Console) -> None:
         )
     if result.fewer_workers:
         console.print(f"fewer workers than wanted: {result.fewer_workers}", highlight=False)
+    if result.instance_seconds:
+        console.print(
+            f"instance-hours {result.instance_seconds / 3600:.3f} ({result.slot_seconds / 3600:.3f} slot-hours) "
+            f"for sample-hours {result.sample_seconds / 3600:.3f}: slots busy "
+            f"{result.sample_seconds / max(result.slot_seconds, 1e-9):.0%}"
+            + (f"; held by {limits_text(result.limits, result.elapsed)}" if result.limits else ""),
+            highlight=False,
+        )
     if result.tokens:
         unpriced = f" (no price for {', '.join(result.unpriced_models)})" if result.unpriced_models else ""
         console.print(

@@ -65,6 +65,11 @@ def manifest_key(fleet_id: str) -> str:
     return f"{fleet_id}/manifest.json"
 
 
+def tail_marker_key(fleet_id: str) -> str:
+    """The queue's-tail marker (protocol/stop.py): idle workers leave at once."""
+    return f"{fleet_id}/fleet-tail.json"
+
+
 def done_marker_key(fleet_id: str) -> str:
     """The end-of-run marker (protocol/stop.py); not a .eval, so never taken for a result."""
     return f"{fleet_id}/fleet-done.json"

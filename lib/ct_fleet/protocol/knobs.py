@@ -78,7 +78,7 @@ class Ec2Config:
     )
     concurrency_per_worker: int | None = knob(
         None,
-        "most concurrent samples per worker; starts at 10 and adapts",
+        "most concurrent samples per worker; starts at 10 and adapts (--max-connections bounds their requests)",
         rule=r.whole(1, 256),
         per_cloud={"aws": 20, "embedded": 2},
         worker="CONCURRENCY",

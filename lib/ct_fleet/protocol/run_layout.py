@@ -10,6 +10,9 @@ durations.json         seconds per job, for later fleets' cost estimates
 sandbox-images.jsonl   the images each job's sandboxes ran
 attempts.jsonl         one line per done report of a job: where, when and how it ran (the report's bars)
 workers.jsonl          one line per worker event: launched (and why), ended, spot notice
+budget.jsonl           each division of the model budget among the workers (--max-connections)
+sample-seconds.json    each sample's seconds this run, for later runs' longest-first order
+order.json             the order this run enqueued its jobs in, with each one's expected seconds
 phases.json            when the last run reached each of its phases
 logs/                  the workers' bootstrap logs, fetched from S3 at the end of a run
 report.html, .json     the run report (controller/reporting/run_report.py) and its data
@@ -37,6 +40,9 @@ SPAN = "span.json"  # when the run began and its last result came: the merged ru
 SANDBOX_IMAGES = "sandbox-images.jsonl"
 ATTEMPTS = "attempts.jsonl"
 WORKERS = "workers.jsonl"
+BUDGET = "budget.jsonl"  # each division of the model budget the controller wrote
+SAMPLE_SECONDS = "sample-seconds.json"  # task identity -> sample id (JSON) -> seconds (planning/history.py)
+ORDER = "order.json"  # the queue's order as predicted: [[job id, seconds, from history?], ...]
 PHASES = "phases.json"
 BOOT_LOGS = "logs"
 REPORT_HTML = "report.html"

@@ -17,6 +17,13 @@ because they reach different workers:
 
 The controller writes the marker, then sends the message; it deletes the marker when a
 fleet starts, since a resumed fleet has work again.
+
+Before the end, the queue's tail: once nothing is queued and no job waits out a retry's
+backoff, a worker with nothing in flight has nothing left to take (unless a running job
+fails and is retried, which the remaining workers, or a replacement, take). The controller
+then writes a second marker, {fleet_id}/fleet-tail.json (keys.tail_marker_key), and
+deletes it again if work comes back; a worker that sees it with nothing in flight leaves
+at once instead of waiting out idle_timeout.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..protocol import done_marker_key
+from ..protocol.keys import tail_marker_key
 from ..protocol.stop import marker_body, stop_body
 from . import queues, store
 
@@ -22,8 +23,21 @@ def announce(
 
 
 def clear(s3: S3Client, bucket: str, fleet_id: str) -> None:
-    """A fleet (re)starting has work: forget an earlier end."""
+    """A fleet (re)starting has work: forget an earlier end (and tail)."""
     s3.delete_object(Bucket=bucket, Key=done_marker_key(fleet_id))
+    s3.delete_object(Bucket=bucket, Key=tail_marker_key(fleet_id))
+
+
+def mark_tail(s3: S3Client, bucket: str, fleet_id: str, on: bool) -> None:
+    """The queue's tail reached (on) or left (off): idle workers may leave, or not."""
+    if on:
+        s3.put_object(Bucket=bucket, Key=tail_marker_key(fleet_id), Body=marker_body(fleet_id, "tail").encode())
+    else:
+        s3.delete_object(Bucket=bucket, Key=tail_marker_key(fleet_id))
+
+
+def is_tail(s3: S3Client, bucket: str, fleet_id: str) -> bool:
+    return store.exists(s3, bucket, tail_marker_key(fleet_id))
 
 
 def is_done(s3: S3Client, bucket: str, fleet_id: str) -> bool:

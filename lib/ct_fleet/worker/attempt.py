@@ -11,15 +11,17 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..connections import one_connection
 from ..evallog import problem, read_header, sample_error
 from ..evallog.masking import mask_secrets
 from ..protocol import DoneMessage, WorkMessage
+from ..protocol.budget import RATE_LIMITED
 from ..sandbox import cleanup, digests
-from . import checkpoints, failures
+from . import checkpoints, failures, pressure
 from .inspect_job import command_env, extra_root, finish_command_output
 from .settings import WorkerSettings
 from .supervise import ATTEMPT_VAR, JobProcess, PopenJob, supervise, sweep_attempt
@@ -67,6 +69,9 @@ class JobAttempts:
         self.s3 = s3
         self.warm = warm
         self.cancel = cancel
+        # The fleet has a model budget: each job makes one request at a time, each with a
+        # token of this worker's share (worker/budget.py).
+        self.budgeted = False
 
     def run(self, job: WorkMessage, out: Path) -> Attempt:
         attempt = Attempt(outcome="success")
@@ -84,6 +89,8 @@ class JobAttempts:
         if checkpoints.wanted(job):
             job_env[checkpoints.CHECKPOINTS_ENV] = checkpoints.location(self.settings.bucket, job.fleet_id, job.job_id)
         stderr_path = out.with_suffix(".stderr")
+        if self.budgeted:
+            job = replace(job, inspect_options=one_connection(job.inspect_options))
         proc: JobProcess
         if job.kind != "command" and self.warm is not None:
             proc = self.warm.start(job, out, stderr_path, job_env)
@@ -113,6 +120,9 @@ class JobAttempts:
         code = ended.code
         images = digests.pop_sidecar(out)
         attempt.extra = {"images": images} if images else {}
+        limited = pressure.pop(out)
+        if limited:
+            attempt.extra.update({RATE_LIMITED: limited, "model": job.model})
         resumed = checkpoints.pop_resume(out)
         if resumed:
             attempt.extra["resume"] = resumed  # what resuming from a checkpoint saved

@@ -135,7 +135,9 @@ def run_inspect_job(
 
     from ..evallog.relabel import relabel_epoch
     from ..inspect_options import eval_kwargs
+    from . import job_hook
 
+    job_hook.start(out)
     if task is None:
         import_setting(job, extra)
     log_dir = job_log_dir(out, os.getpid())
@@ -186,6 +188,7 @@ def run_inspect_job(
         relabel_epoch(path, job.epoch)
         shutil.move(str(path), out)
     finally:
+        job_hook.finish(out)
         shutil.rmtree(log_dir, ignore_errors=True)
 
 

@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +32,12 @@ from ..protocol import (
     encode_reports,
     queue_names,
 )
+from ..protocol.budget import BUDGET_REPORT
 from ..protocol.stop import is_stop
 from ..services import queues, session, stop, store
+from . import budget
 from .attempt import Attempt, JobAttempts
+from .budget import WorkerBudget
 from .concurrency import Concurrency
 from .duties import Duty, FleetDoneWatch, Heartbeats, Keeper, NoticeWatch, VisibilityKeeper
 from .metadata import Metadata
@@ -46,6 +50,8 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 log = logging.getLogger("ct_fleet.worker")
+
+DONE_MARKER = "the fleet-done marker"
 
 
 class Worker:
@@ -69,6 +75,7 @@ class Worker:
         self.reporter = Reporter(self.sqs, self.done_url, self.work_url, settings.report_interval)
         self.warm = WarmRunner(settings.code_root, settings.environ) if settings.warm_runner else None
         self.attempts = JobAttempts(settings, self.s3, self.warm, cancel=self.fleet_done)
+        self.budget: WorkerBudget | None = None  # the fleet's model budget, when it has one (run())
 
     # -- reporting ---------------------------------------------------------------------
     def heartbeat(self, **extra: Any) -> None:
@@ -88,7 +95,7 @@ class Worker:
                         concurrency=self.concurrency.current,
                         holding=holding,
                         sent_at=time.time(),
-                        extra=extra,
+                        extra={**extra, BUDGET_REPORT: self.budget.report()} if self.budget else extra,
                     )
                 ]
             ),
@@ -161,7 +168,7 @@ class Worker:
                 self._drain()
 
         duties: list[Duty] = [
-            FleetDoneWatch(self._marker_says_done, self.end_of_run),
+            FleetDoneWatch(lambda: self._marker(stop.is_done, DONE_MARKER), self.end_of_run),
             VisibilityKeeper(self.sqs, self.work_url, self.settings.visibility_timeout, self.slots.handles),
             Heartbeats(self.heartbeat, self.settings.heartbeat_interval),
             NoticeWatch(self.metadata, self._release_all, rebalance),
@@ -169,11 +176,14 @@ class Worker:
         return Keeper(duties, self.stopping)
 
     # -- the end of the run --------------------------------------------------------------
-    def _marker_says_done(self) -> bool:
+    def _marker(self, look: Callable[[Any, str, str], bool], what: str) -> bool:
+        """Whether a marker of the fleet's is in S3 (protocol/stop.py: the fleet is done, or
+        the queue's tail, looked for after an empty receive with nothing in flight); a look
+        that fails is said and taken as no marker."""
         try:
-            return stop.is_done(self.s3, self.settings.bucket, self.settings.fleet_id)
+            return look(self.s3, self.settings.bucket, self.settings.fleet_id)
         except Exception:
-            log.exception("could not look for the fleet-done marker")
+            log.exception("could not look for %s", what)
             return False
 
     def _pass_on(self, msg: MessageTypeDef) -> None:
@@ -220,12 +230,17 @@ class Worker:
     # -- main loop ---------------------------------------------------------------------
     def run(self) -> int:
         self.settings.work_dir.mkdir(parents=True, exist_ok=True)
-        if self._marker_says_done():  # booted after the end: nothing to do
+        if self._marker(stop.is_done, DONE_MARKER):  # booted after the end: nothing to do
             self.end_of_run("the fleet-done marker, at start")
             return 0
         if self.warm is not None:
             # inspect_ai's import and the warm-up eval overlap the first receive
             self.warm.prestart()
+        s = self.settings
+        self.budget = budget.start(
+            self.s3, s.bucket, s.fleet_id, s.instance_id, s.work_dir, self.heartbeat, self.stopping
+        )
+        self.attempts.budgeted = self.budget is not None
         self._keeper().start()
         self.reporter.start()
         idle_since = time.monotonic()
@@ -246,6 +261,11 @@ class Worker:
                     self.slots.wait(1.0)
                     continue
                 free = self.concurrency.current - busy
+                if self.budget is not None and free > 0 and not self.budget.any_share():
+                    # No share of the model budget (not given yet, or more workers than it
+                    # holds): its jobs would only wait. Waiting on the budget is not idle.
+                    idle_since = time.monotonic()
+                    free = 0
                 if free <= 0:
                     # Woken the moment a job finishes, so the next one starts at once.
                     self.slots.wait(1.0)
@@ -271,6 +291,10 @@ class Worker:
                     pool.submit(self.handle, msg)
                 if messages:
                     idle_since = time.monotonic()
+                elif busy == 0 and self._marker(stop.is_tail, "the queue's-tail marker"):
+                    log.info("the queue's tail: nothing queued, no retry to come, nothing in flight here: exiting")
+                    self.left_because = "the queue's tail"
+                    break
         self.stopping.set()
         self.reporter.close()  # the reports of the last jobs
         if self.warm is not None:

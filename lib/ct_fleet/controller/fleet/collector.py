@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ...cloud import Cloud
 from ...evallog import Expected, problem, read_header, sample_error
 from ...protocol import DoneMessage, Resumed, WorkMessage, decode_reports, mask, result_key, run_layout
+from ...protocol.budget import RATE_LIMITED
 from ...services import queues, store
 from ..planning import FleetSpec
 from ..reporting import UsageTotals, last_line, record_attempt
@@ -134,6 +135,8 @@ class ResultCollector:
             if not self.on_heartbeat(msg):
                 self._not_a_report(f"a heartbeat of {msg.instance_id[:100]!r}, no running worker of this fleet")
             return
+        if RATE_LIMITED in msg.extra:
+            self.on_heartbeat(msg)  # the model budget's pressure (protocol/budget.py)
         if msg.error:
             msg = replace(msg, error=mask(msg.error, self.secrets.values()))
         job = self.jobs.get(msg.job_id or "")

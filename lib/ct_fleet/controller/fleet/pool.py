@@ -11,9 +11,10 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ...cloud import Cloud
-from ...protocol import START_CONCURRENCY, DoneMessage
+from ...protocol import START_CONCURRENCY, DoneMessage, run_layout
 from ...protocol.sizing import first_launch_count
 from ...services import instances, launching
 from ...services import secrets as fleet_secrets
@@ -21,6 +22,7 @@ from ...services.launching import Launched
 from ..planning import Capacity, FleetSpec
 from ..reporting import cost_so_far, record_worker
 from . import boot_logs, interrupts, phases, scaling
+from .budget import FleetBudget
 from .launcher import PoolLauncher, fleet_launcher
 from .lost import LostWorkers
 
@@ -67,18 +69,25 @@ class WorkerPool:
         self.leaving: set[str] = set()  # workers that said they go (spot notice, rebalance)
         self.lost = LostWorkers(spec.fleet_id)  # the jobs each worker holds, for when it is gone
         self.seen_live: set[str] | None = None  # the live instances at the last look (None: no look yet)
+        self.slots = self.cfg.concurrency_per_worker or START_CONCURRENCY
+        models = [t.model or spec.model for t in spec.tasks] or [spec.model]
+        self.budget = FleetBudget.of_options(spec.inspect_options, models, self.slots)  # --max-connections
+        self.limits = scaling.LimitClock()  # what holds the fleet back, and how long it did
 
     # -- launch ------------------------------------------------------------------------
     def adopt(self, instance_ids: list[str]) -> None:
         self.launched = list(instance_ids)
 
     def launch_first(self, pending: int) -> list[str]:
-        return self.launch(
-            first_launch_count(
-                pending, max_workers=self.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
-            ),
-            why="first",
+        self.publish_budget([])  # before a worker starts: it reads then whether the fleet has one
+        count = first_launch_count(
+            pending, max_workers=self.max_workers, concurrency_per_worker=self.cfg.concurrency_per_worker
         )
+        if self.budget.covers_all:
+            count = min(count, self.budget.workers_needed())
+        ids = self.launch(count, why="first")
+        self.publish_budget(self.launched)
+        return ids
 
     def _launcher(self) -> PoolLauncher:
         if self.launcher is None:
@@ -139,12 +148,18 @@ class WorkerPool:
         return cost_so_far(self.launch_times, time.time(), self.prices, self.end_times)
 
     # -- while it runs -----------------------------------------------------------------
+    def publish_budget(self, live: list[str]) -> None:
+        self.budget.publish(self.s3, self.cfg.bucket, self.spec.fleet_id, live, self.run_dir / run_layout.BUDGET)
+
     def on_heartbeat(self, msg: DoneMessage) -> bool:
-        """Take a worker's heartbeat: False, and nothing done, unless it names a worker this
-        fleet launched that still runs (anything holding the worker role can send one)."""
+        """Take a worker's heartbeat, or a done report that carries a rate-limit count
+        (protocol/budget.py): False, and nothing done, unless it names a worker this fleet
+        launched that still runs (anything holding the worker role can send one)."""
         if msg.instance_id not in self.running():
             return False
-        self.lost.on_heartbeat(msg)
+        self.budget.on_word(msg)
+        if msg.type == "heartbeat":
+            self.lost.on_heartbeat(msg)
         if msg.load is not None:
             self.worker_load[msg.instance_id] = (msg.load, time.monotonic())
         for notice in ("spot_notice", "rebalance"):
@@ -177,6 +192,12 @@ class WorkerPool:
         if self.short and waiting:
             # Not a replacement: workers EC2 did not give yet (capacity, quota, throttling).
             self.launch(self.short, why="shortfall")
+        loads = [load for load, at in self.worker_load.values() if now - at < 3 * self.cfg.heartbeat_interval]
+        bound = self.budget.saturated(live) or self.budget.pressure()
+        self.limits.at(
+            scaling.limit_of(waiting, len(live), self.max_workers, self.capacity.clamped, self.limited, bound, loads),
+            now,
+        )
         decision = scaling.decide(
             remaining=remaining,
             waiting=waiting,
@@ -185,8 +206,10 @@ class WorkerPool:
             max_replacements=self.cfg.max_replacements,
             max_workers=self.max_workers,
             concurrency_per_worker=self.cfg.concurrency_per_worker,
-            fresh_loads=[load for load, at in self.worker_load.values() if now - at < 3 * self.cfg.heartbeat_interval],
+            fresh_loads=loads,
             cooled=now - self.last_scale_up >= 2 * self.cfg.heartbeat_interval,
+            model_bound=bound,
+            budget_workers=self.budget.workers_needed() if self.budget.covers_all else None,
         )
         if decision.action == "give_up":
             return self.bootstrap_failure()
@@ -212,26 +235,6 @@ class WorkerPool:
         )
 
     # -- the end -----------------------------------------------------------------------
-    def wait_for_exit(self, live: list[str], announce: Callable[[], None]) -> list[str]:
-        """The work is done: `announce` tells the workers (protocol/stop.py). They drop what
-        they still run, upload their logs and shut down within seconds; the stragglers (one
-        still booting, say) are returned after STRAGGLER_GRACE, to be terminated."""
-        phases.reached(phases.END_WAIT, self.run_dir)
-        try:
-            announce()
-        except Exception as ex:  # without the signal workers still leave after idle_timeout
-            self.warn(f"could not signal the end of the run to workers ({ex}); they leave when idle")
-        deadline = time.monotonic() + STRAGGLER_GRACE
-        pause = 0.2  # a worker leaves within a second of the signal: look early, then every second
-        while live and time.monotonic() < deadline:
-            time.sleep(pause)
-            pause = min(1.0, 2 * pause)
-            found = instances.live_instances(self.ec2, self.spec.fleet_id)
-            self.cloud.poll([inst["InstanceId"] for inst in found])
-            # An instance shutting down has uploaded its log and is leaving by itself.
-            live = [inst["InstanceId"] for inst in found if inst["State"]["Name"] != "shutting-down"]
-        return live
-
     def teardown(self, *, wait: bool, announce: Callable[[], None], also: Sequence[Callable[[], None]] = ()) -> None:
         """Terminate every worker and delete their secrets, then run `also` (the queues, say).
         With `wait` (the work is done) workers are first told to leave and given
@@ -244,7 +247,7 @@ class WorkerPool:
             live = []
         if wait and live:
             try:
-                live = self.wait_for_exit(live, announce)
+                live = wait_for_exit(self.ec2, self.cloud, self.spec.fleet_id, self.run_dir, live, announce, self.warn)
             except KeyboardInterrupt as exc:
                 interrupted = exc
         with interrupts.shielded(self.warn):
@@ -279,6 +282,35 @@ class WorkerPool:
         return failures
 
 
+def wait_for_exit(
+    ec2: Any,
+    cloud: Cloud,
+    fleet_id: str,
+    run_dir: Path,
+    live: list[str],
+    announce: Callable[[], None],
+    warn: Callable[[str], None],
+) -> list[str]:
+    """The work is done: `announce` tells the workers (protocol/stop.py). They drop what
+    they still run, upload their logs and shut down within seconds; the stragglers (one
+    still booting, say) are returned after STRAGGLER_GRACE, to be terminated."""
+    phases.reached(phases.END_WAIT, run_dir)
+    try:
+        announce()
+    except Exception as ex:  # without the signal workers still leave after idle_timeout
+        warn(f"could not signal the end of the run to workers ({ex}); they leave when idle")
+    deadline = time.monotonic() + STRAGGLER_GRACE
+    pause = 0.2  # a worker leaves within a second of the signal: look early, then every second
+    while live and time.monotonic() < deadline:
+        time.sleep(pause)
+        pause = min(1.0, 2 * pause)
+        found = instances.live_instances(ec2, fleet_id)
+        cloud.poll([inst["InstanceId"] for inst in found])
+        # An instance shutting down has uploaded its log and is leaving by itself.
+        live = [inst["InstanceId"] for inst in found if inst["State"]["Name"] != "shutting-down"]
+    return live
+
+
 def running(
     launched: list[str], seen_live: set[str] | None, launch_times: dict[str, float], end_times: dict[str, float]
 ) -> set[str]:
@@ -302,3 +334,18 @@ def _record_launches(run_dir: Path, got: list[Launched], why: str, slots: int, p
             instance_type=g.pool.instance_type,
             market=g.market,
         )
+
+
+def result_fields(pool: WorkerPool, job_seconds: Sequence[float]) -> dict[str, Any]:
+    """For the run's result: why it had fewer workers, the limits it was at, and its
+    instance time against its samples' (the tail's waste shows in the difference)."""
+    pool.limits.at(pool.limits.now, time.monotonic())
+    now = time.time()
+    lives = sum(pool.end_times.get(i, now) - at for i, at in pool.launch_times.items())
+    return {
+        "fewer_workers": pool.fewer_why(),
+        "limits": {k: round(v, 1) for k, v in pool.limits.seconds.items()},
+        "instance_seconds": lives,
+        "slot_seconds": lives * pool.slots,
+        "sample_seconds": float(sum(job_seconds)),
+    }

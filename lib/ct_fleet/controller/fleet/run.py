@@ -25,7 +25,8 @@ from .collector import ResultCollector, totals
 from .interrupts import FleetInterrupted, Terminated
 from .lease import S3Lease
 from .live_merge import LiveMerge
-from .pool import WorkerPool
+from .ordering import order_pending
+from .pool import WorkerPool, result_fields
 from .tracker import JobTracker
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class FleetRun:
         stop.clear(self.s3, self.cfg.bucket, self.spec.fleet_id)  # an earlier end no longer holds
         done = self.results.resume() if known else set()
         store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
-        pending = [job for job_id, job in self.jobs.items() if job_id not in done]
+        pending = order_pending(self, [job for job_id, job in self.jobs.items() if job_id not in done])
         adopted, enqueued = self._queue(pending, previous)
         phases.reached(phases.ENQUEUE, self.run_dir)
         stopped_reason = None
@@ -267,7 +268,7 @@ class FleetRun:
             resumed=resumed,
             retried_errors=self.results.retried_errors,
             workers_launched=len(self.pool.launched),
-            fewer_workers=self.pool.fewer_why(),
+            **result_fields(self.pool, self.state.job_seconds),
             elapsed=time.monotonic() - start,
             stopped_reason=why,
             dead_report=dead_jobs(

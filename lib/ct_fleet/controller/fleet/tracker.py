@@ -47,6 +47,7 @@ class JobTracker:
     reported_sample_error: set[str] = field(default_factory=set)
     fetching: set[str] = field(default_factory=set)  # the running jobs: result being fetched
     late_successes: set[str] = field(default_factory=set)  # finished after they were dead-lettered
+    retrying: set[str] = field(default_factory=set)  # pending jobs reported for a retry: they come back
     job_seconds: array[float] = field(default_factory=lambda: array("d"))  # 8 bytes a result
     attempts: int = 0
     redeliveries: int = 0
@@ -82,6 +83,7 @@ class JobTracker:
             self.dead_errors.pop(job_id, None)
         if to != "running":
             self.fetching.discard(job_id)
+        self.retrying.discard(job_id)
 
     def _set_outcome(self, job_id: str, outcome: str) -> None:
         self._drop_outcome(job_id)
@@ -118,6 +120,8 @@ class JobTracker:
                 self.duplicates += now == "finished" and msg.outcome == "failed"
                 return None  # a result (or a final state) already outranks this attempt
             self.last_error[job_id] = (msg.error_class or "infra", msg.error or "")
+            if msg.outcome == "retry":
+                self.retrying.add(job_id)
             if msg.outcome == "failed":
                 self._move(job_id, "finished")
                 self._set_outcome(job_id, "failed")
@@ -145,6 +149,7 @@ class JobTracker:
         if not ok:
             self.late_successes.discard(job_id)
             self._move(job_id, "pending")
+            self.retrying.add(job_id)  # sent again
             return
         self._move(job_id, "finished")
         self._set_outcome(job_id, "sample_error" if job_id in self.reported_sample_error else "success")
@@ -153,6 +158,7 @@ class JobTracker:
         """A finished job's result turned out unreadable (checked again before the merge)."""
         if self.state.get(job_id) == "finished" and self.outcome.get(job_id) != "failed":
             self._move(job_id, "pending")
+            self.retrying.add(job_id)  # sent again
 
     def abandon(self, job_id: str, error_class: str, error: str) -> None:
         """Give up on a pending job (its result keeps arriving unreadable): dead, with why."""

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from ...protocol import START_CONCURRENCY
-from ...services import queues
+from ...services import queues, stop
 from ..reporting import progress_of
 from . import liveness, phases
+from .ordering import record_history
 
 if TYPE_CHECKING:
     from .run import FleetRun
@@ -36,6 +37,7 @@ def track(run: FleetRun, start: float) -> str | None:
     last_check = -math.inf  # the first pass looks at the fleet at once (monotonic time starts near 0 at boot)
     live = list(run.pool.launched)
     warned_stale = False
+    tail = Tail()
     phases.reached(phases.TRACKING, run.run_dir)
     while not (run.state.complete and run.results.intact()):
         if run.state.remaining == 0 and run.results.in_flight:
@@ -66,6 +68,7 @@ def track(run: FleetRun, start: float) -> str | None:
             live, why = _check_fleet(run)
             if why:
                 return why
+            tail.look(run)
         _report(run, start, live)
         quiet = now - last_progress
         if quiet >= run.cfg.stale_after and not warned_stale:
@@ -79,7 +82,24 @@ def track(run: FleetRun, start: float) -> str | None:
         if quiet >= run.cfg.no_sample_timeout:
             return f"no completed sample for {quiet:.0f}s while workers were active: fleet terminated"
     run.results.collect(wait=True)
+    record_history(run)
     return None
+
+
+class Tail:
+    """The queue's tail (protocol/stop.py): nothing queued, no retry to come, jobs still
+    running. Said to the workers once (a marker), unsaid if work comes back."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def look(self, run: FleetRun) -> None:
+        reached = bool(
+            run.state.remaining and "work" in run.depths and not run.depths["work"] and not run.state.retrying
+        )
+        if reached != self.said:
+            stop.mark_tail(run.s3, run.cfg.bucket, run.spec.fleet_id, reached)
+            self.said = reached
 
 
 def _check_fleet(run: FleetRun) -> tuple[list[str], str | None]:
@@ -96,6 +116,7 @@ def _check_fleet(run: FleetRun) -> tuple[list[str], str | None]:
     pending = run.state.in_state("pending") if ended else set()
     for lost in run.pool.lost.release(run.sqs, run.queues.work, ended, pending.__contains__):
         run.results.on_report(lost)
+    run.pool.publish_budget(live)
     if ended and run.state.remaining:
         why = run.pool.deterministic_boot_failure(ended)
         if why:
@@ -126,5 +147,6 @@ def _report(run: FleetRun, start: float, live: list[str]) -> None:
             model_cost=run.results.usage.cost,
             wanted=len(live) + run.pool.short,
             fewer_why=run.pool.limited or "",
+            limit=run.pool.limits.now,
         )
     )

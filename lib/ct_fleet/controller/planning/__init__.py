@@ -10,6 +10,7 @@ from .credentials import launched_by, read_dotenv, secret_values, worker_secrets
 from .docker_needs import DockerNeeds
 from .estimate import Estimate, record_durations
 from .eval_args import fleet_fields, from_eval_args
+from .history import identities, longest_first, seconds_of_run
 from .jobs import FleetTask, Job, TaskSpec
 from .models import needs as model_needs
 from .overlay import installed_site
@@ -35,6 +36,9 @@ __all__ = [
     "from_eval_args",
     "record_durations",
     "installed_site",
+    "identities",
+    "longest_first",
+    "seconds_of_run",
     "launched_by",
     "model_needs",
     "plan_fleet",

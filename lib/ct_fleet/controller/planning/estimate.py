@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...protocol import run_layout
+from .history import record_sample_seconds
 
 # A baked worker AMI's boot to its first job; the estimate assumes one (stock Ubuntu with
 # the full install takes about 240 s).
@@ -24,6 +25,7 @@ BOOT_SECONDS = 65
 def record_durations(run_dir: Path, group: tuple[str, str], seconds: Sequence[float]) -> None:
     """Seconds per job of this run, for the estimates of later fleets of the same tasks and
     policy (or model): `group` is FleetSpec.duration_group."""
+    record_sample_seconds(run_dir)
     if seconds:
         setting, policy = group
         data = {"setting": setting, "policy": policy, "seconds": list(seconds)}

@@ -26,6 +26,7 @@ class Progress:
     message: str = ""
     failures: str = ""
     wanted: int = 0  # workers asked for; more than `workers` while EC2 gives fewer
+    limit: str = ""  # what holds the fleet back now: CPU, model API, quota, capacity, max_workers
     fewer_why: str = ""  # why fewer run than wanted (capacity in which pools, quota, throttling)  # the jobs that ended without a result so far, grouped, in their own words
 
 
@@ -42,6 +43,7 @@ def progress_of(
     model_cost: float,
     wanted: int = 0,
     fewer_why: str = "",
+    limit: str = "",
 ) -> Progress:
     finished = states.finished
     rate = finished / elapsed if elapsed > 0 else 0
@@ -66,6 +68,7 @@ def progress_of(
         failures=failures_of(states),
         wanted=max(wanted, workers),
         fewer_why=fewer_why if wanted > workers else "",
+        limit=limit,
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from ...errors import BadInput
 from ...protocol import run_layout
 from .merged import metrics_text
-from .run_report import Bar, RunReport, build_report
+from .run_report import SLOWEST, Bar, RunReport, build_report
 from .usage import MODEL_PRICES
 
 COLOURS = {
@@ -85,6 +85,7 @@ Times are seconds since the run began.</p>
 <h2>Failures</h2>{_failures_table(report)}
 {_checkpoints(report)}
 <h2>Slowest jobs</h2>{_bars_table(report.slowest)}
+{_order_table(report)}
 </body></html>
 """
 
@@ -291,6 +292,26 @@ def _failures_table(report: RunReport) -> str:
     head = ["class", "error", "attempts", "jobs", "repro (one of its jobs, here)"]
     body = "".join("<tr>" + "".join(_cell(_e(v) if i < 2 else v) for i, v in enumerate(r)) + "</tr>" for r in rows)
     return "<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + f"</tr>{body}</table>"
+
+
+def _order_table(report: RunReport) -> str:
+    """The longest-first queue's first jobs, predicted against actual (none without history)."""
+    if not report.order:
+        return ""
+    rows = [
+        (
+            p.job_id,
+            str(p.sample_id),
+            p.queue_rank,
+            p.start_rank,
+            p.predicted,
+            p.actual,
+            "yes" if p.from_history else "median",
+        )
+        for p in report.order[: SLOWEST * 2]
+    ]
+    heads = ["job", "sample", "queued #", "started #", "predicted s", "actual s", "history"]
+    return f"<h2>Longest first: predicted against actual</h2>{_table(heads, rows)}"
 
 
 def _bars_table(bars: list[Bar]) -> str:

@@ -32,6 +32,10 @@ class RunResult:
     dropped_messages: int = 0  # done-queue messages that were not reports of this fleet
     stopped_reason: str | None = None
     fewer_workers: str | None = None  # why fewer workers ran than wanted (quota, capacity, throttling)
+    limits: dict[str, float] = field(default_factory=dict)  # seconds the fleet spent at each limit (scaling.limit_of)
+    instance_seconds: float = 0.0  # the workers' lives, summed: what EC2 bills
+    slot_seconds: float = 0.0  # the same times each worker's slots
+    sample_seconds: float = 0.0  # the results' jobs' run times, summed: the work itself
     dead_report: list[dict[str, Any]] = field(default_factory=list)
     cost: float = 0.0  # EC2
     enqueued: int = 0

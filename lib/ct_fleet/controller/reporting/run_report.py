@@ -10,6 +10,7 @@ to the lowest slot free at its start, which is what a slot is (one job at a time
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
@@ -119,6 +120,18 @@ class TaskResult(BaseModel):
     tokens: int = 0
 
 
+class Predicted(BaseModel):
+    """A job's place in the longest-first queue (planning/history.py) against how it ran."""
+
+    job_id: str
+    sample_id: str | int
+    predicted: float = Field(description="expected seconds (from earlier runs, or their median)")
+    from_history: bool
+    queue_rank: int = Field(description="its place in the queue, 0 first")
+    actual: float | None = Field(default=None, description="seconds its final attempt ran")
+    start_rank: int | None = Field(default=None, description="its place in the order the jobs started")
+
+
 class RunReport(BaseModel):
     schema_version: Literal[1] = REPORT_SCHEMA_VERSION
     fleet_id: str
@@ -139,6 +152,7 @@ class RunReport(BaseModel):
     checkpoints: CheckpointFigures | None = Field(
         default=None, description="--checkpoint runs: what resuming saved and checkpointing cost (this run's results)"
     )
+    order: list[Predicted] = Field(default=[], description="the longest-first queue, predicted against actual")
 
 
 def build_report(run_dir: Path, model_prices: Path = MODEL_PRICES) -> RunReport:
@@ -171,7 +185,34 @@ def build_report(run_dir: Path, model_prices: Path = MODEL_PRICES) -> RunReport:
         slowest=sorted((b for b in bars if b.outcome in FINAL), key=lambda b: -b.seconds)[:SLOWEST],
         results=_results(manifest, run_dir),
         checkpoints=checkpoint_figures(attempts),
+        order=predicted_order(run_dir, bars),
     )
+
+
+def predicted_order(run_dir: Path, bars: list[Bar]) -> list[Predicted]:
+    """order.json's prediction, each job with its final attempt's seconds and start rank."""
+    try:
+        rows = json.loads((run_dir / run_layout.ORDER).read_text())
+    except (OSError, ValueError):
+        return []
+    final = {b.job_id: b for b in bars if b.outcome in FINAL}
+    started = {job_id: i for i, job_id in enumerate(sorted(final, key=lambda j: final[j].start))}
+    out = []
+    for rank, row in enumerate(rows if isinstance(rows, list) else []):
+        job_id, seconds, known = row
+        bar = final.get(job_id)
+        out.append(
+            Predicted(
+                job_id=job_id,
+                sample_id=bar.sample_id if bar else "",
+                predicted=seconds,
+                from_history=known,
+                queue_rank=rank,
+                actual=bar.seconds if bar else None,
+                start_rank=started.get(job_id),
+            )
+        )
+    return out
 
 
 def _results(manifest: Manifest, run_dir: Path) -> list[TaskResult]:

@@ -56,6 +56,15 @@ class RunSummary(BaseModel):
         str | None, Field(description="why fewer workers ran than wanted (quota, capacity, throttling), if they did")
     ] = None
     elapsed_seconds: float = 0.0
+    instance_hours: Annotated[float, Field(description="the workers' lives summed (what EC2 bills)")] = 0.0
+    slot_hours: Annotated[float, Field(description="instance_hours times each worker's slots")] = 0.0
+    sample_hours: Annotated[
+        float, Field(description="the results' run times summed; slot_hours minus this is start-up and idle tail")
+    ] = 0.0
+    limits: Annotated[
+        dict[str, float],
+        Field(description="seconds the fleet spent held by each limit: CPU, model API, quota, capacity, max_workers"),
+    ] = {}
     ec2_cost: Annotated[float, Field(description="USD, EC2 workers")] = 0.0
     tokens: int = 0
     model_cost: Annotated[float, Field(description="USD, model tokens priced by Inspect's model info")] = 0.0
@@ -84,6 +93,10 @@ def run_summary(result: RunResult) -> RunSummary:
         workers_launched=result.workers_launched,
         fewer_workers=result.fewer_workers,
         elapsed_seconds=round(result.elapsed, 3),
+        instance_hours=round(result.instance_seconds / 3600, 4),
+        slot_hours=round(result.slot_seconds / 3600, 4),
+        sample_hours=round(result.sample_seconds / 3600, 4),
+        limits=result.limits,
         ec2_cost=result.cost,
         tokens=result.tokens,
         model_cost=result.model_cost,

@@ -1,0 +1,150 @@
+"""Inspect's hooks in a job process: the model budget's tokens (worker/budget.py) and the
+rate-limit retries the job made (pressure.py).
+
+With a budget, the worker serves tokens on a Unix socket whose path its work directory
+names (budget.SOCKET, a link to a short path: socket paths are limited to ~100 bytes).
+The job runs with max_connections 1, so it holds at most one token: taken before each
+request (`on_before_model_generate`, which fires on every attempt), given back when the
+request ends (`on_model_usage`, `on_model_retry` before the backoff) or the sample does.
+A rate-limit retry is said to the worker at once (`limited MODEL`); without a budget it is
+counted into `<output>.ratelimited` for the done report.
+A request that ends without either (no usage reported, a cache hit) keeps its token until
+the job's next request or its sample's end: never more requests than tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from pathlib import Path
+
+import anyio
+from inspect_ai.hooks import BeforeModelGenerate, Hooks, ModelRetry, ModelUsageData, SampleEnd, hooks
+
+from .budget import SOCKET
+from .pressure import sidecar
+
+
+class _Tokens:
+    def __init__(self) -> None:
+        self.conn: socket.socket | None = None
+        self.stream: socket.SocketIO | None = None
+        self.held: str | None = None  # the model this job holds a token of
+        self.rate_limited = 0
+
+    def open(self, out: Path) -> None:
+        self.close()
+        self.rate_limited = 0
+        link = out.parent / SOCKET
+        if not link.is_symlink():
+            return  # the fleet has no budget
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(os.readlink(link))
+        self.conn = conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.conn, self.held = None, None
+
+    def _say(self, line: str) -> None:
+        assert self.conn is not None
+        self.conn.sendall(f"{line}\n".encode())
+        answer = b""
+        while not answer.endswith(b"\n"):
+            part = self.conn.recv(64)
+            if not part:
+                raise ConnectionError("the worker's budget server went away")
+            answer += part
+
+    async def acquire(self, model: str) -> None:
+        if self.conn is None or self.held == model:
+            return
+        await self.release()
+        await anyio.to_thread.run_sync(self._say, f"acquire {model}")
+        self.held = model
+
+    async def limited(self, model: str) -> None:
+        """A rate-limit retry: told to the worker at once (the adaptive total reacts to it),
+        else counted for the done report."""
+        if self.conn is None:
+            self.rate_limited += 1
+        else:
+            await anyio.to_thread.run_sync(self._say, f"limited {model}")
+
+    async def release(self) -> None:
+        if self.conn is None or self.held is None:
+            return
+        model, self.held = self.held, None
+        await anyio.to_thread.run_sync(self._say, f"release {model}")
+
+
+TOKENS = _Tokens()
+
+
+class _SdkRetries(logging.Handler):
+    """Retries inside a provider's own client fire no Inspect hook: the OpenAI and
+    Anthropic SDKs retry a 429 (or a 408, 409, 5xx) themselves, saying so in their
+    `_base_client` log ("Retrying request to ..."). Counted here, said with the next usage."""
+
+    LOGGERS = ("openai._base_client", "anthropic._base_client")
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Retrying request"):
+            self.count += 1
+
+    def take(self) -> int:
+        count, self.count = self.count, 0
+        return count
+
+    def install(self) -> None:
+        for name in self.LOGGERS:
+            logger = logging.getLogger(name)
+            if self not in logger.handlers:
+                logger.addHandler(self)
+                if logger.getEffectiveLevel() > logging.INFO:
+                    logger.setLevel(logging.INFO)
+
+
+_SDK_RETRIES = _SdkRetries()
+
+
+def _rate_limited(data: ModelRetry) -> bool:
+    return data.status_code == 429 or "ratelimit" in (data.exception_type or "").lower()
+
+
+@hooks(name="ct_fleet_job", description="a fleet job's model budget tokens and rate-limit count")
+class JobHooks(Hooks):
+    async def on_before_model_generate(self, data: BeforeModelGenerate) -> None:
+        await TOKENS.acquire(data.model_name)
+
+    async def on_model_usage(self, data: ModelUsageData) -> None:
+        for _ in range(data.retries + _SDK_RETRIES.take()):
+            await TOKENS.limited(data.model_name)
+        await TOKENS.release()
+
+    async def on_model_retry(self, data: ModelRetry) -> None:
+        if _rate_limited(data):
+            await TOKENS.limited(data.model_name)
+        await TOKENS.release()
+
+    async def on_sample_end(self, data: SampleEnd) -> None:
+        await TOKENS.release()
+
+
+def start(out: Path) -> None:
+    """A job begins: its tokens' connection (a forked job inherits its server's state)."""
+    _SDK_RETRIES.install()
+    _SDK_RETRIES.take()
+    TOKENS.open(out)
+
+
+def finish(out: Path) -> None:
+    if TOKENS.rate_limited:
+        sidecar(out).write_text(str(TOKENS.rate_limited))
+    TOKENS.close()
