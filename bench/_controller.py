@@ -3,7 +3,7 @@ the real one, fed by whatever is on the fleet's done queue.
 
 `collector_run()` builds the controller's FleetRun for a fleet that `_stream.seed` laid out
 (its queues, manifest and worker instances found in the cloud, as an adopting controller
-finds them) and `take()` runs `tracking.track`, the loop a run spends its life in: receive
+finds them) and `take()` runs `FleetRun.tracking().track`, the loop a run spends its life in: receive
 done reports, hand them to the ResultCollector (tracker, download pool, verification, local
 copies), delete them, look at EC2 and the queues every check_interval, report progress,
 and at the end check every local copy again. The cloud is the base `Cloud` on the moto
@@ -33,7 +33,6 @@ from rich.console import Console
 
 from ct_fleet.cli.display import LiveProgress
 from ct_fleet.cloud import Cloud
-from ct_fleet.controller.fleet import tracking
 from ct_fleet.controller.fleet.run import FleetRun
 from ct_fleet.controller.planning import Capacity, FleetSpec
 from ct_fleet.controller.reporting import Progress
@@ -82,7 +81,7 @@ def collector_run(
 
 def take(run: FleetRun) -> str | None:
     """Run the controller's tracking loop until every job is finished (None) or it stops (why)."""
-    return tracking.track(run, time.monotonic())
+    return run.tracking().track(time.monotonic())
 
 
 def _rss_mb() -> float:

@@ -4,7 +4,7 @@
 Its own moto server (ct_fleet.cloud.moto_server, over HTTP). For each size N it lays out a
 fleet as a controller finds it mid-run (_stream.seed: bucket, queues, manifest, W worker
 instances in EC2, and every job's result in S3: real one-sample toyarena logs), then runs
-the controller's own tracking loop (tracking.track with the real FleetRun, ResultCollector
+the controller's own tracking loop (FleetRun.tracking().track with the real FleetRun, ResultCollector
 and JobTracker; bench/_controller.py) in a child process while a feeder thread here sends
 every job's done report to the done queue the way workers' reporters do, with a heartbeat
 per 16 results, never more than --backlog messages waiting. Reports a message: 25 by

@@ -326,6 +326,9 @@ def test_controller_adds_workers_while_cpu_bound_up_to_max(aws_client, aws_env, 
     jobs = [Job(f"j{i}", task.key, f"web:fix_login#{i}", 1) for i in range(300)]
     spec = FleetSpec(fid, [task], jobs, "mockllm/model", 1, "sha", cfg, policy="honest")
     cloud = AwsCloud(region="us-east-1", endpoint_url=aws_env["AWS_ENDPOINT_URL"])
+    store.ensure_bucket(
+        aws_client("s3"), cfg.bucket, create=True
+    )  # the first launch says the fleet has no budget there
     ctl = FleetRun(
         cloud,
         spec,

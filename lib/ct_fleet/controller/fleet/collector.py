@@ -14,17 +14,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...cloud import Cloud
 from ...evallog import Expected, problem, read_header, sample_error
 from ...protocol import DoneMessage, Resumed, WorkMessage, decode_reports, mask, result_key, run_layout
 from ...protocol.budget import RATE_LIMITED
 from ...services import queues, store
-from ..planning import FleetSpec
 from ..reporting import UsageTotals, last_line, record_attempt
 from . import job_images, phases
+from .context import RunContext
 from .local_results import LocalResults, expected_result
 from .tracker import JobTracker
 
@@ -38,26 +36,22 @@ if TYPE_CHECKING:
 class ResultCollector:
     def __init__(
         self,
-        cloud: Cloud,
-        spec: FleetSpec,
-        run_dir: Path,
+        ctx: RunContext,
         state: JobTracker,
         *,
-        secrets: dict[str, str],
-        warn: Callable[[str], None],
         send_again: Callable[[str], None],
         on_heartbeat: Callable[[DoneMessage], bool],
     ) -> None:
-        self.sqs = cloud.client("sqs")
-        self.s3 = cloud.client("s3")
+        spec, run_dir = ctx.spec, ctx.run_dir
+        self.sqs, self.s3 = ctx.client("sqs"), ctx.client("s3")
         self.spec = spec
         self.bucket = spec.config.bucket
         self.run_dir = run_dir
         self.state = state
         self.jobs = {job.job_id: job for job in spec.jobs}
         self.tasks = {task.key: task for task in spec.tasks}
-        self.secrets = secrets
-        self.warn = warn
+        self.secrets = ctx.secrets
+        self.warn = ctx.warn
         self.send_again = send_again
         self.on_heartbeat = on_heartbeat
         self.usage = UsageTotals()

@@ -3,33 +3,29 @@ fleets in S3 besides this machine's runs/, and this run's durations added to it 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ...services import history
 from ..planning import Job, identities, longest_first, seconds_of_run
-
-if TYPE_CHECKING:
-    from .run import FleetRun
+from .context import RunContext
 
 
-def order_pending(run: FleetRun, pending: list[Job]) -> list[Job]:
+def order_pending(ctx: RunContext, pending: list[Job]) -> list[Job]:
     remote = {}
-    if run.cloud.bills:  # the embedded cloud's S3 holds no earlier fleet
-        for identity in identities(run.spec.tasks):
+    if ctx.cloud.bills:  # the embedded cloud's S3 holds no earlier fleet
+        for identity in identities(ctx.spec.tasks):
             try:
-                remote[identity] = history.get(run.s3, run.cfg.bucket, identity)
+                remote[identity] = history.get(ctx.client("s3"), ctx.cfg.bucket, identity)
             except (BotoCoreError, ClientError) as exc:
-                run.warn(f"could not read the job durations of earlier fleets ({exc}); ordering by this machine's")
-    return longest_first(run.run_dir, run.spec.tasks, pending, remote)
+                ctx.warn(f"could not read the job durations of earlier fleets ({exc}); ordering by this machine's")
+    return longest_first(ctx.run_dir, ctx.spec.tasks, pending, remote)
 
 
-def record_history(run: FleetRun) -> None:
+def record_history(ctx: RunContext) -> None:
     """This run's durations, for the order of later `--ec2` fleets of the same tasks."""
-    if not run.cloud.bills:
+    if not ctx.cloud.bills:
         return
     try:
-        history.merge(run.s3, run.cfg.bucket, seconds_of_run(run.run_dir))
+        history.merge(ctx.client("s3"), ctx.cfg.bucket, seconds_of_run(ctx.run_dir))
     except (BotoCoreError, ClientError) as exc:
-        run.warn(f"could not record this run's job durations in S3 ({exc})")
+        ctx.warn(f"could not record this run's job durations in S3 ({exc})")

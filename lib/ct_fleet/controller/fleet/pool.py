@@ -19,10 +19,11 @@ from ...protocol.sizing import first_launch_count
 from ...services import instances, launching
 from ...services import secrets as fleet_secrets
 from ...services.launching import Launched
-from ..planning import Capacity, FleetSpec
+from ..planning import Capacity
 from ..reporting import cost_so_far, record_worker
 from . import boot_logs, interrupts, phases, scaling
 from .budget import FleetBudget
+from .context import RunContext
 from .launcher import PoolLauncher, fleet_launcher
 from .lost import LostWorkers
 
@@ -31,29 +32,12 @@ LISTING_LAG = 120  # seconds a launched worker counts as running before EC2's li
 
 
 class WorkerPool:
-    def __init__(
-        self,
-        cloud: Cloud,
-        spec: FleetSpec,
-        run_dir: Path,
-        *,
-        launched_by: str,
-        account: str,
-        secrets: dict[str, str],
-        warn: Callable[[str], None],
-        capacity: Capacity,
-    ) -> None:
-        self.cloud = cloud
-        self.spec = spec
-        self.cfg = spec.config
-        self.run_dir = run_dir
+    def __init__(self, ctx: RunContext, *, launched_by: str, account: str, capacity: Capacity) -> None:
+        self.cloud, self.spec, self.cfg, self.run_dir = ctx.cloud, ctx.spec, ctx.cfg, ctx.run_dir
+        self.secrets, self.warn = ctx.secrets, ctx.warn
         self.launched_by = launched_by
         self.account = account
-        self.secrets = secrets
-        self.warn = warn
-        self.ec2 = cloud.client("ec2")
-        self.ssm = cloud.client("ssm")
-        self.s3 = cloud.client("s3")
+        self.ec2, self.ssm, self.s3 = ctx.client("ec2"), ctx.client("ssm"), ctx.client("s3")
         self.user_data = ""  # rendered by the run before anything is created
         self.capacity = capacity
         self.max_workers = capacity.max_workers
@@ -67,11 +51,11 @@ class WorkerPool:
         self.last_scale_up = -math.inf  # monotonic time starts near 0 at boot: never a cool-down at first
         self.worker_load: dict[str, tuple[float, float]] = {}  # instance -> (load, at)
         self.leaving: set[str] = set()  # workers that said they go (spot notice, rebalance)
-        self.lost = LostWorkers(spec.fleet_id)  # the jobs each worker holds, for when it is gone
+        self.lost = LostWorkers(ctx.spec.fleet_id)  # the jobs each worker holds, for when it is gone
         self.seen_live: set[str] | None = None  # the live instances at the last look (None: no look yet)
         self.slots = self.cfg.concurrency_per_worker or START_CONCURRENCY
-        models = [t.model or spec.model for t in spec.tasks] or [spec.model]
-        self.budget = FleetBudget.of_options(spec.inspect_options, models, self.slots)  # --max-connections
+        models = [t.model or ctx.spec.model for t in ctx.spec.tasks] or [ctx.spec.model]
+        self.budget = FleetBudget.of_options(ctx.spec.inspect_options, models, self.slots)  # --max-connections
         self.limits = scaling.LimitClock()  # what holds the fleet back, and how long it did
 
     # -- launch ------------------------------------------------------------------------

@@ -15,19 +15,21 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ...cloud import Cloud
-from ...protocol import FleetEnv, Manifest, mask, run_layout
+from ...protocol import FleetEnv, Manifest, run_layout
 from ...protocol.user_data import render_user_data
 from ...services import queues, stop, store
 from ..planning import Capacity, FleetSpec, Job, record_durations
 from ..reporting import Progress, RunResult, dead_jobs, missing_jobs
-from . import liveness, merging, phases, tracking
+from . import liveness, merging, phases
 from .collector import ResultCollector, totals
+from .context import RunContext
 from .interrupts import FleetInterrupted, Terminated
 from .lease import S3Lease
 from .live_merge import LiveMerge
 from .ordering import order_pending
 from .pool import WorkerPool, result_fields
 from .tracker import JobTracker
+from .tracking import Tracking
 
 if TYPE_CHECKING:
     from ... import merge
@@ -49,42 +51,21 @@ class FleetRun:
         leave_running_on_interrupt: Callable[[], bool] = lambda: False,
         capacity: Capacity,
     ) -> None:
-        self.cloud = cloud
-        self.spec = spec
-        self.cfg = spec.config
-        self.run_dir = run_dir
-        self.secrets = secrets or {}
+        self.ctx = RunContext.of(cloud, spec, run_dir, secrets or {}, warn)
+        self.cloud, self.spec, self.cfg, self.run_dir = cloud, spec, spec.config, run_dir
+        self.secrets, self.warn = self.ctx.secrets, self.ctx.warn
         self.on_progress = on_progress
         self.leave_running_on_interrupt = leave_running_on_interrupt
-        self.warn = masked(warn, self.secrets)
-        self.sqs = cloud.client("sqs")
-        self.s3 = cloud.client("s3")
+        self.sqs, self.s3 = self.ctx.client("sqs"), self.ctx.client("s3")
         self.jobs = {job.job_id: job for job in spec.jobs}
         self.state = JobTracker.of(self.jobs)
         self.manifest = spec.manifest(launched_by=launched_by, extra_src=extra_src)
         self.manifest_jobs = {j.job_id: j for j in self.manifest.jobs}
-        self.depths: dict[str, int] = {}
         self.lease = S3Lease(self.s3, self.cfg.bucket, spec.fleet_id)
         self.q: queues.FleetQueues | None = None
-        self.pool = WorkerPool(
-            cloud,
-            spec,
-            run_dir,
-            launched_by=launched_by,
-            account=account,
-            secrets=self.secrets,
-            warn=self.warn,
-            capacity=capacity,
-        )
+        self.pool = WorkerPool(self.ctx, launched_by=launched_by, account=account, capacity=capacity)
         self.results = ResultCollector(
-            cloud,
-            spec,
-            run_dir,
-            self.state,
-            secrets=self.secrets,
-            warn=self.warn,
-            send_again=self._send_again,
-            on_heartbeat=self.pool.on_heartbeat,
+            self.ctx, self.state, send_again=self._send_again, on_heartbeat=self.pool.on_heartbeat
         )
         self.merge = merging.FleetMerge(self.manifest, run_dir)  # the live merges' and the end's
 
@@ -136,7 +117,7 @@ class FleetRun:
         stop.clear(self.s3, self.cfg.bucket, self.spec.fleet_id)  # an earlier end no longer holds
         done = self.results.resume() if known else set()
         store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
-        pending = order_pending(self, [job for job_id, job in self.jobs.items() if job_id not in done])
+        pending = order_pending(self.ctx, [job for job_id, job in self.jobs.items() if job_id not in done])
         adopted, enqueued = self._queue(pending, previous)
         phases.reached(phases.ENQUEUE, self.run_dir)
         stopped_reason = None
@@ -145,12 +126,24 @@ class FleetRun:
                 self.pool.launch_first(len(pending))
             try:
                 with LiveMerge(self.merge, self.cfg.live_merge_interval):
-                    stopped_reason = tracking.track(self, start)
+                    stopped_reason = self.tracking().track(start)
             except (BotoCoreError, ClientError):
                 stopped_reason = liveness.cloud_gone(self.cloud)
                 if stopped_reason is None:
                     raise
         return done, adopted, enqueued, stopped_reason
+
+    def tracking(self) -> Tracking:
+        """The loop the run spends its life in, once its queues exist."""
+        return Tracking(
+            self.ctx,
+            pool=self.pool,
+            results=self.results,
+            state=self.state,
+            lease=self.lease,
+            fleet_queues=self.queues,
+            on_progress=self.on_progress,
+        )
 
     def _stop_early(self, exc: BaseException) -> None:
         """The run ended before its end (interrupt or error): stop the fleet, or leave it running
@@ -280,8 +273,3 @@ class FleetRun:
             **totals(self.results),
             unmerged=merging.unmerged(self.manifest, merged),
         ).masked(self.secrets.values())
-
-
-def masked(warn: Callable[[str], None], secrets: dict[str, str]) -> Callable[[str], None]:
-    """What the run says comes from workers and results too: secrets are masked in all of it."""
-    return lambda text: warn(mask(text, secrets.values()))
