@@ -36,6 +36,8 @@ from ct_fleet.protocol import (
     secret_bundle,
     secrets_prefix,
 )
+from ct_fleet.protocol.budget import budget_key
+from ct_fleet.protocol.keys import checkpoints_prefix, done_marker_key, tail_marker_key
 from ct_fleet.services import instances as fleet
 from ct_fleet.services import launching, quotas, secrets
 from fleet_helpers import run_cli
@@ -307,6 +309,10 @@ class Scope:
 
     def results(self) -> list[str]:
         return [self.obj(result_key(self.fleet_id, j)) for j in self.job_ids]
+
+    def checkpoint(self) -> str:
+        """An object of a --checkpoint job's checkpoints."""
+        return self.obj(checkpoints_prefix(self.fleet_id, self.job_ids[0]) + "ckpt-00001.json")
 
     def logs(self) -> list[str]:
         return [self.obj(log_key(self.fleet_id, i)) for i in self.instance_ids]
@@ -659,9 +665,24 @@ WORKER_CALLS: dict[str, Call] = {
         _simple("sqs:ChangeMessageVisibilityBatch", lambda s: s.queues("work")),
     ),
     "s3:HeadObject": Call(
-        "Worker.handle: store.exists (duplicate check)", _simple("s3:HeadObject", lambda s: s.results())
+        "Worker.handle: store.exists (duplicate check); the fleet-done and queue's-tail markers",
+        _simple(
+            "s3:HeadObject",
+            lambda s: [*s.results(), s.obj(done_marker_key(s.fleet_id)), s.obj(tail_marker_key(s.fleet_id))],
+        ),
     ),
-    "s3:PutObject": Call("Worker.handle: upload_file (result)", _simple("s3:PutObject", lambda s: s.results())),
+    "s3:GetObject": Call(
+        "worker/budget.py start (the fleet's model budget); a --checkpoint job's resume",
+        _simple("s3:GetObject", lambda s: [s.obj(budget_key(s.fleet_id)), s.checkpoint()]),
+    ),
+    "s3:PutObject": Call(
+        "Worker.handle: upload_file (result); a --checkpoint job's checkpoints",
+        _simple("s3:PutObject", lambda s: [*s.results(), s.checkpoint()]),
+    ),
+    "s3:DeleteObject": Call(
+        "worker/checkpoints.py delete (a stored result's checkpoints, an earlier attempt's)",
+        _simple("s3:DeleteObject", lambda s: [s.checkpoint()]),
+    ),
     "s3:CreateMultipartUpload": Call(
         "Worker.handle: upload_file (result > 8 MB)", _simple("s3:CreateMultipartUpload", lambda s: s.results())
     ),
@@ -732,6 +753,7 @@ NOT_ALWAYS_RECORDED = {
         "ec2:DescribeSpotPriceHistory",
     },
     "worker": {
+        "s3:DeleteObject",  # only --checkpoint jobs
         "sqs:DeleteMessage",
         "s3:CreateMultipartUpload",
         "s3:UploadPart",
@@ -963,6 +985,7 @@ def test_worker_cannot_touch_code_or_fleet():
     assert not is_allowed(WORKER, "s3:PutObject", s.obj(manifest_key(s.fleet_id)), ctx)
     assert not is_allowed(WORKER, "s3:GetObject", s.obj(manifest_key(s.fleet_id)), ctx)
     assert not is_allowed(WORKER, "s3:DeleteObject", s.results()[0], ctx)
+    assert is_allowed(WORKER, "s3:DeleteObject", s.checkpoint(), ctx)  # its own jobs' checkpoints only
     assert not is_allowed(WORKER, "sqs:DeleteQueue", s.queues("work")[0], ctx)
     assert not is_allowed(WORKER, "sqs:ReceiveMessage", f"arn:aws:sqs:{REGION}:{ACCOUNT}:payments", ctx)
     for cli in CLI_COMMANDS_EMBEDDED_ONLY:
