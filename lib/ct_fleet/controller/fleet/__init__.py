@@ -1,7 +1,8 @@
 """The running fleet: a planned fleet run to its end and merged.
 
 - execute (execution.py): start the cloud, run, close; run_fleet plans and executes
-- FleetRun (run.py): resume, enqueue, track, tear down, merge
+- RunContext (context.py): what every part of a running fleet shares
+- FleetRun (run.py): resume, enqueue, track (tracking.py: Tracking, the loop it owns), tear down, merge
 - WorkerPool (pool.py): launch (launcher.py: across pools), boot diagnosis, replacement and scale-up, termination
 - ResultCollector (collector.py): done reports, verified downloads, reruns, dead letters
 - JobTracker (tracker.py): every job's state from the reports, pure; scaling.py: when to add workers
