@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
-
 from ..protocol.budget import Budget, budget_key
-from .store import _missing
+from .store import read_object
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -22,13 +20,8 @@ def put(s3: S3Client, bucket: str, fleet_id: str, doc: Budget) -> None:
 
 def get(s3: S3Client, bucket: str, fleet_id: str) -> Budget | None:
     """The document in force; NONE when the fleet has none; None when it does not read as one."""
-    try:
-        body = s3.get_object(Bucket=bucket, Key=budget_key(fleet_id))["Body"].read()
-    except ClientError as exc:
-        if _missing(exc):
-            return NONE
-        raise
-    return Budget.from_json(body)
+    body = read_object(s3, bucket, budget_key(fleet_id))
+    return NONE if body is None else Budget.from_json(body)
 
 
 def delete(s3: S3Client, bucket: str, fleet_id: str) -> None:

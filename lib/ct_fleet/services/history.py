@@ -8,9 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
-
-from .store import _missing
+from .store import read_object
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -24,12 +22,9 @@ def key(identity: str) -> str:
 
 def get(s3: S3Client, bucket: str, identity: str) -> dict[str, float]:
     """The recorded seconds of a task identity ({} when none, or not readable as such)."""
-    try:
-        body = s3.get_object(Bucket=bucket, Key=key(identity))["Body"].read()
-    except ClientError as exc:
-        if _missing(exc):
-            return {}
-        raise
+    body = read_object(s3, bucket, key(identity))
+    if body is None:
+        return {}
     try:
         data = json.loads(body)
     except ValueError:

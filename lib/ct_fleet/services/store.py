@@ -97,15 +97,21 @@ def read_lease(s3: S3Client, bucket: str, fleet_id: str) -> Lease | None:
     return Lease(holder if isinstance(holder, dict) else {}, now - resp["LastModified"].timestamp(), str(resp["ETag"]))
 
 
-def get_manifest(s3: S3Client, bucket: str, fleet_id: str) -> Manifest | None:
-    """The fleet's manifest, None when there is none; ValueError when it is not a manifest."""
+def read_object(s3: S3Client, bucket: str, key: str) -> bytes | None:
+    """A small object's bytes, None when it is not there."""
     try:
-        body = s3.get_object(Bucket=bucket, Key=manifest_key(fleet_id))["Body"].read()
+        body: bytes = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
         if _missing(exc):
             return None
         raise
-    return Manifest.from_json(body)
+    return body
+
+
+def get_manifest(s3: S3Client, bucket: str, fleet_id: str) -> Manifest | None:
+    """The fleet's manifest, None when there is none; ValueError when it is not a manifest."""
+    body = read_object(s3, bucket, manifest_key(fleet_id))
+    return None if body is None else Manifest.from_json(body)
 
 
 def put_manifest(s3: S3Client, bucket: str, manifest: Manifest) -> None:

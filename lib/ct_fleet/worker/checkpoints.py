@@ -206,7 +206,11 @@ def record_resume(log: Any, out: Path) -> None:
 
 def pop_resume(out: Path) -> dict[str, Any] | None:
     """What record_resume left for OUT (removing it), None when the job did not resume."""
-    path = _resume_sidecar(out)
+    return _pop_json(_resume_sidecar(out))
+
+
+def _pop_json(path: Path) -> dict[str, Any] | None:
+    """A sidecar's JSON, the file removed; None when there is none (or it does not read)."""
     try:
         data: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -238,10 +242,4 @@ def record_cost(log: Any, out: Path) -> None:
 
 def pop_cost(out: Path) -> dict[str, Any] | None:
     """What record_cost left for OUT (removing it), None when the job took no checkpoint."""
-    path = _cost_sidecar(out)
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    path.unlink(missing_ok=True)
-    return data
+    return _pop_json(_cost_sidecar(out))
