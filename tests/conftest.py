@@ -49,15 +49,20 @@ def _recorded_seconds() -> dict[str, float]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     seconds = _recorded_seconds()
-    items.sort(key=lambda item: -seconds.get(item.path.name, math.inf))  # stable: modules stay whole
+    items.sort(key=lambda item: -seconds.get(_module(item.path), math.inf))  # stable: modules stay whole
 
 
 _module_seconds: dict[str, float] = {}
 
 
+def _module(path: Path) -> str:
+    """A test module's key in durations.json: its path under tests/ (a node id's is relative to the repo)."""
+    return (REPO / path).relative_to(DURATIONS.parent).as_posix()
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # Under xdist this runs in the controller too, with every worker's reports.
-    module = Path(report.nodeid.split("::")[0]).name
+    module = _module(Path(report.nodeid.split("::")[0]))
     _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
 
 
@@ -68,7 +73,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return  # an xdist worker saw only its share; a failed run's figures are not the suite's
     if config.option.keyword or config.option.markexpr or config.option.lf:
         return
-    every = {path.name for path in DURATIONS.parent.glob("test_*.py")}
+    every = {_module(path) for path in DURATIONS.parent.rglob("test_*.py")}
     if not every <= _module_seconds.keys():
         return  # a part of the suite
     ordered = sorted(((name, round(_module_seconds[name], 1)) for name in every), key=lambda kv: -kv[1])

@@ -13,7 +13,7 @@ on a fleet is one of three things, named for each option in HANDLING:
 
 Options are carried to workers as the values click parsed (JSON), with any config file
 the option names read here into its content: a worker has the user's files only if they
-ship. tests/test_inspect_options.py fails when Inspect gains an option this table does
+ship. tests/dropin/test_inspect_options.py fails when Inspect gains an option this table does
 not name.
 """
 

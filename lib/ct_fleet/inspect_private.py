@@ -17,9 +17,9 @@ public name). What each group is for:
 - where Inspect keeps the sample buffers of a log directory: what a job killed mid-sample
   leaves there is cleared by the warm runner (worker/forkserver.py).
 
-An upgrade that moves a name breaks here: tests/test_inspect_private.py resolves each
-import below and names the one that moved, tests/test_merge.py's parity tests check the
-merge still computes what Inspect computes, and tests/test_layout.py keeps every other
+An upgrade that moves a name breaks here: tests/dropin/test_inspect_private.py resolves each
+import below and names the one that moved, tests/results/test_merge.py's parity tests check the
+merge still computes what Inspect computes, and tests/repo/test_layout.py keeps every other
 module off Inspect's private modules.
 
 Importing this module imports inspect_ai itself (seconds): the CLI and the worker's job

@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # worker/upload-log.sh, worker/shutdown-instance.sh and the embedded cloud's `shutdown`
 # shim (lib/ct_fleet/cloud/shims/shutdown), which, without a runner to ask, terminates the instance
-# through the EC2 API (the runner's endpoint is tested in tests/test_worker_unit.py).
+# through the EC2 API (the runner's endpoint is tested in tests/worker/test_worker_unit.py).
 
 load helpers
 

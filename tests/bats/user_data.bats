@@ -3,7 +3,7 @@
 # way the local instance runner runs it: `bash user-data` with LB_HOME and INSTANCE_ID. It
 # writes fleet.env, installs the AWS CLI when there is none, and hands over to the boot
 # kit's bootstrap, whose fetch-code step is the one fetch of the code.
-# (tests/test_user_data.py tries hostile values in every setting.)
+# (tests/ec2/test_user_data.py tries hostile values in every setting.)
 
 load helpers
 

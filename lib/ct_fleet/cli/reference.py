@@ -1,6 +1,6 @@
 """docs/reference.md, written from the definitions: every command of the click group and
 every fleet knob (protocol/knobs.py). Nothing on that page is typed by hand, so it cannot
-drift: tests/test_reference.py fails when the page differs from what this renders.
+drift: tests/repo/test_reference.py fails when the page differs from what this renders.
 
 Regenerate with `bin/gen-reference` (python -m ct_fleet.cli.reference docs/reference.md).
 """

@@ -30,7 +30,7 @@ merged, status "error" when samples are missing ("N of M samples missing") or sa
 errors exceed the run's fail_on_error, else "success".
 
 Inspect's results, reducers, metrics and JSON encoding are private API, reached through
-ct_fleet/inspect_private.py (keep the parity tests in tests/test_merge.py when upgrading).
+ct_fleet/inspect_private.py (keep the parity tests in tests/results/test_merge.py when upgrading).
 """
 
 from ..protocol.run_layout import JOB_LOG_SUFFIX

@@ -162,7 +162,7 @@ def _from_reduced(
     streamed: _Streamed, scorers_info: list[Any], reducers: list[Any] | None, total: int, completed: int, header: Any
 ) -> tuple[Any, Any]:
     """eval_results and compute_eval_scores_for_views (inspect_ai 0.3.285) over scores
-    already reduced per sample; tests/test_merge.py checks both give the same results.
+    already reduced per sample; tests/results/test_merge.py checks both give the same results.
     The reductions come back as `Reduction`s whose samples the writer reads from the spool."""
     results = EvalResults(total_samples=total, completed_samples=completed)
     result_scores: list[Any] = []

@@ -11,5 +11,5 @@
 - failures: a failed job's own error text (secrets masked) and whether a retry can help
 
 It imports the protocol, the AWS service wrappers and evallog, never the controller or
-the CLI (tests/test_layout.py checks).
+the CLI (tests/repo/test_layout.py checks).
 """

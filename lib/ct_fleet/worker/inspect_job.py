@@ -102,7 +102,7 @@ def build_task(job: WorkMessage, extra: Path | None) -> Any:
 
     Uses inspect's task loader (private, see ct_fleet/inspect_private.py): a Task built by
     it and passed to eval() resolves to the same task file, registry name and args as the
-    spec itself (tests/test_warm_runner.py pins the parity).
+    spec itself (tests/worker/test_warm_runner.py pins the parity).
     """
     from ..inspect_private import load_tasks
 
