@@ -21,7 +21,7 @@ import psutil
 import pytest
 from inspect_ai.log import read_eval_log
 
-from helpers.fleet import fleet_dir, model_stub, run_cli
+from helpers.fleet import ec2_account, fleet_dir, model_stub, run_cli
 
 KEY = "sk-stub-" + uuid.uuid4().hex
 MODEL = "openai-api/stubai/scripted"
@@ -54,31 +54,11 @@ def stub(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def account(moto_server, tmp_path_factory: pytest.TempPathFactory, stub):
-    import boto3
-
-    kw = dict(
-        endpoint_url=moto_server.endpoint_url,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    bucket = f"lb-fleet-model-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3", **kw).create_bucket(Bucket=bucket)
-    iam = boto3.client("iam", **kw)
-    try:
-        iam.create_role(RoleName="linuxbench-worker", AssumeRolePolicyDocument="{}")
-        iam.create_instance_profile(InstanceProfileName="linuxbench-worker")
-        iam.add_role_to_instance_profile(InstanceProfileName="linuxbench-worker", RoleName="linuxbench-worker")
-    except iam.exceptions.EntityAlreadyExistsException:
-        pass  # made by another module's fixture on the same server
-    image = boto3.client("ec2", **kw).register_image(Name="worker", RootDeviceName="/dev/sda1")["ImageId"]
-    param = f"/linuxbench/test-{uuid.uuid4().hex[:6]}/worker-ami-id"
-    boto3.client("ssm", **kw).put_parameter(Name=param, Value=image, Type="String")
     runs = tmp_path_factory.mktemp("modelruns")
-    (runs / ".env").write_text(f"STUBAI_API_KEY={KEY}\nSTUBAI_BASE_URL={stub['base_url']}\n")
+    made = ec2_account(moto_server.endpoint_url, runs, f"STUBAI_API_KEY={KEY}\nSTUBAI_BASE_URL={stub['base_url']}\n")
     prices = runs.parent / "model-prices.json"
     prices.write_text(json.dumps({"usd_per_million_tokens": {MODEL: {"input": 3.0, "output": 15.0}}}))
-    return {"kw": kw, "bucket": bucket, "param": param, "runs": runs, "prices": prices, "boto3": boto3}
+    return {**made, "prices": prices}
 
 
 def _watch(stop: threading.Event, seen: list[str]) -> None:
@@ -176,13 +156,13 @@ def test_key_and_base_url_reach_jobs_through_ssm_only(model_run, account, stub):
             assert KEY.encode() not in path.read_bytes(), path
     manifest = (run_dir / "manifest.json").read_text()
     assert stub["base_url"] not in manifest and "STUBAI" not in manifest
-    s3 = account["boto3"].client("s3", **account["kw"])
+    s3 = account["client"]("s3")
     for obj in s3.list_objects_v2(Bucket=account["bucket"])["Contents"]:
         body = s3.get_object(Bucket=account["bucket"], Key=obj["Key"])["Body"].read()
         assert KEY.encode() not in body, obj["Key"]
         if obj["Key"].endswith("manifest.json"):
             assert stub["base_url"].encode() not in body
-    ec2 = account["boto3"].client("ec2", **account["kw"])
+    ec2 = account["client"]("ec2")
     reservations = ec2.describe_instances(Filters=[{"Name": "tag:FleetId", "Values": [run_dir.name]}])["Reservations"]
     instances = [i["InstanceId"] for r in reservations for i in r["Instances"]]
     assert instances
@@ -195,6 +175,6 @@ def test_key_and_base_url_reach_jobs_through_ssm_only(model_run, account, stub):
         assert "STUBAI_API_KEY" in fleet_env and "STUBAI_BASE_URL" in fleet_env  # names only: SSM has the values
     assert KEY not in proc.stdout + proc.stderr
     assert seen == []  # never on a command line, in any process
-    ssm = account["boto3"].client("ssm", **account["kw"])
+    ssm = account["client"]("ssm")
     left = ssm.get_parameters_by_path(Path="/linuxbench/fleet-secrets", Recursive=True)["Parameters"]
     assert [p["Name"] for p in left if run_dir.name in p["Name"]] == []  # deleted at teardown

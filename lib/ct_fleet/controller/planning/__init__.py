@@ -5,6 +5,7 @@ nothing is created, launched or uploaded.
 """
 
 from .capacity import Capacity, survey
+from .cloud_choice import use_ec2
 from .code import upload_extra_src, upload_wheel
 from .credentials import launched_by, read_dotenv, secret_values, worker_secrets
 from .docker_needs import DockerNeeds
@@ -14,7 +15,7 @@ from .history import identities, longest_first, seconds_of_run
 from .jobs import FleetTask, Job, TaskSpec
 from .models import needs as model_needs
 from .overlay import installed_site
-from .planner import PlannedFleet, plan_fleet, use_ec2
+from .planner import PlannedFleet, plan_fleet
 from .preflight import docker_auth_params, docker_registry
 from .request import FleetRequest, dotenv_path
 from .spec import FleetSpec

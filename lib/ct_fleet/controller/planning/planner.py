@@ -2,10 +2,11 @@
 
     planned = plan_fleet(FleetRequest(task_file="smoke", policy="honest", epochs=3))
 
-The steps, in order: the run config and the knobs (and so the cloud); what ships (the
-checkout and --extra-src trees); the tasks (a plain Inspect task, or a setting's tasks
-under a policy); the model and its keys; the jobs and the fleet id. Any of them may
-refuse with BadInput; none creates, launches or uploads anything.
+The steps, in order, each a function below: what is asked (the run config, Inspect's
+options, the models, the knobs and so the cloud); the preflight of this machine; the
+tasks' and the model's arguments; what ships and the tasks it holds; the secrets; the
+jobs and the fleet id; the account's answers (credentials, price, capacity); the spec.
+Any of them may refuse with BadInput; none creates, launches or uploads anything.
 """
 
 from __future__ import annotations
@@ -16,17 +17,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-
-from ...cloud import Cloud, open_cloud
-from ...error_lines import shown
-from ...errors import BadInput
+from ...cloud import Cloud
+from ...cloud.prices import Price
 from ...paths import REPO_ROOT
-from ...protocol import START_CONCURRENCY, Ec2Config, knob_parsing, knobs, sizing
+from ...protocol import START_CONCURRENCY, Ec2Config, knobs, sizing
 from ...services import secrets as fleet_secrets
 from ...settings import SettingSources
 from . import (
     choosing,
+    cloud_choice,
     code,
     credentials,
     estimate,
@@ -48,8 +47,6 @@ from .runconfig import load_run_config
 from .shipped import ShippedCode
 from .spec import FleetSpec
 from .task_args import parse_kv
-
-BOOL = TypeAdapter(bool)  # pydantic's words for true and false, as --ec2-arg spot=... takes them
 
 
 @dataclass
@@ -103,38 +100,6 @@ class PlannedFleet:
         )
 
 
-def use_ec2(request: FleetRequest, defaults: dict[str, Any]) -> bool:
-    if request.ec2 is not None:
-        return request.ec2
-    if "ec2" in defaults:
-        return bool(defaults["ec2"])
-    raw = request.environ.get("CT_FLEET_EC2", "").strip()
-    if not raw:
-        return False
-    try:
-        return BOOL.validate_python(raw)
-    except ValidationError:
-        raise BadInput(
-            f"CT_FLEET_EC2={shown(raw)}: expected true or false (1/0, yes/no); unset it to run the local fleet"
-        ) from None
-
-
-def _knobs(
-    request: FleetRequest, defaults: dict[str, Any], config_args: dict[str, Any]
-) -> tuple[Ec2Config, Cloud, dict[str, Any]]:
-    """The knobs with the cloud's defaults, the cloud, and the knobs the user set (run config, --ec2-arg)."""
-    user_args = {**config_args, **knob_parsing.parse_ec2_args(request.ec2_args)}
-    if request.retry_errors is not None:
-        user_args["retry_errors"] = request.retry_errors
-    built = knob_parsing.build_config(user_args)
-    env = request.environ
-    region = built.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or knobs.DEFAULT_REGION
-    cloud = open_cloud(ec2=use_ec2(request, defaults), region=region)
-    cfg = built.for_cloud(cloud.kind, region)
-    cloud.region = cfg.region or cloud.region
-    return cfg, cloud, user_args
-
-
 def _revision(tasks: list[FleetTask], shipped: ShippedCode, version: code.CodeVersion) -> dict[str, Any] | None:
     """The git revision the merged logs record, as Inspect does for the code a task came
     from: a task of its own tree gets that tree's repo (or none), a task of this checkout
@@ -154,102 +119,194 @@ def _revision(tasks: list[FleetTask], shipped: ShippedCode, version: code.CodeVe
 
 def plan_fleet(request: FleetRequest) -> PlannedFleet:
     """Validate the request and decide the fleet; raises BadInput, changes nothing."""
-    env = dict(request.environ)
     assert request.runs_dir is not None and request.dotenv is not None
+    env = dict(request.environ)
     preflight.check_runs_dir(request.runs_dir, env)
+    asked = _asked(request, env)
+    trees = _preflight(request, asked.inspect, asked.cloud, env)
+    inputs = _inputs(request, asked)
+    tasks = _tasks(request, asked, inputs, trees)
+    dotenv = credentials.read_dotenv(request.dotenv)
+    secret_names = _secrets(asked.cfg, env, dotenv, asked.models, inputs.model_args, asked.job_env, tasks.chosen)
+    grid = [replace(task, model=model) for task in tasks.chosen.fleet_tasks for model in asked.models]
+    fleet_jobs = jobs.make_jobs(grid, tasks.epochs, code_sha=tasks.version.sha, model_args=inputs.model_args)
+    fleet_id = _fleet_id(request, asked, inputs, tasks, grid)
+    if asked.cfg.resume:
+        check_resume(request.runs_dir / fleet_id, [job.job_id for job in fleet_jobs], tasks.version.sha)
+    asked.cloud.check_credentials(dotenv, env)
+    price = asked.cloud.hourly_price(asked.cfg)
+    notes = list(tasks.shipped.notes)  # every tree that ships, the task's own directory too
+    fit = _survey(asked.cloud, asked.cfg, fleet_id, notes)
+    spec = _spec(request, asked, inputs, tasks, grid, fleet_jobs, fleet_id, secret_names, price)
+    sizes.check_sizes(spec.manifest())
+    return PlannedFleet(
+        spec=spec,
+        cloud=asked.cloud,
+        shipped=tasks.shipped,
+        dotenv=dotenv,
+        environ=env,
+        untracked=tasks.version.untracked,
+        run_dir=request.runs_dir / fleet_id,
+        runs_dir=request.runs_dir,
+        docker=fleet_docker(grid, tasks.sources, tasks.chosen.plain_sandboxes, sorted(tasks.chosen.plain_compose)),
+        inspect=asked.inspect,
+        notes=notes,
+        capacity=fit,
+    )
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What the command asks, read: the run config, Inspect's options, the models, the knobs and the cloud."""
+
+    defaults: dict[str, Any]
+    inspect: InspectRequest
+    models: list[str]
+    setting_envs: list[str]
+    job_env: dict[str, str]
+    cfg: Ec2Config
+    cloud: Cloud
+    user_args: dict[str, Any]
+
+
+def _asked(request: FleetRequest, env: dict[str, str]) -> _Asked:
     defaults, config_args = load_run_config(request.config_path, request.attack)
     asked = inspect_request.read(request.inspect_options)
     fleet_models = inspect_request.models(request.models, defaults.get("model"), asked.run_model)
     setting_envs, job_env = inspect_request.split_envs(request.envs)
     env.update(job_env)  # they reach jobs as the fleet's other secrets do: through SSM
-    cfg, cloud, user_args = _knobs(request, defaults, config_args)
+    cfg, cloud, user_args = cloud_choice.knobs_and_cloud(request, defaults, config_args)
     if asked.worker_cap is not None:
         cfg = replace(cfg, concurrency_per_worker=min(cfg.concurrency_per_worker or asked.worker_cap, asked.worker_cap))
-    trees = _preflight(request, asked, cloud, env)
-    task_args = {**(defaults.get("task_args") or {}), **asked.task_args, **parse_kv(request.task_args, "-T")}
-    model_args = {**(defaults.get("model_args") or {}), **asked.model_args, **parse_kv(request.model_args, "-M")}
+    return _Asked(defaults, asked, fleet_models, setting_envs, job_env, cfg, cloud, user_args)
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """The tasks' and the model's arguments and the packages jobs need, merged from the run
+    config, Inspect's options and the command line (the last wins)."""
+
+    task_args: dict[str, Any]
+    model_args: dict[str, Any]
+    requirements: list[str]
+    reqs: setting_plan.Requirements
+
+
+def _inputs(request: FleetRequest, asked: _Asked) -> _Inputs:
+    defaults = asked.defaults
     requirements = [
-        *split_list(cfg.setting_requirements),
+        *split_list(asked.cfg.setting_requirements),
         *split_list(defaults.get("requirements")),
         *overlay.expand(request.requirements),
     ]
-    reqs = setting_plan.plan_requirements(requirements)
-    located, extra = choosing.locate(request, asked, defaults, [tree.root for tree in trees], setting_envs)
+    return _Inputs(
+        task_args={**(defaults.get("task_args") or {}), **asked.inspect.task_args, **parse_kv(request.task_args, "-T")},
+        model_args={
+            **(defaults.get("model_args") or {}),
+            **asked.inspect.model_args,
+            **parse_kv(request.model_args, "-M"),
+        },
+        requirements=requirements,
+        reqs=setting_plan.plan_requirements(requirements),
+    )
+
+
+@dataclass(frozen=True)
+class _Tasks:
+    """What ships (the checkout and the --extra-src trees) and the tasks it holds, with their epochs and sandbox."""
+
+    extra: list[Path]
+    sources: SettingSources
+    version: code.CodeVersion
+    shipped: ShippedCode
+    chosen: choosing.ChosenTasks
+    epochs: int
+    sandbox: str | None
+
+
+def _tasks(request: FleetRequest, asked: _Asked, inputs: _Inputs, trees: list[Any]) -> _Tasks:
+    located, extra = choosing.locate(
+        request, asked.inspect, asked.defaults, [tree.root for tree in trees], asked.setting_envs
+    )
     sources = SettingSources(extra_roots=tuple(extra))
     version = code.code_version(REPO_ROOT)
     shipped = ShippedCode.build(REPO_ROOT, version.sha, extra)
     if located:
-        shipped.site = overlay.install(reqs, request.environ)  # the probe loads the task with them, as workers will
-        chosen = choosing.plain_tasks(request, located, shipped, task_args, defaults, asked.sample_shuffle)
+        shipped.site = overlay.install(
+            inputs.reqs, request.environ
+        )  # the probe loads the task with them, as workers will
+        chosen = choosing.plain_tasks(
+            request, located, shipped, inputs.task_args, asked.defaults, asked.inspect.sample_shuffle
+        )
     else:
-        chosen = choosing.settings_tasks(request, shipped, sources, task_args, defaults, requirements, setting_envs)
-    epochs = request.epochs if request.epochs is not None else asked.run_epochs
-    epochs = epochs if epochs is not None else int(defaults.get("epochs", chosen.default_epochs))
-    external_sandbox = choosing.sandbox(request, asked, chosen, located, shipped)
-    dotenv = credentials.read_dotenv(request.dotenv)
-    secret_names = _secrets(cfg, env, dotenv, fleet_models, model_args, job_env, chosen)
-    grid = [replace(task, model=model) for task in chosen.fleet_tasks for model in fleet_models]
-    fleet_jobs = jobs.make_jobs(grid, epochs, code_sha=version.sha, model_args=model_args)
-    time_limit = cfg.sample_time_limit if "sample_time_limit" in user_args else None
-    fleet_id = cfg.resume or jobs.fleet_id(
-        version.sha,
+        chosen = choosing.settings_tasks(
+            request, shipped, sources, inputs.task_args, asked.defaults, inputs.requirements, asked.setting_envs
+        )
+    epochs = request.epochs if request.epochs is not None else asked.inspect.run_epochs
+    epochs = epochs if epochs is not None else int(asked.defaults.get("epochs", chosen.default_epochs))
+    sandbox = choosing.sandbox(request, asked.inspect, chosen, located, shipped)
+    return _Tasks(extra, sources, version, shipped, chosen, epochs, sandbox)
+
+
+def _time_limit(asked: _Asked) -> int | None:
+    """sample_time_limit when the user set it: it then changes the fleet id and reaches every job."""
+    return asked.cfg.sample_time_limit if "sample_time_limit" in asked.user_args else None
+
+
+def _fleet_id(request: FleetRequest, asked: _Asked, inputs: _Inputs, tasks: _Tasks, grid: list[FleetTask]) -> str:
+    """--ec2-arg resume=ID, or the hash of everything that changes a result (a rerun of the same command resumes)."""
+    cfg = asked.cfg
+    return cfg.resume or jobs.fleet_id(
+        tasks.version.sha,
         grid,
-        epochs,
-        model_args=model_args or None,
-        inspect=asked.identity,
+        tasks.epochs,
+        model_args=inputs.model_args or None,
+        inspect=asked.inspect.identity,
         command=request.command,
-        sandbox=external_sandbox,
-        extra_src=[f"{t.name}:{t.digest}" for t in shipped.trees] or None,
+        sandbox=tasks.sandbox,
+        extra_src=[f"{t.name}:{t.digest}" for t in tasks.shipped.trees] or None,
         # A fresh fleet gets its own id, so nothing of an earlier run with the same inputs is reused.
         fresh=time.time_ns() if cfg.new_fleet else None,
         **knobs.identity(
             cfg,
-            sample_time_limit=time_limit,
-            worker_setup=_worker_setup(cfg, extra),
-            setting_requirements=reqs.identity or None,
+            sample_time_limit=_time_limit(asked),
+            worker_setup=_worker_setup(cfg, tasks.extra),
+            setting_requirements=inputs.reqs.identity or None,
         ),
     )
-    if cfg.resume:
-        check_resume(request.runs_dir / fleet_id, [job.job_id for job in fleet_jobs], version.sha)
-    cloud.check_credentials(dotenv, env)
-    price = cloud.hourly_price(cfg)
-    notes = list(shipped.notes)  # every tree that ships, the task's own directory too
-    fit = _survey(cloud, cfg, fleet_id, notes)
-    spec = FleetSpec(
+
+
+def _spec(
+    request: FleetRequest,
+    asked: _Asked,
+    inputs: _Inputs,
+    tasks: _Tasks,
+    grid: list[FleetTask],
+    fleet_jobs: list[jobs.Job],
+    fleet_id: str,
+    secret_names: list[str],
+    price: Price,
+) -> FleetSpec:
+    return FleetSpec(
         fleet_id=fleet_id,
         tasks=grid,
         jobs=fleet_jobs,
-        model=",".join(fleet_models),
-        model_args=model_args,
-        inspect_options=asked.job_options,
-        epochs=epochs,
-        code_sha=version.sha,
-        config=cfg,
-        policy=chosen.policy,
-        time_limit=time_limit,
+        model=",".join(asked.models),
+        model_args=inputs.model_args,
+        inspect_options=asked.inspect.job_options,
+        epochs=tasks.epochs,
+        code_sha=tasks.version.sha,
+        config=asked.cfg,
+        policy=tasks.chosen.policy,
+        time_limit=_time_limit(asked),
         command=request.command,
-        sandbox=external_sandbox,
-        setting_requirements=requirements,
-        wheels=reqs.wheels,
-        revision=_revision(grid, shipped, version),
+        sandbox=tasks.sandbox,
+        setting_requirements=inputs.requirements,
+        wheels=inputs.reqs.wheels,
+        revision=_revision(grid, tasks.shipped, tasks.version),
         secret_names=secret_names,
         hourly_price=price.usd,
         price_source=price.source,
-    )
-    sizes.check_sizes(spec.manifest())
-    return PlannedFleet(
-        spec=spec,
-        cloud=cloud,
-        shipped=shipped,
-        dotenv=dotenv,
-        environ=env,
-        untracked=version.untracked,
-        run_dir=request.runs_dir / fleet_id,
-        runs_dir=request.runs_dir,
-        docker=fleet_docker(grid, sources, chosen.plain_sandboxes, sorted(chosen.plain_compose)),
-        inspect=asked,
-        notes=notes,
-        capacity=fit,
     )
 
 
