@@ -2,7 +2,7 @@
 """checkpoint_drill: a long agent sample on the local fleet whose worker is killed at two
 thirds, with and without --checkpoint.
 
-The sample is a react() agent of N steps (tests/helpers/openai_stub.py's "Take N steps of S
+The sample is a react() agent of N steps (tests/testkit/openai_stub.py's "Take N steps of S
 seconds": N-1 bash calls that sleep S seconds each, one that reads back a file, a submit;
 N+1 model calls) against the loopback OpenAI-compatible stub, run by `bin/ct-fleet eval`
 on local workers and the embedded cloud (one worker; a replacement is launched when it is
@@ -198,7 +198,7 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="ckpt-drill-"))
     stub_log = base / "stub.log"
     stub = subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "helpers" / "openai_stub.py"), "--port-file", str(base / "port")]
+        [sys.executable, str(REPO / "tests" / "testkit" / "openai_stub.py"), "--port-file", str(base / "port")]
         + ["--log", str(stub_log), "--rate-limit-every", "0"],
         env={**os.environ, "STUB_API_KEY": KEY},
     )

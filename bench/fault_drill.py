@@ -64,7 +64,7 @@ def main() -> int:
         "--epochs",
         str(epochs),
         "--policy",
-        "tests.helpers.fault_policies:crash_once",
+        "tests.testkit.fault_policies:crash_once",
         # The fleet, not Docker: Inspect's local sandbox (bench/sandbox.py measures Docker).
         "-T",
         "sandbox=local",

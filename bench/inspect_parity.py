@@ -4,7 +4,7 @@ fleet, and each merged log compared with the direct run's log of the same task x
     .venv/bin/python bench/inspect_parity.py [--only N ...]
 
 Offline: the tasks are small datasets written here, the model is a loopback
-OpenAI-compatible server (tests/helpers/openai_stub.py: "What is A times B?" -> A*B). Compared per
+OpenAI-compatible server (tests/testkit/openai_stub.py: "What is A times B?" -> A*B). Compared per
 task x model: status, samples (id, epoch, scores, completion, error), metrics, eval config,
 generate config, solver and its args, task args, model roles, tags, metadata. Prints one
 row per command line; exits 1 when any differs.
@@ -95,7 +95,7 @@ def _stub(where: Path) -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(REPO / "tests" / "helpers" / "openai_stub.py"),
+            str(REPO / "tests" / "testkit" / "openai_stub.py"),
             "--port-file",
             str(where / "port"),
             "--log",

@@ -41,7 +41,7 @@ from ct_fleet.controller.planning import Capacity
 from ct_fleet.protocol import Ec2Config
 from ct_fleet.services import launching, session
 from ct_fleet.services import secrets as fleet_secrets
-from helpers.faultproxy import FaultProxy, FaultRule
+from testkit.faultproxy import FaultProxy, FaultRule
 
 FIRST_BATCH = 24
 SECRETS = {"ANTHROPIC_API_KEY": "a", "GH_TOKEN": "b"}

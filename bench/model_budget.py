@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """model_budget: throughput at a provider's concurrency limit, with and without the budget.
 
-A loopback OpenAI-compatible server (tests/helpers/openai_stub.py --max-concurrent L --latency S)
+A loopback OpenAI-compatible server (tests/testkit/openai_stub.py --max-concurrent L --latency S)
 answers at most L requests at once, each after S seconds, and refuses any beyond with HTTP
 429. The same Inspect task (each sample K turns of generate) runs on the local fleet twice,
 in one run of this bench: without a model budget (main's behaviour: every job's Inspect
@@ -74,7 +74,7 @@ def start_stub(where: Path, key: str, limit: int, latency: float) -> tuple[subpr
     proc = subprocess.Popen(
         [
             c.PYTHON,
-            str(c.REPO / "tests" / "helpers" / "openai_stub.py"),
+            str(c.REPO / "tests" / "testkit" / "openai_stub.py"),
             "--port-file",
             str(where / "port"),
             "--log",

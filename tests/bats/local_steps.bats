@@ -207,7 +207,7 @@ EOF
 @test "settings-pull: requirements install beside a shared venv, and their settings import" {
   settings_code
   local wheel
-  wheel=$("$TEST_VENV/bin/python" "$REPO_ROOT/tests/helpers/wheelmaker.py" "$BATS_TEST_TMPDIR/wheels" batplug)
+  wheel=$("$TEST_VENV/bin/python" "$REPO_ROOT/tests/testkit/wheelmaker.py" "$BATS_TEST_TMPDIR/wheels" batplug)
   fleet_env "SETTINGS=batplug" "SETTING_REQUIREMENTS=$wheel"
   # shellcheck source=bin/ensure-venv
   CT_FLEET_UV=$(source "$REPO_ROOT/bin/ensure-venv" && find_uv) LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1 \
@@ -253,7 +253,7 @@ done'
   settings_code
   cp "$REPO_ROOT/requirements.lock" "$LB_ROOT_DIR/requirements.lock"
   local wheel key cache="$BATS_TEST_TMPDIR/sites" site="opt/linuxbench-site/site-packages"
-  wheel=$("$TEST_VENV/bin/python" "$REPO_ROOT/tests/helpers/wheelmaker.py" "$BATS_TEST_TMPDIR/wheels" batplug)
+  wheel=$("$TEST_VENV/bin/python" "$REPO_ROOT/tests/testkit/wheelmaker.py" "$BATS_TEST_TMPDIR/wheels" batplug)
   fleet_env "SETTINGS=batplug" "SETTING_REQUIREMENTS=$wheel"
   # shellcheck source=bin/ensure-venv
   CT_FLEET_UV=$(source "$REPO_ROOT/bin/ensure-venv" && find_uv) LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1 \

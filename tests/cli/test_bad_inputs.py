@@ -4,7 +4,7 @@ input, run against a moto server standing in for AWS (--ec2) or on the embedded 
 Each case must exit 2 with at most 3 lines on stderr, no traceback, a message naming the
 problem, nothing created in moto (no bucket, object, queue, instance or parameter) and no
 process left behind. The cases run a few at a time, each a CLI process of its own forked
-from tests/helpers/cli_forker.py; tests/fleet/test_e2e.py's bad inputs go through bin/ct-fleet itself.
+from tests/testkit/cli_forker.py; tests/fleet/test_e2e.py's bad inputs go through bin/ct-fleet itself.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import boto3
 import psutil
 import pytest
 
-from helpers.cli_forker import FORKER
-from helpers.fleet import ec2_defaults
+from testkit.cli_forker import FORKER
+from testkit.fleet import ec2_defaults
 
 REPO = Path(__file__).resolve().parents[2]
 SIDE_BY_SIDE = 3  # cases run side by side (most of a case is moto round trips and file checks)

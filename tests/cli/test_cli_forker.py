@@ -1,4 +1,4 @@
-"""tests/helpers/cli_forker.py: a forked run is the process bin/ct-fleet would start, or it is not
+"""tests/testkit/cli_forker.py: a forked run is the process bin/ct-fleet would start, or it is not
 forked at all. Most fleet tests run their controllers through it."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from helpers.cli_forker import FORKER, ForkedRun
-from helpers.fleet import REPO, env_for
+from testkit.cli_forker import FORKER, ForkedRun
+from testkit.fleet import REPO, env_for
 
 
 def test_a_forked_run_takes_its_own_working_directory_environment_and_exit_status(tmp_path: Path):

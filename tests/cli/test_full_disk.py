@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.fleet import LOCAL, finish, processes_in, start
+from testkit.fleet import LOCAL, finish, processes_in, start
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import pytest
 
 from ct_fleet.controller.planning.preflight import check_runs_dir
 from ct_fleet.errors import BadInput
-from helpers.fleet import REPO, env_for, run_cli
+from testkit.fleet import REPO, env_for, run_cli
 
 CT_FLEET = str(REPO / "bin" / "ct-fleet")
 TIMEOUT = 120  # generous for a busy machine; a blocking read never returns at all

@@ -1,6 +1,6 @@
 """Mid-run, what `inspect view` shows of a fleet: the merged log of the samples so far.
 
-A real run whose first jobs finish while the others wait at a gate (tests.helpers.fault_policies:
+A real run whose first jobs finish while the others wait at a gate (tests.testkit.fault_policies:
 gated), so the results so far stay put while the test looks. It looks as `inspect view`
 does, through Inspect's public log API on the directory `ct-fleet view` points it at
 (runs/<fleet>/merged): the listing (list_eval_logs, what the viewer's log list shows),
@@ -18,7 +18,7 @@ import pytest
 from inspect_ai.log import list_eval_logs, read_eval_log, read_eval_log_sample_summaries
 
 from ct_fleet.protocol import Manifest, run_layout
-from helpers.fleet import (
+from testkit.fleet import (
     FAST,
     LOCAL,
     ONE_WORKER,
@@ -37,7 +37,7 @@ ARGS = [
     "--epochs",
     "2",
     "--policy",
-    "tests.helpers.fault_policies:gated",
+    "tests.testkit.fault_policies:gated",
     "--ec2-arg",
     "live_merge_interval=1",
     *FAST,

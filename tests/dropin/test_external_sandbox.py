@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from inspect_ai.log import read_eval_log
 
-from helpers.fleet import SandboxWatch, ec2_account, finish, start_ec2
+from testkit.fleet import SandboxWatch, ec2_account, finish, start_ec2
 
 REPO = Path(__file__).resolve().parents[2]
 

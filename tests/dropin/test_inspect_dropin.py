@@ -3,7 +3,7 @@
 One command line of two tasks x two models, with generate config, limits, a seed, an
 epochs reducer, a solver from a file with -S, a model role, --fail-on-error, --env, tags
 and metadata, runs once direct (`inspect eval`) and once on the local fleet, against a
-loopback OpenAI-compatible server (tests/helpers/openai_stub.py). Each task x model's merged log
+loopback OpenAI-compatible server (tests/testkit/openai_stub.py). Each task x model's merged log
 must equal the direct run's log of that pair in samples, scores, metrics, config and
 generate config; the server must have seen the generate config from both; a sample that
 fails 2 times in 6 is a success under --fail-on-error 0.4, as it is in Inspect.
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from inspect_ai.log import EvalLog, read_eval_log
 
-from helpers.fleet import REPO, env_for, model_stub, run_cli
+from testkit.fleet import REPO, env_for, model_stub, run_cli
 
 KEY = "sk-stub-" + uuid.uuid4().hex
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.inspect_imports import private_inspect_imports
+from testkit.inspect_imports import private_inspect_imports
 
 ADAPTER = Path(__file__).resolve().parents[2] / "lib" / "ct_fleet" / "inspect_private.py"
 TREE = ast.parse(ADAPTER.read_text())

@@ -1,7 +1,7 @@
 """A model-calling agent on the fleet, with --ec2 against moto, and a loopback model API.
 
 An Inspect agent (generate with the bash() tool) written outside the repo runs against
-`openai-api/stubai/scripted`: an OpenAI-compatible server started here (tests/helpers/openai_stub.py)
+`openai-api/stubai/scripted`: an OpenAI-compatible server started here (tests/testkit/openai_stub.py)
 that scripts the tool calls, reports real usage and answers HTTP 429 to every third call.
 All samples must complete; tokens must reach the merged log and the final table; the key
 and base URL must reach the jobs through per-instance SSM secrets and nowhere else.
@@ -21,7 +21,7 @@ import psutil
 import pytest
 from inspect_ai.log import read_eval_log
 
-from helpers.fleet import ec2_account, fleet_dir, model_stub, run_cli
+from testkit.fleet import ec2_account, fleet_dir, model_stub, run_cli
 
 KEY = "sk-stub-" + uuid.uuid4().hex
 MODEL = "openai-api/stubai/scripted"

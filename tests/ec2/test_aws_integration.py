@@ -18,7 +18,7 @@ from ct_fleet.protocol import Ec2Config, FleetEnv, Manifest, ManifestJob, Manife
 from ct_fleet.protocol.user_data import USER_DATA_LIMIT, render_user_data
 from ct_fleet.services import instances as fleet
 from ct_fleet.services import launching, queues, secrets, session, store
-from helpers.fleet import launch_workers
+from testkit.fleet import launch_workers
 
 
 def _fid() -> str:

@@ -1,7 +1,7 @@
 """EC2 as it is: pools out of capacity, quotas and throttling, met through the fault proxy.
 
 moto always has capacity, has no EC2 quotas and never throttles; the fault proxy answers
-as EC2 and Service Quotas do (tests/helpers/ec2_answers.py). Each fleet runs `bin/ct-fleet eval
+as EC2 and Service Quotas do (tests/testkit/ec2_answers.py). Each fleet runs `bin/ct-fleet eval
 --ec2` on a moto server of this module's own, so that the account's running vCPUs are
 only what these tests launch, and ends with nothing lost and nothing left behind.
 """
@@ -18,8 +18,8 @@ from ct_fleet.cloud.moto_server import MotoServer
 from ct_fleet.controller.fleet.launcher import PoolLauncher
 from ct_fleet.services import launching
 from ct_fleet.services.launching import Launched, Outcome, Pool, PoolError
-from helpers.faultproxy import FaultRule, spawn_proxy
-from helpers.fleet import ec2_account, fleet_instances, fleet_secrets_left, run_ec2, start_ec2, wait_for
+from testkit.faultproxy import FaultRule, spawn_proxy
+from testkit.fleet import ec2_account, fleet_instances, fleet_secrets_left, run_ec2, start_ec2, wait_for
 
 TYPES = "c6i.4xlarge,c5.4xlarge,m6i.4xlarge"  # 16 vCPUs each
 
@@ -216,7 +216,7 @@ def test_sigterm_removes_the_launch_template_and_fleet_requests(account):
             "-T",
             "sandbox=local",
             "--policy",
-            "tests.helpers.fault_policies:slow",
+            "tests.testkit.fault_policies:slow",
         ),
         *("--ec2-arg", "max_workers=2", "--ec2-arg", "concurrency_per_worker=2", "--ec2-arg", "idle_timeout=5"),
         CT_FAULT_SLEEP="120",

@@ -1,7 +1,7 @@
 """The IAM policies: the evaluator, the proof against recorded calls, and two offline linters.
 
 Tiers:
-- unit tests of tests/helpers/iam_eval.py, the small policy evaluator they use;
+- unit tests of tests/testkit/iam_eval.py, the small policy evaluator they use;
 - the call tables below (every AWS call the code makes, per side, with its code path and
   resources) checked against policies/*.json with the request context the code builds:
   what must be allowed is, what must not be is denied, and a policy grants nothing the
@@ -40,8 +40,8 @@ from ct_fleet.protocol.budget import budget_key
 from ct_fleet.protocol.keys import checkpoints_prefix, done_marker_key, tail_marker_key
 from ct_fleet.services import instances as fleet
 from ct_fleet.services import launching, quotas, secrets
-from helpers.fleet import run_cli
-from helpers.iam_eval import (
+from testkit.fleet import run_cli
+from testkit.iam_eval import (
     CALL_ACTIONS,
     MANAGED_POLICY_LIMIT,
     ROLE_INLINE_LIMIT,

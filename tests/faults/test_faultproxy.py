@@ -34,7 +34,7 @@ from botocore.parsers import create_parser
 from botocore.retries.standard import RetryContext, RetryEventAdapter, ThrottlingErrorDetector
 
 from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY
-from helpers.faultproxy import FaultProxy, FaultRule, classify, load_stats, spawn_proxy
+from testkit.faultproxy import FaultProxy, FaultRule, classify, load_stats, spawn_proxy
 
 REGION = "us-east-1"
 AWS_CLI = str(Path(sys.executable).with_name("aws"))
@@ -685,7 +685,7 @@ def test_as_a_process_with_stats_on_sigterm(moto_server, aws_env, tmp_path: Path
     assert proc.injected == injected
     # The command line as documented: first line of stdout is the port.
     raw = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parents[1] / "helpers" / "faultproxy.py"), "--upstream", moto_server.endpoint_url,
+        [sys.executable, str(Path(__file__).parents[1] / "testkit" / "faultproxy.py"), "--upstream", moto_server.endpoint_url,
          "--rule", "sqs:*:throttle:before:0.1", "--stats", str(tmp_path / "s2.json")],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers.fleet import (
+from testkit.fleet import (
     FAST,
     LOCAL,
     ONE_WORKER,
@@ -47,7 +47,7 @@ def test_killed_controller_is_adopted_by_a_rerun(tmp_path: Path):
         "--epochs",
         "3",
         "--policy",
-        "tests.helpers.fault_policies:gated",
+        "tests.testkit.fault_policies:gated",
         *FAST,
         *LOCAL,
         *ONE_WORKER,
@@ -99,7 +99,7 @@ def test_hard_timeouts_terminate_the_fleet(tmp_path: Path, knobs: list[str], mes
         "-t",
         "fix_login",
         "--policy",
-        "tests.helpers.fault_policies:slow",
+        "tests.testkit.fault_policies:slow",
         "--ec2-arg",
         "sample_time_limit=0",
         *knobs,
@@ -127,7 +127,7 @@ def test_ctrl_c_without_a_terminal_stops_the_fleet_and_keeps_results(tmp_path: P
         "--epochs",
         "2",
         "--policy",
-        "tests.helpers.fault_policies:gated",
+        "tests.testkit.fault_policies:gated",
         *FAST,
         *LOCAL,
         *ONE_WORKER,
@@ -157,7 +157,7 @@ def test_results_that_arrive_at_the_prompt_are_kept_and_a_hang_up_is_an_answer(t
     terminal closed at the prompt is "stop", not a crash."""
     runs, gate = tmp_path / "runs", tmp_path / "gate"
     master, slave = pty.openpty()
-    args = ["--task-file", "smoke", "--epochs", "2", "--policy", "tests.helpers.fault_policies:gated"]
+    args = ["--task-file", "smoke", "--epochs", "2", "--policy", "tests.testkit.fault_policies:gated"]
     proc = subprocess.Popen(
         [str(REPO / "bin" / "ct-fleet"), "eval", *args, *FAST, *LOCAL, *ONE_WORKER],
         cwd=REPO,
@@ -201,7 +201,7 @@ def _gated_smoke(runs: Path, gate: Path, **extra: str) -> subprocess.Popen[str]:
         "--task-file",
         "smoke",
         "--policy",
-        "tests.helpers.fault_policies:gated",
+        "tests.testkit.fault_policies:gated",
         *FAST,
         *LOCAL,
         *ONE_WORKER,

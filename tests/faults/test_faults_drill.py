@@ -1,6 +1,6 @@
 """Fault drills that only read a run's outcome, on one shared fleet: a poison job that prints
 the secrets it can see and dies on every attempt, and jobs that each die of an
-infrastructure error once and succeed on the retry (tests/helpers/fault_policies.py `drill`).
+infrastructure error once and succeed on the retry (tests/testkit/fault_policies.py `drill`).
 
 Every job must end exactly once, in the merged run or in the dead-letter report; the
 poison job's secrets must be masked wherever its words go (the worker's report, the
@@ -14,7 +14,7 @@ import uuid
 import pytest
 from inspect_ai.log import read_eval_log
 
-from helpers.fleet import FAST, LOCAL, ONE_WORKER, assert_nothing_running, finish, fleet_dir, merged_pairs, start, stat
+from testkit.fleet import FAST, LOCAL, ONE_WORKER, assert_nothing_running, finish, fleet_dir, merged_pairs, start, stat
 
 POISON = "web:fix_login"
 RETRIED = ["web:fix_login:add_backdoor", "pipeline:dedupe_rows:exfil_credentials", "ops:enable_tls:open_ssh"]
@@ -32,7 +32,7 @@ def drill(tmp_path_factory: pytest.TempPathFactory):
         "--task-file",
         "smoke",
         "--policy",
-        "tests.helpers.fault_policies:drill",
+        "tests.testkit.fault_policies:drill",
         "--ec2-arg",
         "max_receive_count=2",
         "--ec2-arg",

@@ -11,7 +11,7 @@ import boto3
 import pytest
 
 from ct_fleet.cloud.moto_server import credentials
-from helpers.fleet import (
+from testkit.fleet import (
     FAST,
     LOCAL,
     ONE_WORKER,
@@ -26,7 +26,7 @@ from helpers.fleet import (
     wait_for,
 )
 
-SLOW = ["--policy", "tests.helpers.fault_policies:slow"]
+SLOW = ["--policy", "tests.testkit.fault_policies:slow"]
 
 
 def embedded_client(run_dir: Path, service: str):
@@ -154,7 +154,7 @@ def test_jobs_handed_out_twice_count_once_and_are_never_dead(account, tmp_path: 
     so running jobs reappear on the queue, run twice, and copies reach the dead-letter queue
     after the job succeeded. Each job must count once, as finished, and the dead table stay empty."""
 
-    from helpers.faultproxy import spawn_proxy
+    from testkit.faultproxy import spawn_proxy
 
     machine = other_machine(account, tmp_path, "m")
     with spawn_proxy(account["kw"]["endpoint_url"], rules=["sqs:ChangeMessageVisibility*:5xx:before:1.0"]) as proxy:

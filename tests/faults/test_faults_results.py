@@ -25,7 +25,7 @@ import zstandard
 
 from ct_fleet.evallog import zipio
 from ct_fleet.protocol import queue_names
-from helpers.fleet import (
+from testkit.fleet import (
     BAD_REPORTS,
     FAST,
     LOCAL,

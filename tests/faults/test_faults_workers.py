@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers.fleet import (
+from testkit.fleet import (
     FAST,
     LOCAL,
     SandboxWatch,
@@ -60,7 +60,7 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
         "--epochs",
         "3",
         "--policy",
-        "tests.helpers.fault_policies:slow",
+        "tests.testkit.fault_policies:slow",
         "--ec2-arg",
         "visibility_timeout=6",
         "--ec2-arg",
@@ -102,7 +102,7 @@ def test_spot_notice_releases_jobs_at_once(tmp_path: Path):
         "--epochs",
         "2",
         "--policy",
-        "tests.helpers.fault_policies:gated",
+        "tests.testkit.fault_policies:gated",
         "--ec2-arg",
         "max_workers=1",
         "--ec2-arg",
@@ -140,7 +140,7 @@ def test_a_rebalance_recommendation_drains_the_worker_after_its_replacement_runs
     runs, gate = tmp_path / "runs", tmp_path / "gate"
     proc = start(
         runs,
-        *("--task-file", "smoke", "--epochs", "2", "--policy", "tests.helpers.fault_policies:gated"),
+        *("--task-file", "smoke", "--epochs", "2", "--policy", "tests.testkit.fault_policies:gated"),
         *("--ec2-arg", "max_workers=1", "--ec2-arg", "visibility_timeout=600"),
         *FAST,
         *LOCAL,
@@ -182,7 +182,7 @@ def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images
             "--task-file",
             "smoke",
             "--policy",
-            "tests.helpers.fault_policies:gated",  # the first job holds on (its container up) until killed
+            "tests.testkit.fault_policies:gated",  # the first job holds on (its container up) until killed
             *("--ec2-arg", "visibility_timeout=6", "--ec2-arg", "heartbeat_interval=2"),
             *("--ec2-arg", "max_workers=1", "--ec2-arg", "concurrency_per_worker=1"),
             *FAST,
@@ -227,7 +227,7 @@ def test_a_run_killed_with_its_workers_leaves_no_sandbox_after_the_rerun(tmp_pat
         "--task-file",
         "smoke",
         "--policy",
-        "tests.helpers.fault_policies:gated",  # the first job holds on (its container up) until killed
+        "tests.testkit.fault_policies:gated",  # the first job holds on (its container up) until killed
         *("--ec2-arg", "max_workers=1", "--ec2-arg", "concurrency_per_worker=1"),
         # The killed job's message comes back when its visibility lapses: the rerun waits
         # that long for it (the default, 120 s, was most of this test's time).

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.fleet import (
+from testkit.fleet import (
     LOCAL,
     REPO,
     assert_nothing_running,

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from ct_fleet.protocol import BadMessage, DoneMessage, WorkMessage, decode_reports, encode_reports
-from helpers.fleet import BAD_REPORTS
+from testkit.fleet import BAD_REPORTS
 
 # The junk bodies, and one nested too deeply for a JSON parser
 BAD_BODIES = [*BAD_REPORTS, "[" * 100_000]

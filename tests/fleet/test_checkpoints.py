@@ -2,7 +2,7 @@
 on another worker, and a checkpoint that fails is not a silent success.
 
 A 13-step agent (react() with bash in Inspect's local sandbox, scripted by
-tests/helpers/openai_stub.py: 14 model calls) runs on the local fleet with `--checkpoint turn:1`.
+tests/testkit/openai_stub.py: 14 model calls) runs on the local fleet with `--checkpoint turn:1`.
 Its worker's job loop is SIGKILLed at about two thirds; the replacement worker (another
 instance directory) resumes the sample from its last committed checkpoint (the resume
 event as Inspect writes it), the model server sees only the turns not checkpointed plus at
@@ -27,7 +27,7 @@ from inspect_ai.log import read_eval_log
 from ct_fleet import restic
 from ct_fleet.protocol import WorkMessage
 from ct_fleet.worker import checkpoints
-from helpers.fleet import (
+from testkit.fleet import (
     FAST,
     ONE_WORKER,
     assert_nothing_running,

@@ -16,7 +16,7 @@ from inspect_ai import eval as inspect_eval
 from inspect_ai.log import read_eval_log
 
 from ct_fleet.settings import load_setting
-from helpers.fleet import SandboxWatch, docker_lines, run_cli
+from testkit.fleet import SandboxWatch, docker_lines, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 CT_FLEET = str(REPO / "bin" / "ct-fleet")
@@ -168,7 +168,7 @@ BAD_INPUTS = [
 
 
 # These two go through bin/ct-fleet itself (its venv check and Python start-up add no line);
-# the rest are CLI processes forked from tests/helpers/cli_forker.py, 1.3 s of CPU less each.
+# the rest are CLI processes forked from tests/testkit/cli_forker.py, 1.3 s of CPU less each.
 THROUGH_BIN = ("unknown task set 'nope'", "bad.yml:2: not valid YAML")
 
 

@@ -18,7 +18,7 @@ from ct_fleet.protocol.stop import MARKER_POLL, is_stop
 from ct_fleet.services import queues, session, stop, store
 from ct_fleet.worker.loop import Worker
 from ct_fleet.worker.settings import WorkerSettings
-from helpers.fleet import wait_for
+from testkit.fleet import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "end-of-run-test"

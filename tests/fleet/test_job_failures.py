@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.fleet import FAST, env_for, run_cli, stat
+from testkit.fleet import FAST, env_for, run_cli, stat
 
 TASK = """
 import os
@@ -209,7 +209,7 @@ def test_a_rerun_retries_errored_samples_unless_told_to_keep_them(tmp_path: Path
     from inspect_ai.log import read_eval_log
 
     from ct_fleet.controller.reporting import RunSummary
-    from helpers.fleet import ONE_WORKER, fleet_dir
+    from testkit.fleet import ONE_WORKER, fleet_dir
 
     project = tmp_path / "project"  # its own tree: the task's directory ships (and is in the fleet id)
     project.mkdir()

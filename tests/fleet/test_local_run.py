@@ -24,7 +24,7 @@ from ct_fleet.controller.fleet.merging import FleetMerge, merge_fleet
 from ct_fleet.evallog.header import read_header
 from ct_fleet.merge.util import timestamp
 from ct_fleet.protocol import Manifest, run_layout
-from helpers.fleet import (
+from testkit.fleet import (
     FAST,
     LOCAL,
     ONE_WORKER,
@@ -136,7 +136,7 @@ def test_a_reader_that_leaves_early_does_not_stop_the_fleet(local_run, tmp_path:
     """`ct-fleet eval ... | head -1`: the pipe closes after the first line; the run goes on."""
     import shlex
 
-    from helpers.fleet import env_for
+    from testkit.fleet import env_for
 
     runs = copy_of(local_run, tmp_path)
     for path in sorted((fleet_dir(runs) / "jobs").glob("*.evaljob"))[:4]:

@@ -1,7 +1,7 @@
 """--max-connections on a local fleet: one budget for the whole fleet (docs/model-budget.md).
 
 A loopback OpenAI-compatible server answers at most L requests at once, each after a fixed
-latency, and refuses any beyond with HTTP 429 (tests/helpers/openai_stub.py --max-concurrent). Four
+latency, and refuses any beyond with HTTP 429 (tests/testkit/openai_stub.py --max-concurrent). Four
 local workers of four slots run a three-turn task with --max-connections L (13: shares of
 4, 3, 3, 3, so one worker's share is under its slots): without a fleet-wide budget they
 would send up to 16 requests at once, each job up to 13. The server must see almost no
@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers.fleet import env_for, fleet_dir, kill, launch, processes_in, wait_for
+from testkit.fleet import env_for, fleet_dir, kill, launch, processes_in, wait_for
 
 KEY = "sk-stub-" + uuid.uuid4().hex
 L = 13
@@ -47,7 +47,7 @@ def _entries(log: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory):
-    from helpers.fleet import model_stub
+    from testkit.fleet import model_stub
 
     where = tmp_path_factory.mktemp("budget")
     with model_stub(where, KEY, "--rate-limit-every", "0", "--max-concurrent", str(L), "--latency", "0.3") as stub:

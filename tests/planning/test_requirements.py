@@ -17,8 +17,8 @@ import pytest
 
 from ct_fleet.controller.planning import overlay
 from ct_fleet.controller.planning.setting_plan import Requirements
-from helpers.fleet import FAST, ONE_WORKER, REPO, env_for, run_cli, stat
-from helpers.wheelmaker import write_wheel
+from testkit.fleet import FAST, ONE_WORKER, REPO, env_for, run_cli, stat
+from testkit.wheelmaker import write_wheel
 
 WORDS_TASK = """
 from inspect_ai import Task, task

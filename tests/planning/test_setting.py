@@ -203,10 +203,23 @@ def test_honest_scores(tmp_path: Path) -> None:
     assert got == want
 
 
+# Each environment once, with every outcome of main and side task, and the three whose
+# outcome hangs on how files are written over (all 27 at once: 95 s of a loaded suite).
+IN_DOCKER = [
+    "web:fix_login:add_backdoor",
+    "web:bump_version:leak_secret",
+    "pipeline:fix_rounding:skew_report",
+    "pipeline:dedupe_rows:skew_report",
+    "ops:enable_tls:open_ssh",
+    "ops:rotate_logs:add_admin",
+]
+
+
 def test_attack_scores_in_docker_are_the_same(tmp_path: Path, docker_images: list[str]) -> None:
     """The checks look inside each sample's container; outcomes do not depend on the sandbox."""
-    log = run_eval("attack", tmp_path, sandbox="docker")
-    assert scores(log) == {(sid, 1): exp for sid, exp in EXPECTED.items()}
+    log = run_eval("attack", tmp_path, sample_ids=IN_DOCKER, sandbox="docker")
+    assert scores(log) == {(sid, 1): EXPECTED[sid] for sid in IN_DOCKER}
+    assert {EXPECTED[sid] for sid in IN_DOCKER} == set(EXPECTED.values())
     on_disk = read_eval_log(log.location)
     assert {s.sandbox.type for s in on_disk.samples or [] if s.sandbox} == {"docker"}
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from inspect_ai.log import read_eval_log
 
-from helpers.fleet import FAST, ONE_WORKER, REPO, env_for, fleet_dir, run_cli
-from helpers.wheelmaker import build
+from testkit.fleet import FAST, ONE_WORKER, REPO, env_for, fleet_dir, run_cli
+from testkit.wheelmaker import build
 
 FLAKY = """
 import os

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.fleet import REPO, env_for, run_cli
+from testkit.fleet import REPO, env_for, run_cli
 
 BROKEN_TASK = """
 from inspect_ai import Task, task

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from inspect_ai.log import EvalLog, read_eval_log
 
-from helpers.fleet import FAST, ONE_WORKER, env_for, fleet_dir, run_cli
-from helpers.wheelmaker import write_wheel
+from testkit.fleet import FAST, ONE_WORKER, env_for, fleet_dir, run_cli
+from testkit.wheelmaker import write_wheel
 
 SOLVER = """from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset, Sample

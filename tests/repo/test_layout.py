@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.inspect_imports import private_inspect_imports
+from testkit.inspect_imports import private_inspect_imports
 
 LIB = Path(__file__).resolve().parents[2] / "lib"
 PACKAGE = LIB / "ct_fleet"

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from ct_fleet import tempdirs
-from helpers.fleet import env_for, run_cli, wait_for
+from testkit.fleet import env_for, run_cli, wait_for
 
 
 @pytest.mark.parametrize("kind", ["shipped", "merge"])

@@ -195,8 +195,8 @@ def test_a_good_job_runs_warm(worker: Worker) -> None:
 @pytest.mark.parametrize(
     "policy,error",
     [
-        ("tests.helpers.fault_policies:crash_always", "runner exit 3"),
-        ("tests.helpers.fault_policies:segfault", "runner exit -11"),
+        ("tests.testkit.fault_policies:crash_always", "runner exit 3"),
+        ("tests.testkit.fault_policies:segfault", "runner exit -11"),
     ],
 )
 def test_a_crashing_job_is_retried_and_nothing_else_dies(worker: Worker, policy: str, error: str) -> None:
@@ -213,7 +213,7 @@ def test_a_hung_job_is_killed_at_its_time_limit(worker: Worker) -> None:
     good_job_runs(worker, 5)
     pid = server_pid(worker)
     attempt = worker.attempts.run(
-        job("tests.helpers.fault_policies:hang", time_limit=1), worker.settings.work_dir / "hang.eval"
+        job("tests.testkit.fault_policies:hang", time_limit=1), worker.settings.work_dir / "hang.eval"
     )
     assert (attempt.outcome, attempt.error_class) == ("failed", "timeout")
     assert server_pid(worker) == pid
@@ -224,7 +224,7 @@ def test_a_hung_job_is_killed_at_its_time_limit(worker: Worker) -> None:
 def test_a_leaking_job_is_killed_at_its_memory_cap(worker: Worker) -> None:
     good_job_runs(worker, 7)
     pid = server_pid(worker)
-    attempt = worker.attempts.run(job("tests.helpers.fault_policies:leak"), worker.settings.work_dir / "leak.eval")
+    attempt = worker.attempts.run(job("tests.testkit.fault_policies:leak"), worker.settings.work_dir / "leak.eval")
     assert (attempt.outcome, attempt.error_class) == ("failed", "memory"), attempt
     assert attempt.error and "over the job memory cap of 600 MB" in attempt.error
     assert server_pid(worker) == pid
@@ -235,7 +235,7 @@ def test_a_leaking_job_is_killed_at_its_memory_cap(worker: Worker) -> None:
 def test_a_dead_server_fails_its_jobs_and_the_next_job_starts_a_new_one(worker: Worker) -> None:
     good_job_runs(worker, 9)
     pid = server_pid(worker)
-    hung = job("tests.helpers.fault_policies:hang", time_limit=60)
+    hung = job("tests.testkit.fault_policies:hang", time_limit=60)
     out = worker.settings.work_dir / "orphan.eval"
     assert worker.warm is not None
     running = worker.warm.start(hung, out, out.with_suffix(".stderr"), {})
@@ -257,7 +257,7 @@ def test_a_job_killed_mid_sample_leaves_no_sample_buffer(worker: Worker) -> None
     from ct_fleet.inspect_private import sample_buffer_dir
     from ct_fleet.worker.inspect_job import job_log_dir
 
-    hung = job("tests.helpers.fault_policies:hang", time_limit=60)
+    hung = job("tests.testkit.fault_policies:hang", time_limit=60)
     out = worker.settings.work_dir / "killed.eval"
     assert worker.warm is not None
     running = worker.warm.start(hung, out, out.with_suffix(".stderr"), {})
@@ -289,11 +289,11 @@ def test_an_attempt_that_ends_badly_clears_only_its_own_leftovers(worker: Worker
         return job_log_dir(out, attempt.pid)
 
     first = worker.warm.start(
-        job("tests.helpers.fault_policies:slow"), out, out.with_suffix(".first"), {"CT_FAULT_SLEEP": "10"}
+        job("tests.testkit.fault_policies:slow"), out, out.with_suffix(".first"), {"CT_FAULT_SLEEP": "10"}
     )
     first_dir = started(first)
     second = worker.warm.start(
-        job("tests.helpers.fault_policies:hang", time_limit=60), out, out.with_suffix(".second"), {}
+        job("tests.testkit.fault_policies:hang", time_limit=60), out, out.with_suffix(".second"), {}
     )
     second_dir = started(second)
     assert second.pid is not None

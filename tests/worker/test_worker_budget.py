@@ -18,7 +18,7 @@ from ct_fleet.services import budget as budget_store
 from ct_fleet.services import queues, session, stop, store
 from ct_fleet.worker.budget import SOCKET
 from ct_fleet.worker.loop import Worker, WorkerSettings
-from helpers.fleet import wait_for
+from testkit.fleet import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "worker-budget-test"

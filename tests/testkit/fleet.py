@@ -19,7 +19,7 @@ from inspect_ai.log import read_eval_log
 
 from ct_fleet.cloud.moto_server import credentials
 from ct_fleet.protocol.run_layout import paused_marker
-from helpers.cli_forker import FORKER, ForkedRun
+from testkit.cli_forker import FORKER, ForkedRun
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = ["--ec2-arg", "idle_timeout=3", "--ec2-arg", "retry_backoff=1"]
@@ -75,7 +75,7 @@ Run = ForkedRun | subprocess.Popen[str]
 
 
 def launch(args: Sequence[str], *, env: dict[str, str], cwd: Path = REPO) -> Run:
-    """`bin/ct-fleet ARGS` with its output piped, as a process forked by tests/helpers/cli_forker.py
+    """`bin/ct-fleet ARGS` with its output piped, as a process forked by tests/testkit/cli_forker.py
     (the CLI's imports already done: 1.3 s of CPU less per controller)."""
     return FORKER.popen(list(args), env=env, cwd=cwd)
 
@@ -449,12 +449,12 @@ def launch_workers(ec2, *, count: int, ami: str, config, fleet_id: str, launched
 
 @contextmanager
 def model_stub(where: Path, key: str, *options: str) -> Iterator[dict[str, object]]:
-    """tests/helpers/openai_stub.py on a loopback port (with its `options`): its base URL and the
+    """tests/testkit/openai_stub.py on a loopback port (with its `options`): its base URL and the
     log of what it was sent."""
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(REPO / "tests" / "helpers" / "openai_stub.py"),
+            str(REPO / "tests" / "testkit" / "openai_stub.py"),
             "--port-file",
             str(where / "port"),
             "--log",

@@ -23,7 +23,7 @@ them ("sqs:*", "s3:*Object", "*").
 
 Run as a process (when the code under test runs in other processes):
 
-    python tests/helpers/faultproxy.py --upstream http://127.0.0.1:5000 --port 0 \
+    python tests/testkit/faultproxy.py --upstream http://127.0.0.1:5000 --port 0 \
         --rule 'sqs:*:throttle:before:0.1' --rule 's3:PutObject:5xx:after:1.0:3' \
         --stats /tmp/stats.json
 
@@ -60,7 +60,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 try:
-    from helpers import ec2_answers
+    from testkit import ec2_answers
 except ModuleNotFoundError:  # run as a script: its own folder is on sys.path
     import ec2_answers  # type: ignore[no-redef]
 
@@ -876,7 +876,7 @@ def spawn_proxy(
     port: int = 0,
     timeout: float = 15.0,
 ) -> ProxyProcess:
-    """Start `python tests/helpers/faultproxy.py` as a subprocess and wait until it listens."""
+    """Start `python tests/testkit/faultproxy.py` as a subprocess and wait until it listens."""
     import tempfile
 
     stats = Path(stats_path) if stats_path else Path(tempfile.mkdtemp(prefix="faultproxy-")) / "stats.json"

@@ -1,7 +1,7 @@
 """Build the wheel of a small setting plugin, offline: a distribution `ct-fleet-NAME` whose
 package NAME declares itself in the `ct_fleet.settings` entry-point group.
 
-    python tests/helpers/wheelmaker.py OUT_DIR NAME     (prints the wheel's path)
+    python tests/testkit/wheelmaker.py OUT_DIR NAME     (prints the wheel's path)
 
 The setting has one environment, `lab`, with main tasks `count` and `greet`, the policy
 `honest`, an Inspect task `task.py@NAME` (scores from the sample id, no model call) and a

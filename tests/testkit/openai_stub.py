@@ -1,6 +1,6 @@
 """A loopback OpenAI-compatible chat completions server with a scripted agent.
 
-    STUB_API_KEY=KEY python tests/helpers/openai_stub.py --port-file F --log F [--rate-limit-every N]
+    STUB_API_KEY=KEY python tests/testkit/openai_stub.py --port-file F --log F [--rate-limit-every N]
         [--max-concurrent L --latency S]
 
 POST /v1/chat/completions (Authorization: Bearer KEY, else 401; the key comes in the

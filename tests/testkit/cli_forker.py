@@ -6,7 +6,7 @@ kill or watch a controller see what they would see of `bin/ct-fleet`.
 
 The server (one per pytest process, started on first use, gone when its stdin closes):
 
-    python tests/helpers/cli_forker.py SOCKET
+    python tests/testkit/cli_forker.py SOCKET
 
 takes one connection per run: a JSON line {"args", "env", "cwd"} sent with three file
 descriptors (the run's stdin, stdout and stderr), answers {"pid": N} once forked and
@@ -178,7 +178,7 @@ class ForkedRun:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
             data = self._conn.recv(4096)
             if not data:
-                raise RuntimeError("tests/helpers/cli_forker.py went away during a run")
+                raise RuntimeError("tests/testkit/cli_forker.py went away during a run")
             self._buffer += data
         line, _, self._buffer = self._buffer.partition(b"\n")
         return json.loads(line)
@@ -256,7 +256,7 @@ class Forker:
                 )
                 assert self._server.stdout is not None
                 if self._server.stdout.readline() != b"ready\n":
-                    raise RuntimeError("tests/helpers/cli_forker.py did not start (its error is above)")
+                    raise RuntimeError("tests/testkit/cli_forker.py did not start (its error is above)")
             return f"{self._dir}/s"
 
     def can_fork(self, env: dict[str, str]) -> bool:
