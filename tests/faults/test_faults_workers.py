@@ -172,34 +172,49 @@ def test_a_rebalance_recommendation_drains_the_worker_after_its_replacement_runs
 
 
 @pytest.mark.faults
-def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images: list[str]):
-    """Docker sandboxes: kill a job's process while its container runs; the worker removes
-    the container (Inspect never got to), the retry runs in a fresh one, nothing is left."""
-    runs = tmp_path / "runs"
+def test_a_killed_job_then_a_run_killed_with_its_workers_leave_no_sandbox(tmp_path: Path, docker_images: list[str]):
+    """Docker sandboxes, one worker running one job at a time, every job held at a gate.
+    First a job's process is killed while its container runs: the worker removes the
+    container (Inspect never got to) and the job is retried in a fresh one. Then the
+    controller and the worker are SIGKILLed while the next container runs: nobody is left to
+    remove it. The rerun removes what the dead instance left, runs what is missing, and
+    nothing is left of either run."""
+    runs, gate = tmp_path / "runs", tmp_path / "gate"
+    args = [
+        "--task-file",
+        "smoke",
+        "--policy",
+        "tests.testkit.fault_policies:gated",  # every job holds on (its container up) until the gate opens
+        *("--ec2-arg", "max_workers=1", "--ec2-arg", "concurrency_per_worker=1"),
+        # The killed run's job comes back when its visibility lapses: the rerun waits that long.
+        *("--ec2-arg", "visibility_timeout=10", "--ec2-arg", "heartbeat_interval=5"),
+        *FAST,
+    ]
     with SandboxWatch() as watch:
-        proc = start(
-            runs,
-            "--task-file",
-            "smoke",
-            "--policy",
-            "tests.testkit.fault_policies:gated",  # the first job holds on (its container up) until killed
-            *("--ec2-arg", "visibility_timeout=6", "--ec2-arg", "heartbeat_interval=2"),
-            *("--ec2-arg", "max_workers=1", "--ec2-arg", "concurrency_per_worker=1"),
-            *FAST,
-            CT_FAULT_GATE=str(tmp_path / "gate"),
-        )
+        proc = start(runs, *args, CT_FAULT_GATE=str(gate))
         fleet_id = wait_for(lambda: next((m.parent.name for m in runs.glob("*/manifest.json")), None))
+        run_dir = runs / fleet_id
 
         def running_job() -> str | None:
-            jobs = sandboxes_of(runs / fleet_id, "ct-fleet.job")
+            jobs = sandboxes_of(run_dir, "ct-fleet.job")
             return jobs[0] if jobs else None
 
+        def worker_log() -> str:
+            return " ".join(p.read_text() for p in run_dir.glob("instances/*/var/log/linuxbench-bootstrap.log"))
+
         job_id = wait_for(running_job, timeout=200, every=0.2)
-        # One job at a time: the job process running now is the one whose container runs.
-        (victim,) = running_jobs(runs)
+        (victim,) = running_jobs(runs)  # one job at a time: the one whose container runs
         kill(victim)
-        (tmp_path / "gate").touch()  # the retry and the other jobs go on
-        code, out, err = finish(proc)
+        wait_for(lambda: f"job {job_id}: removed its leftover sandboxes" in worker_log(), timeout=120)
+        (instance,) = set(wait_for(lambda: sandboxes_of(run_dir, "ct-fleet.instance"), timeout=200, every=0.2))
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        for leftover in processes_in(runs):
+            kill(leftover)
+        psutil.wait_procs(processes_in(runs), timeout=30)
+        assert instance in sandboxes_of(run_dir, "ct-fleet.instance"), "the container outlives its killers"
+        gate.touch()
+        code, out, err = finish(start(runs, *args, CT_FAULT_GATE=str(gate)))
     assert code == 0, out + err
     assert sorted({sid for sid, _ in merged_pairs(runs)}) == sorted(
         [
@@ -209,47 +224,8 @@ def test_a_job_killed_mid_sample_leaves_no_sandbox(tmp_path: Path, docker_images
             "ops:enable_tls:open_ssh",
         ]
     )
-    assert stat(out, "redeliveries") >= 1
-    logs = " ".join(p.read_text() for p in fleet_dir(runs).glob("instances/*/var/log/linuxbench-bootstrap.log"))
-    assert f"job {job_id}: removed its leftover sandboxes" in logs
-    assert len(watch.projects(runs / fleet_id)) >= 5  # four jobs, one of them twice
-    assert watch.leftovers(runs / fleet_id) == {}
-    assert_nothing_running(runs)
-
-
-@pytest.mark.faults
-def test_a_run_killed_with_its_workers_leaves_no_sandbox_after_the_rerun(tmp_path: Path, docker_images: list[str]):
-    """SIGKILL of the controller and of every local worker while a job's container runs:
-    nobody was left to remove it. The rerun removes what the dead instances left, then
-    runs what is missing."""
-    runs, gate = tmp_path / "runs", tmp_path / "gate"
-    args = [
-        "--task-file",
-        "smoke",
-        "--policy",
-        "tests.testkit.fault_policies:gated",  # the first job holds on (its container up) until killed
-        *("--ec2-arg", "max_workers=1", "--ec2-arg", "concurrency_per_worker=1"),
-        # The killed job's message comes back when its visibility lapses: the rerun waits
-        # that long for it (the default, 120 s, was most of this test's time).
-        *("--ec2-arg", "visibility_timeout=10", "--ec2-arg", "heartbeat_interval=5"),
-        *FAST,
-    ]
-    proc = start(runs, *args, CT_FAULT_GATE=str(gate))
-    fleet_id = wait_for(lambda: next((m.parent.name for m in runs.glob("*/manifest.json")), None))
-
-    def instances_with_sandboxes() -> list[str]:
-        return sandboxes_of(runs / fleet_id, "ct-fleet.instance")
-
-    (instance,) = set(wait_for(instances_with_sandboxes, timeout=200, every=0.2))
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()
-    for victim in processes_in(runs):
-        kill(victim)
-    psutil.wait_procs(processes_in(runs), timeout=30)
-    assert instance in instances_with_sandboxes(), "the killed job's container outlives its killers"
-    gate.touch()
-    code, out, err = finish(start(runs, *args, CT_FAULT_GATE=str(gate)))
-    assert code == 0, out + err
     assert len(set(merged_pairs(runs))) == 4
-    assert instance not in instances_with_sandboxes()
+    assert instance not in sandboxes_of(run_dir, "ct-fleet.instance")
+    assert len(watch.projects(run_dir)) >= 6  # four jobs, the first two twice
+    assert watch.leftovers(run_dir) == {}
     assert_nothing_running(runs)
