@@ -71,7 +71,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if hasattr(config, "workerinput") or exitstatus != 0:
         return  # an xdist worker saw only its share; a failed run's figures are not the suite's
-    if config.option.keyword or config.option.markexpr or config.option.lf:
+    if config.option.keyword or config.option.markexpr or getattr(config.option, "lf", False):
         return
     every = {_module(path) for path in DURATIONS.parent.rglob("test_*.py")}
     if not every <= _module_seconds.keys():
