@@ -10,22 +10,12 @@ import pytest
 
 from ct_fleet.controller.fleet import JobTracker
 from ct_fleet.protocol import DoneMessage
+from testkit.messages import done
 
 
 def report(job_id: str, outcome: str, receive_count: int = 1) -> DoneMessage:
-    return DoneMessage(
-        type="done",
-        fleet_id="f",
-        instance_id="i-1",
-        worker_id="i-1/1",
-        job_id=job_id,
-        outcome=outcome,  # type: ignore[arg-type]
-        receive_count=receive_count,
-        started_at=1.0,
-        finished_at=2.0,
-        error_class="infra" if outcome in ("retry", "failed") else None,
-        error=f"{outcome} error",
-    )
+    error_class = "infra" if outcome in ("retry", "failed") else None
+    return done(job_id, outcome, receive_count=receive_count, error_class=error_class, error=f"{outcome} error")
 
 
 def apply(t: JobTracker, event: tuple[str, ...]) -> None:
@@ -91,7 +81,9 @@ def test_duplicates_never_count_twice():
         t.dead_lettered("a")
     t.fetched("a", ok=True)
     t.fetched("a", ok=True)
-    assert t.finished == 1 and t.final == {"a": "success"} and t.duplicates >= 4 and list(t.job_seconds) == [1.0]
+    assert (
+        t.finished == 1 and t.final == {"a": "success"} and t.duplicates >= 4 and list(t.job_seconds) == [2.5]
+    )  # once, from 10.0 to 12.5
     assert not t.complete  # b is still pending: the loop goes on
 
 

@@ -8,29 +8,12 @@ from ct_fleet.controller.fleet import JobTracker
 from ct_fleet.controller.fleet.scaling import Decision, decide
 from ct_fleet.protocol import DoneMessage
 from ct_fleet.protocol.sizing import first_launch_count
-
-
-def report(
-    job_id: str, outcome: str, *, receive_count: int = 1, error_class: str | None = None, error: str = ""
-) -> DoneMessage:
-    return DoneMessage(
-        type="done",
-        fleet_id="f",
-        instance_id="i-1",
-        worker_id="i-1/1",
-        job_id=job_id,
-        outcome=outcome,  # type: ignore[arg-type]
-        receive_count=receive_count,
-        started_at=10.0,
-        finished_at=12.5,
-        error_class=error_class,
-        error=error or None,
-    )
+from testkit.messages import done
 
 
 def test_success_is_fetched_then_final() -> None:
     t = JobTracker.of(["a", "b"])
-    assert t.on_report(report("a", "success")) == "a"
+    assert t.on_report(done("a", "success")) == "a"
     assert "a" not in t.final and t.remaining == 1  # being fetched: not left for workers
     t.fetched("a", ok=True)
     assert t.final == {"a": "success"} and list(t.job_seconds) == [2.5] and not t.complete
@@ -38,42 +21,42 @@ def test_success_is_fetched_then_final() -> None:
 
 def test_duplicate_reports_never_count_twice() -> None:
     t = JobTracker.of(["a"])
-    t.on_report(report("a", "success"))
-    assert t.on_report(report("a", "success")) is None  # while fetching
+    t.on_report(done("a", "success"))
+    assert t.on_report(done("a", "success")) is None  # while fetching
     t.fetched("a", ok=True)
-    assert t.on_report(report("a", "skipped_duplicate", receive_count=2)) is None
+    assert t.on_report(done("a", "skipped_duplicate", receive_count=2)) is None
     assert t.duplicates == 2 and t.attempts == 3 and t.redeliveries == 1 and t.finished == 1
 
 
 def test_retry_keeps_the_job_open_with_its_error() -> None:
     t = JobTracker.of(["a"])
-    assert t.on_report(report("a", "retry", error_class="model_api", error="429")) is None
+    assert t.on_report(done("a", "retry", error_class="model_api", error="429")) is None
     assert t.final == {} and t.last_error["a"] == ("model_api", "429") and t.remaining == 1
 
 
 def test_failed_is_final_without_a_result() -> None:
     t = JobTracker.of(["a"])
-    t.on_report(report("a", "failed", error_class="timeout", error="killed"))
+    t.on_report(done("a", "failed", error_class="timeout", error="killed"))
     assert t.final == {"a": "failed"} and t.failed == 1 and t.complete
 
 
 def test_sample_error_is_final_with_its_result() -> None:
     t = JobTracker.of(["a"])
-    assert t.on_report(report("a", "sample_error", error="boom")) == "a"
+    assert t.on_report(done("a", "sample_error", error="boom")) == "a"
     t.fetched("a", ok=True)
     assert t.final == {"a": "sample_error"} and t.last_error["a"] == ("task_error", "boom")
 
 
 def test_unreadable_result_leaves_the_job_to_run_again() -> None:
     t = JobTracker.of(["a"])
-    t.on_report(report("a", "success"))
+    t.on_report(done("a", "success"))
     t.fetched("a", ok=False)
     assert t.final == {} and t.fetching == set() and t.remaining == 1
 
 
 def test_dead_letter_keeps_the_last_error_and_ends_the_job() -> None:
     t = JobTracker.of(["a", "b"])
-    t.on_report(report("a", "retry", error_class="infra", error="exit 1"))
+    t.on_report(done("a", "retry", error_class="infra", error="exit 1"))
     t.dead_lettered("a")
     t.dead_lettered("b")
     assert t.dead == {"a": ("infra", "exit 1"), "b": ("infra", "no error reported")} and t.complete
@@ -81,7 +64,7 @@ def test_dead_letter_keeps_the_last_error_and_ends_the_job() -> None:
 
 def test_redelivered_job_that_finished_is_not_dead() -> None:
     t = JobTracker.of(["a"])
-    t.on_report(report("a", "success", receive_count=2))
+    t.on_report(done("a", "success", receive_count=2))
     t.fetched("a", ok=True)
     t.dead_lettered("a")
     assert t.dead == {} and t.final == {"a": "success"} and t.redeliveries == 1
@@ -89,7 +72,7 @@ def test_redelivered_job_that_finished_is_not_dead() -> None:
 
 def test_reports_of_other_fleets_jobs_and_heartbeats_are_ignored() -> None:
     t = JobTracker.of(["a"])
-    assert t.on_report(report("zzz", "success")) is None
+    assert t.on_report(done("zzz", "success")) is None
     assert t.on_report(DoneMessage(type="heartbeat", fleet_id="f", instance_id="i", worker_id="w", load=0.5)) is None
     assert t.attempts == 0
 
@@ -200,10 +183,10 @@ def test_the_limit_the_fleet_is_at() -> None:
 
 def test_a_retried_job_is_one_that_comes_back_until_it_ends() -> None:
     t = JobTracker.of(["a", "b"])
-    t.on_report(report("a", "retry", error_class="model_api"))
+    t.on_report(done("a", "retry", error_class="model_api"))
     assert t.retrying == {"a"}
-    t.on_report(report("a", "success", receive_count=2))
+    t.on_report(done("a", "success", receive_count=2))
     assert t.retrying == set()
-    t.on_report(report("b", "success"))
+    t.on_report(done("b", "success"))
     t.fetched("b", ok=False)  # an unreadable result: sent again
     assert t.retrying == {"b"}

@@ -5,17 +5,12 @@ early, never by a timer."""
 
 from __future__ import annotations
 
-from ct_fleet.protocol import DoneMessage, decode_reports
+from ct_fleet.protocol import decode_reports
 from ct_fleet.services import queues, session
 from ct_fleet.worker.reporter import Reporter
+from testkit.messages import done
 
 INTERVAL = 600.0
-
-
-def report(job_id: str) -> DoneMessage:
-    return DoneMessage(
-        type="done", fleet_id="reporter1", instance_id="i-1", worker_id="w", job_id=job_id, outcome="success"
-    )
 
 
 def reported(sqs, url: str, wait: int) -> list[str]:
@@ -35,10 +30,10 @@ def test_the_first_report_goes_at_once_the_rest_together_on_close(aws_env: dict[
     assert len(handles) == 3
     reporter = Reporter(sqs, q.done, q.work, INTERVAL)
     reporter.start()
-    reporter.add(report("j1"), delete=handles[0])
+    reporter.add(done("j1", fleet_id="reporter1"), delete=handles[0])
     assert reported(sqs, q.done, wait=20) == ["j1"]  # not an interval later
-    reporter.add(report("j2"), delete=handles[1])
-    reporter.add(report("j3"), backoff=(handles[2], 0))
+    reporter.add(done("j2", fleet_id="reporter1"), delete=handles[1])
+    reporter.add(done("j3", fleet_id="reporter1"), backoff=(handles[2], 0))
     assert reported(sqs, q.done, wait=2) == []  # within the interval: held back
     reporter.close()
     assert sorted(reported(sqs, q.done, wait=5)) == ["j2", "j3"]
@@ -53,13 +48,13 @@ def test_a_report_at_once_takes_those_held_back_with_it(aws_env: dict[str, str])
     reporter = Reporter(sqs, q.done, q.work, INTERVAL)
     reporter.start()
     try:
-        reporter.add(report("j1"))
+        reporter.add(done("j1", fleet_id="reporter1"))
         assert reported(sqs, q.done, wait=20) == ["j1"]
-        reporter.add(report("j2"))
+        reporter.add(done("j2", fleet_id="reporter1"))
         assert reported(sqs, q.done, wait=2) == []  # within the interval: held back
-        reporter.add(report("j3"), at_once=True)  # the last job in flight: nothing to wait for
+        reporter.add(done("j3", fleet_id="reporter1"), at_once=True)  # the last job in flight: nothing to wait for
         assert sorted(reported(sqs, q.done, wait=20)) == ["j2", "j3"]
-        reporter.add(report("j4"))
+        reporter.add(done("j4", fleet_id="reporter1"))
         assert reported(sqs, q.done, wait=2) == []  # the hurry was for j3 only
     finally:
         reporter.close()
