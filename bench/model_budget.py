@@ -172,6 +172,7 @@ def main() -> int:
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="24 samples x 6 turns")
     ap.add_argument("--adaptive", default="", help="with --adaptive-connections SPEC (e.g. 4-8-16) instead of L")
+    ap.add_argument("--only", choices=("with", "without"), help="one of the two runs (to study it)")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     samples, turns = (24, 6) if args.quick else (args.samples, args.turns)
@@ -179,6 +180,8 @@ def main() -> int:
     tmp = c.bench_tmp("model-budget")
     results = {}
     for tag, budget in (("without", False), ("with", True)):
+        if args.only and tag != args.only:
+            continue
         console.print(f"[dim]{tag} the budget: {samples} samples x {turns} turns ...[/]")
         results[tag] = run(tag, tmp, args, samples, turns, budget)
     table = Table(
@@ -201,6 +204,8 @@ def main() -> int:
         )
     console.print(table)
     console.print(f"[dim]{c.machine()}; temp dir {tmp}{' (kept)' if args.keep else ' (removed)'}[/]")
+    if args.only:
+        return 0
     w, wo = results["with"], results["without"]
     met = w["fraction"] >= TARGET_THROUGHPUT and w["share_429"] <= TARGET_429
     print(
