@@ -117,3 +117,40 @@ def test_budget_document_round_trips_and_refuses_junk():
     assert Budget.from_json(doc.to_json()) == doc
     for junk in (b"", b"[]", b'{"v": -1}', b'{"v": 1, "models": {"m": {"total": "x"}}}', b"\xff"):
         assert Budget.from_json(junk) is None
+
+
+def test_a_refused_total_is_tried_again_only_after_a_wait_that_doubles():
+    now = [0.0]
+    budget = FleetBudget({M: ConnectionBudget(4, 8, 16, 0.8, 0.05, 15.0)}, slots=8, clock=lambda: now[0])
+    budget.update(["a"])
+
+    def check(at: float, limited: int) -> int:
+        held = {M: budget.models[M].granted["a"]}  # all its share, and more requests wait
+        extra = {BUDGET_REPORT: {"v": budget.version, "held": held, "waiting": {M: 3}, "limited": {M: limited}}}
+        budget.on_word(DoneMessage(type="heartbeat", fleet_id="f", instance_id="a", worker_id="w", extra=extra))
+        now[0] = at
+        budget.update(["a"])
+        return budget.models[M].total
+
+    assert check(15, 0) == 9  # requests wait for tokens, no refusal: it grows
+    assert check(20, 1) == 7  # the provider refused 9: cut at once
+    assert [check(t, 1) for t in (35, 50, 65, 79)] == [8, 8, 8, 8]  # back to just under 9, and no further
+    assert check(80, 1) == 9  # four cooldowns after the cut, 9 is tried again
+    assert check(95, 2) == 7  # refused again: the next try waits twice as long
+    assert [check(t, 2) for t in (110, 125, 214)] == [8, 8, 8]
+    assert check(215, 2) == 9
+
+
+def test_a_worker_cuts_its_own_share_at_a_rate_limit_until_the_next_division():
+    from ct_fleet.protocol.budget import ModelBudget
+    from ct_fleet.worker.budget import WorkerBudget
+
+    adaptive = Budget(v=1, models={M: ModelBudget(total=9, shares={"a": 5, "b": 4}, adaptive=True)})
+    worker = WorkerBudget(adaptive, "a")
+    worker.on_limited(M)
+    assert worker.allowed(M) == 4 and worker.limited[M] == 1 and worker.news.is_set()
+    worker.set(Budget(v=2, models={M: ModelBudget(total=7, shares={"a": 4, "b": 3}, adaptive=True)}))
+    assert worker.allowed(M) == 4  # the controller's cut replaces the worker's own
+    fixed = WorkerBudget(Budget(v=1, models={M: ModelBudget(total=9, shares={"a": 5})}), "a")
+    fixed.on_limited(M)
+    assert fixed.allowed(M) == 5  # --max-connections is the user's: no cut

@@ -34,6 +34,9 @@ class ModelBudget(BaseModel):
 
     total: int = Field(ge=0)
     shares: dict[str, int] = Field(default_factory=dict)  # instance id -> requests in flight at most
+    # --adaptive-connections: a worker whose job meets a rate limit takes one request off
+    # its share at once, until the controller's next division (worker/budget.py)
+    adaptive: bool = False
 
 
 class Budget(BaseModel):

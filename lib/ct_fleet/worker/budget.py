@@ -17,6 +17,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("ct_fleet.worker")
 
 SOCKET = "budget.sock"  # in the worker's work directory, beside its jobs' outputs
+# How long a worker's own cut after a rate limit lasts if no new division comes first: the
+# controller cuts the total within a check of hearing of it, at most once per cooldown.
+OWN_CUT_HOLD = 15.0
 
 
 class WorkerBudget:
@@ -40,7 +44,9 @@ class WorkerBudget:
         self.held: Counter[str] = Counter()  # requests in flight per model
         self.waiting: Counter[str] = Counter()  # requests waiting for a token per model
         self.limited: Counter[str] = Counter()  # rate-limit retries since the worker started
+        self.own_cut_until: dict[str, float] = {}  # model -> when this worker's own cut ends
         self.changed = threading.Condition()
+        self.news = threading.Event()  # a rate limit to tell the controller now, not at the next poll
 
     @classmethod
     def load(cls, s3: S3Client, bucket: str, fleet_id: str, instance_id: str) -> "WorkerBudget | None":
@@ -56,6 +62,24 @@ class WorkerBudget:
     def share(self, model: str) -> int:
         return self.doc.share(model, self.instance_id) or 0
 
+    def allowed(self, model: str) -> int:
+        """The share, less one request while this worker's own cut lasts."""
+        share = self.share(model)
+        if self.own_cut_until.get(model, 0.0) > time.monotonic():
+            return max(0, share - 1)
+        return share
+
+    def on_limited(self, model: str) -> None:
+        """A job's request met a rate limit. With an adaptive total the provider is at its
+        limit now: this worker takes one request off its share at once (the fleet's cut
+        comes seconds later, through the controller), and says so at once."""
+        with self.changed:
+            self.limited[model] += 1
+            budget = self.doc.models.get(model)
+            if budget is not None and budget.adaptive:
+                self.own_cut_until[model] = time.monotonic() + OWN_CUT_HOLD
+        self.news.set()
+
     def any_share(self) -> bool:
         """A share of some model: a worker with none takes no jobs (they would only wait)."""
         with self.changed:
@@ -67,6 +91,7 @@ class WorkerBudget:
             if doc.v == self.doc.v:
                 return False
             self.doc = doc
+            self.own_cut_until.clear()  # the controller's division supersedes it
             self.changed.notify_all()
             return True
 
@@ -78,7 +103,7 @@ class WorkerBudget:
                 return True
             self.waiting[model] += 1
             try:
-                while self.held[model] >= self.share(model):
+                while self.held[model] >= self.allowed(model):
                     if cancel.is_set():
                         return False
                     self.changed.wait(1.0)
@@ -115,12 +140,15 @@ def follow(
     tell: Callable[[], None],
     stopping: threading.Event,
 ) -> None:
-    """Read the document every BUDGET_POLL seconds; `tell` the controller (a heartbeat) what
-    is held when a new one arrives, while over a share each time that changes, and when
-    the jobs met rate limits (the adaptive total reacts within seconds)."""
+    """Read the document every BUDGET_POLL seconds, and at once when a job met a rate limit;
+    `tell` the controller (a heartbeat) what is held when a new one arrives, while over a
+    share each time that changes, and when the jobs met rate limits (the adaptive total
+    reacts within a check)."""
     last_said = budget.report()  # what the controller can take as known: the start
     was_over = False
-    while not stopping.wait(BUDGET_POLL):
+    while not stopping.is_set():
+        if budget.news.wait(BUDGET_POLL):
+            budget.news.clear()
         try:
             doc = read()
         except Exception:
@@ -184,8 +212,7 @@ class TokenServer:
                             return
                         held[model] += 1
                     elif verb == "limited":
-                        with self.budget.changed:
-                            self.budget.limited[model] += 1
+                        self.budget.on_limited(model)
                     elif verb == "release" and held[model] > 0:
                         self.budget.release(model)
                         held[model] -= 1

@@ -28,6 +28,9 @@ from ...services import budget as budget_store
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+# Cooldowns before a refused total is tried again (then twice as many, and so on).
+PROBE_COOLDOWNS = 4
+
 
 def even_split(total: int, workers: Sequence[str], slots: int) -> dict[str, int]:
     """`total` divided among `workers` (in their order), the remainder to the first ones,
@@ -76,6 +79,9 @@ class ModelState:
     pressured: bool = False  # the last update saw some
     last_cut: float = -math.inf
     last_move: float = -math.inf
+    refused_at: int | None = None  # the total of the last cut: the provider refused it
+    probe_after: float = -math.inf  # growing back to refused_at waits until then
+    probe_wait: float = 0.0  # doubles with every cut
 
 
 class FleetBudget:
@@ -133,7 +139,10 @@ class FleetBudget:
     def document(self) -> Budget:
         return Budget(
             v=self.version,
-            models={m: ModelBudget(total=s.total, shares=dict(s.granted)) for m, s in self.models.items()},
+            models={
+                m: ModelBudget(total=s.total, shares=dict(s.granted), adaptive=s.bounds.low != s.bounds.high)
+                for m, s in self.models.items()
+            },
         )
 
     # -- what workers say -----------------------------------------------------------------
@@ -197,18 +206,28 @@ class FleetBudget:
         """AIMD on the total, as Inspect's adaptive connections do in one process: cut by
         `decrease` on rate-limit retries (at most once per cooldown), grow by `scale_up`
         once per cooldown without any, while the workers are granted all of it and requests
-        wait for its tokens (the fleet learns of a 429 seconds late: it grows slowly)."""
+        wait for its tokens. The fleet learns of a 429 seconds after it (each worker cuts
+        its own share at once meanwhile), so every probe past the provider's limit costs
+        refusals: once a total has been refused, the total grows back to just under it,
+        and tries it again only after PROBE_COOLDOWNS cooldowns, twice as long each time."""
         b = state.bounds
         if b.low == b.high:
             return
         now = self.clock()
         if state.pressured:
             if now - state.last_cut >= b.cooldown:
+                state.refused_at = state.total
+                state.probe_wait = 2 * state.probe_wait or PROBE_COOLDOWNS * b.cooldown
+                state.probe_after = now + state.probe_wait
                 state.total = max(b.low, int(state.total * b.decrease))
                 state.last_cut = state.last_move = now
         elif now - state.last_move >= b.cooldown and demand and sum(state.granted.values()) >= state.total:
-            state.total = min(b.high, state.total + max(1, round(state.total * b.scale_up)))
-            state.last_move = now
+            grown = min(b.high, state.total + max(1, round(state.total * b.scale_up)))
+            if state.refused_at is not None and now < state.probe_after:
+                grown = min(grown, max(state.total, state.refused_at - 1))
+            if grown != state.total:
+                state.total = grown
+                state.last_move = now
 
     # -- for scaling and the live line ------------------------------------------------------
     def saturated(self, live: Sequence[str] = ()) -> bool:
