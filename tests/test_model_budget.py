@@ -3,10 +3,17 @@ when workers come and go, the adaptive total, and the worker's side of it."""
 
 from __future__ import annotations
 
-from ct_fleet.connections import ConnectionBudget, connection_budget, one_connection
+import threading
+
+import pytest
+
+from ct_fleet.connections import ConnectionBudget, budget_keys, check_shared, connection_budget, one_connection
 from ct_fleet.controller.fleet.budget import FleetBudget, divide, even_split
-from ct_fleet.protocol import DoneMessage
+from ct_fleet.errors import BadInput
+from ct_fleet.protocol import DoneMessage, knob_parsing
 from ct_fleet.protocol.budget import BUDGET_REPORT, RATE_LIMITED, Budget
+from ct_fleet.worker.budget import WorkerBudget
+from fleet_helpers import wait_for
 
 M = "openai/m"
 
@@ -143,7 +150,6 @@ def test_a_refused_total_is_tried_again_only_after_a_wait_that_doubles():
 
 def test_a_worker_cuts_its_own_share_at_a_rate_limit_until_the_next_division():
     from ct_fleet.protocol.budget import ModelBudget
-    from ct_fleet.worker.budget import WorkerBudget
 
     adaptive = Budget(v=1, models={M: ModelBudget(total=9, shares={"a": 5, "b": 4}, adaptive=True)})
     worker = WorkerBudget(adaptive, "a")
@@ -154,3 +160,41 @@ def test_a_worker_cuts_its_own_share_at_a_rate_limit_until_the_next_division():
     fixed = WorkerBudget(Budget(v=1, models={M: ModelBudget(total=9, shares={"a": 5})}), "a")
     fixed.on_limited(M)
     assert fixed.allowed(M) == 5  # --max-connections is the user's: no cut
+
+
+def test_the_models_of_a_shared_provider_count_against_one_budget():
+    a, b, other = "openai-api/vllm/a", "openai-api/vllm/b", "openai/gpt-x"
+    shared = "openai-api/vllm"
+    assert knob_parsing.parse_ec2_args([f"shared_budget={shared},anthropic"]) == {
+        "shared_budget": f"{shared},anthropic"
+    }
+    with pytest.raises(BadInput, match="shared_budget=openai-api//vllm: a provider prefix such as"):
+        knob_parsing.parse_ec2_args(["shared_budget=openai-api//vllm"])
+    assert budget_keys([a, b, other], shared) == {a: shared, b: shared, other: other}
+    assert budget_keys([a, b], None) == {a: a, b: b}
+    with pytest.raises(BadInput, match="shared_budget: anthropic is the provider of no --model of the run"):
+        budget_keys([a, b], "anthropic")
+    with pytest.raises(BadInput, match="give --max-connections"):
+        check_shared([a, b], shared, {})
+    fleet = FleetBudget.of_options({"max_connections": 2}, [a, b, other], slots=8, shared=shared)
+    doc = fleet.update(["w1"])
+    assert doc is not None and set(doc.models) == {shared, other}
+    assert doc.share(a, "w1") == doc.share(b, "w1") == doc.share(other, "w1") == 2
+    # the worker: a request to a and one to b hold the provider's 2; a third waits
+    read = Budget.from_json(doc.to_json())
+    assert read is not None
+    worker, never = WorkerBudget(read, "w1"), threading.Event()
+    assert worker.acquire(a, never) and worker.acquire(b, never)
+    third = threading.Thread(target=worker.acquire, args=(a, never), daemon=True)
+    third.start()
+    wait_for(lambda: worker.report()["waiting"] == {shared: 1, other: 0}, timeout=10, every=0.02)
+    assert third.is_alive()
+    assert worker.acquire(other, never)  # another provider's budget is its own
+    worker.release(b)
+    third.join(10)
+    assert not third.is_alive() and worker.report()["held"] == {shared: 2, other: 1}
+    # a rate limit a job of b met counts against the provider's total (a done report's count)
+    fleet.on_word(
+        DoneMessage(type="done", fleet_id="f", instance_id="w1", worker_id="w", extra={RATE_LIMITED: 2, "model": b})
+    )
+    assert fleet.models[shared].rate_limited == 2 and fleet.models[other].rate_limited == 0

@@ -45,11 +45,17 @@ class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     v: int = Field(ge=0)
-    models: dict[str, ModelBudget] = Field(default_factory=dict)
+    models: dict[str, ModelBudget] = Field(default_factory=dict)  # budget key -> its division
+    # model -> the provider budget it shares with the provider's other models (the fleet's
+    # shared_budget); a model not named here is its own budget's key
+    pools: dict[str, str] = Field(default_factory=dict)
+
+    def key(self, model: str) -> str:
+        return self.pools.get(model, model)
 
     def share(self, model: str, instance_id: str) -> int | None:
         """The worker's share of a model's budget; None when the model has no budget."""
-        budget = self.models.get(model)
+        budget = self.models.get(self.key(model))
         return None if budget is None else budget.shares.get(instance_id, 0)
 
     def to_json(self) -> str:

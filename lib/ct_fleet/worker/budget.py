@@ -57,7 +57,7 @@ class WorkerBudget:
         return cls(doc, instance_id)
 
     def applies(self, model: str) -> bool:
-        return model in self.doc.models
+        return self.doc.key(model) in self.doc.models
 
     def share(self, model: str) -> int:
         return self.doc.share(model, self.instance_id) or 0
@@ -65,7 +65,7 @@ class WorkerBudget:
     def allowed(self, model: str) -> int:
         """The share, less one request while this worker's own cut lasts."""
         share = self.share(model)
-        if self.own_cut_until.get(model, 0.0) > time.monotonic():
+        if self.own_cut_until.get(self.doc.key(model), 0.0) > time.monotonic():
             return max(0, share - 1)
         return share
 
@@ -74,10 +74,11 @@ class WorkerBudget:
         limit now: this worker takes one request off its share at once (the fleet's cut
         comes seconds later, through the controller), and says so at once."""
         with self.changed:
-            self.limited[model] += 1
-            budget = self.doc.models.get(model)
+            key = self.doc.key(model)
+            self.limited[key] += 1
+            budget = self.doc.models.get(key)
             if budget is not None and budget.adaptive:
-                self.own_cut_until[model] = time.monotonic() + OWN_CUT_HOLD
+                self.own_cut_until[key] = time.monotonic() + OWN_CUT_HOLD
         self.news.set()
 
     def any_share(self) -> bool:
@@ -101,25 +102,26 @@ class WorkerBudget:
         with self.changed:
             if not self.applies(model):
                 return True
-            self.waiting[model] += 1
+            key = self.doc.key(model)  # a provider's models share its budget's counts
+            self.waiting[key] += 1
             try:
-                while self.held[model] >= self.allowed(model):
+                while self.held[key] >= self.allowed(model):
                     if cancel.is_set():
                         return False
                     self.changed.wait(1.0)
             finally:
-                self.waiting[model] -= 1
-            self.held[model] += 1
+                self.waiting[key] -= 1
+            self.held[key] += 1
             return True
 
     def release(self, model: str) -> None:
         with self.changed:
             if self.applies(model):
-                self.held[model] -= 1
+                self.held[self.doc.key(model)] -= 1
                 self.changed.notify_all()
 
     def report(self) -> dict[str, Any]:
-        """For the heartbeat: the version read and the jobs held per model."""
+        """For the heartbeat: the version read and the requests held per budget key."""
         with self.changed:
             return {
                 "v": self.doc.v,

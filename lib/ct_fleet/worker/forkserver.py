@@ -139,10 +139,8 @@ class ForkServer:
         from inspect_ai.model import get_model_info
         from inspect_ai.solver import Generate, Solver, TaskState, solver
 
-        # Inspect reads its model database (YAML, 0.2-0.5 s of CPU; a second and more on
-        # a loaded worker) on a process's first model request, to learn the model's family:
-        # read here once, not by every job while it holds a token of the model budget
-        # (bench/RESULTS.md section 18).
+        # Inspect reads its model database (YAML: 0.2-1 s of CPU) on a process's first model
+        # request: read once here, not by every job while it holds a model budget token.
         get_model_info("mockllm/ct-fleet-warm-up")
 
         # No model call: mockllm's generate counts tokens with a tiktoken file it downloads,

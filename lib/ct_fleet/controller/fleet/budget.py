@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...connections import ConnectionBudget, connection_budget
+from ...connections import ConnectionBudget, budget_keys, connection_budget
 from ...protocol import DoneMessage
 from ...protocol.budget import BUDGET_REPORT, RATE_LIMITED, Budget, ModelBudget
 from ...services import budget as budget_store
@@ -93,8 +93,10 @@ class FleetBudget:
         slots: int,
         clock: Callable[[], float] = time.monotonic,
         first_version: int = 0,
+        pools: Mapping[str, str] | None = None,
     ) -> None:
-        self.models = {m: ModelState(b, b.start) for m, b in bounds.items()}
+        self.models = {m: ModelState(b, b.start) for m, b in bounds.items()}  # by budget key
+        self.pools = dict(pools or {})  # model -> the provider budget it shares (shared_budget)
         self.slots = slots
         self.clock = clock
         # Versions go on from an earlier controller's (a time): a worker's report of what it
@@ -109,10 +111,17 @@ class FleetBudget:
         self.rate_limited_total = 0
 
     @classmethod
-    def of_options(cls, options: Mapping[str, Any], models: Sequence[str], slots: int) -> "FleetBudget":
-        """--max-connections / --adaptive-connections: each model's requests across the fleet."""
+    def of_options(
+        cls, options: Mapping[str, Any], models: Sequence[str], slots: int, shared: str | None = None
+    ) -> "FleetBudget":
+        """--max-connections / --adaptive-connections: each model's requests across the fleet
+        (the models of a `shared` provider: theirs together)."""
         wanted = connection_budget(options)
-        return cls(dict.fromkeys(models, wanted) if wanted else {}, slots, first_version=int(time.time()))
+        if wanted is None:
+            return cls({}, slots, first_version=int(time.time()))
+        keys = budget_keys(models, shared)
+        pools = {m: k for m, k in keys.items() if m != k}
+        return cls(dict.fromkeys(keys.values(), wanted), slots, first_version=int(time.time()), pools=pools)
 
     def publish(self, s3: S3Client, bucket: str, fleet_id: str, live: Sequence[str], record: Path) -> None:
         """The division among the live workers, written when it changed (and recorded, one
@@ -143,6 +152,7 @@ class FleetBudget:
                 m: ModelBudget(total=s.total, shares=dict(s.granted), adaptive=s.bounds.low != s.bounds.high)
                 for m, s in self.models.items()
             },
+            pools=dict(self.pools),
         )
 
     # -- what workers say -----------------------------------------------------------------
@@ -166,6 +176,7 @@ class FleetBudget:
         if isinstance(limited, int) and limited > 0 and msg.type == "done":
             self.rate_limited_total += limited
             job_model = msg.extra.get("model")
+            job_model = self.pools.get(job_model, job_model) if isinstance(job_model, str) else None
             for name, state in self.models.items():
                 if job_model in (None, name):
                     state.rate_limited += limited

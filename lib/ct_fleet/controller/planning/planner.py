@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from ... import connections
 from ...cloud import Cloud, open_cloud
 from ...error_lines import shown
 from ...errors import BadInput
@@ -163,6 +164,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     setting_envs, job_env = inspect_request.split_envs(request.envs)
     env.update(job_env)  # they reach jobs as the fleet's other secrets do: through SSM
     cfg, cloud, user_args = _knobs(request, defaults, config_args)
+    connections.check_shared(fleet_models, cfg.shared_budget, asked.job_options)
     if asked.worker_cap is not None:
         cfg = replace(cfg, concurrency_per_worker=min(cfg.concurrency_per_worker or asked.worker_cap, asked.worker_cap))
     trees = _preflight(request, asked, cloud, env)
