@@ -18,8 +18,12 @@ fleet-wide budget, docs/model-budget.md). For each, from the server's log:
     .venv/bin/python bench/model_budget.py --quick   # 24 samples x 6 turns
 
 Each request's token is taken and given back in the job's process, around its HTTP call
-(worker/job_hook.py): what that costs on the client side (~0.15 s a request on a loaded
-2-core machine) is lost from every S, so the fraction rises with S.
+(worker/job_hook.py): what the job does between the two besides waiting for the answer is
+lost from every S. Measured (RESULTS 18): a job's first request spent ~1 s there reading
+Inspect's model database, now read once by the warm runner's server; what remains is
+~0.1 s a request on a loaded 2-core machine, so the fraction still rises with S.
+
+    .venv/bin/python bench/model_budget.py --adaptive 4-8-16 --only with --keep   # one side, budget.jsonl kept
 """
 
 from __future__ import annotations
