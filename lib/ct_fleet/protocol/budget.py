@@ -3,9 +3,10 @@
 `--max-connections N` bounds a model's concurrent requests across the whole fleet. The
 controller owns the total per model and its division among the live workers; it writes
 the division to S3 (`{fleet_id}/budget.json`, budget_key) whenever it changes, and each
-worker reads it every BUDGET_POLL seconds. A worker runs at most its share of jobs of a
-model at once, and each of those jobs runs with Inspect's max_connections 1 (one request
-at a time), so its requests in flight never exceed its share.
+worker reads it every BUDGET_POLL seconds. Each job runs with Inspect's max_connections 1
+and takes a token of its worker's share for each request, so the worker's requests in
+flight never exceed its share. Models of a provider named in the fleet's shared_budget
+share one budget, keyed by the provider's prefix (`pools`).
 
 The document is written before the first worker launches; a worker that finds none at
 its start runs unbudgeted (the fleet has no budget). A worker the division does not name

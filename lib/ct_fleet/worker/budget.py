@@ -41,10 +41,11 @@ class WorkerBudget:
     def __init__(self, doc: Budget, instance_id: str) -> None:
         self.doc = doc
         self.instance_id = instance_id
-        self.held: Counter[str] = Counter()  # requests in flight per model
-        self.waiting: Counter[str] = Counter()  # requests waiting for a token per model
+        # Per budget key: a model's own, or the provider's its models share (Budget.pools).
+        self.held: Counter[str] = Counter()  # requests in flight
+        self.waiting: Counter[str] = Counter()  # requests waiting for a token
         self.limited: Counter[str] = Counter()  # rate-limit retries since the worker started
-        self.own_cut_until: dict[str, float] = {}  # model -> when this worker's own cut ends
+        self.own_cut_until: dict[str, float] = {}  # when this worker's own cut ends
         self.changed = threading.Condition()
         self.news = threading.Event()  # a rate limit to tell the controller now, not at the next poll
 
@@ -151,6 +152,8 @@ def follow(
     while not stopping.is_set():
         if budget.news.wait(BUDGET_POLL):
             budget.news.clear()
+        if stopping.is_set():
+            break
         try:
             doc = read()
         except Exception:
