@@ -18,8 +18,12 @@ fleet-wide budget, docs/model-budget.md). For each, from the server's log:
     .venv/bin/python bench/model_budget.py --quick   # 24 samples x 6 turns
 
 Each request's token is taken and given back in the job's process, around its HTTP call
-(worker/job_hook.py): what that costs on the client side (~0.15 s a request on a loaded
-2-core machine) is lost from every S, so the fraction rises with S.
+(worker/job_hook.py): what the job does between the two besides waiting for the answer is
+lost from every S. Measured (RESULTS 18): a job's first request spent ~1 s there reading
+Inspect's model database, now read once by the warm runner's server; what remains is
+~0.1 s a request on a loaded 2-core machine, so the fraction still rises with S.
+
+    .venv/bin/python bench/model_budget.py --adaptive 4-8-16 --only with --keep   # one side, budget.jsonl kept
 """
 
 from __future__ import annotations
@@ -172,6 +176,7 @@ def main() -> int:
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="24 samples x 6 turns")
     ap.add_argument("--adaptive", default="", help="with --adaptive-connections SPEC (e.g. 4-8-16) instead of L")
+    ap.add_argument("--only", choices=("with", "without"), help="one of the two runs (to study it)")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     samples, turns = (24, 6) if args.quick else (args.samples, args.turns)
@@ -179,6 +184,8 @@ def main() -> int:
     tmp = c.bench_tmp("model-budget")
     results = {}
     for tag, budget in (("without", False), ("with", True)):
+        if args.only and tag != args.only:
+            continue
         console.print(f"[dim]{tag} the budget: {samples} samples x {turns} turns ...[/]")
         results[tag] = run(tag, tmp, args, samples, turns, budget)
     table = Table(
@@ -201,6 +208,8 @@ def main() -> int:
         )
     console.print(table)
     console.print(f"[dim]{c.machine()}; temp dir {tmp}{' (kept)' if args.keep else ' (removed)'}[/]")
+    if args.only:
+        return 0
     w, wo = results["with"], results["without"]
     met = w["fraction"] >= TARGET_THROUGHPUT and w["share_429"] <= TARGET_429
     print(

@@ -4,10 +4,11 @@ among workers), and the one connection each budgeted job runs with."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import BadInput
 from .inspect_options import eval_kwargs
 
 # The options a fleet-wide model budget is made of (controller/fleet/budget.py): on a fleet
@@ -52,6 +53,34 @@ def connection_budget(options: Mapping[str, Any]) -> ConnectionBudget | None:
         adaptive.scale_up_percent,
         adaptive.cooldown_seconds,
     )
+
+
+def budget_keys(models: Sequence[str], shared: str | None) -> dict[str, str]:
+    """Each model's budget: its own, or that of the provider it shares one with (the
+    `shared_budget` knob: provider prefixes, comma-separated; the longest that prefixes the
+    model wins). A prefix that is the provider of no model of the run is refused."""
+    prefixes = [p.strip().rstrip("/") for p in (shared or "").split(",") if p.strip()]
+    keys = {}
+    for model in models:
+        owners = [p for p in prefixes if model.startswith(p + "/")]
+        keys[model] = max(owners, key=len) if owners else model
+    unused = [p for p in prefixes if p not in keys.values()]
+    if unused:
+        example = models[0].rsplit("/", 1)[0] if models else "openai-api/vllm"
+        raise BadInput(
+            f"--ec2-arg shared_budget: {', '.join(unused)} is the provider of no --model of the run "
+            f"({', '.join(models)}); name the part of the model names before the last / (e.g. {example})"
+        )
+    return keys
+
+
+def check_shared(models: Sequence[str], shared: str | None, options: Mapping[str, Any]) -> None:
+    """shared_budget shares a --max-connections / --adaptive-connections budget: refused without one."""
+    if shared and connection_budget(options) is None:
+        raise BadInput(
+            f"--ec2-arg shared_budget={shared} shares a model budget: give --max-connections N or --adaptive-connections"
+        )
+    budget_keys(models, shared)
 
 
 def one_connection(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,10 +3,17 @@ when workers come and go, the adaptive total, and the worker's side of it."""
 
 from __future__ import annotations
 
-from ct_fleet.connections import ConnectionBudget, connection_budget, one_connection
+import threading
+
+import pytest
+
+from ct_fleet.connections import ConnectionBudget, budget_keys, check_shared, connection_budget, one_connection
 from ct_fleet.controller.fleet.budget import FleetBudget, divide, even_split
-from ct_fleet.protocol import DoneMessage
+from ct_fleet.errors import BadInput
+from ct_fleet.protocol import DoneMessage, knob_parsing
 from ct_fleet.protocol.budget import BUDGET_REPORT, RATE_LIMITED, Budget
+from ct_fleet.worker.budget import WorkerBudget
+from testkit.fleet import wait_for
 
 M = "openai/m"
 
@@ -117,3 +124,77 @@ def test_budget_document_round_trips_and_refuses_junk():
     assert Budget.from_json(doc.to_json()) == doc
     for junk in (b"", b"[]", b'{"v": -1}', b'{"v": 1, "models": {"m": {"total": "x"}}}', b"\xff"):
         assert Budget.from_json(junk) is None
+
+
+def test_a_refused_total_is_tried_again_only_after_a_wait_that_doubles():
+    now = [0.0]
+    budget = FleetBudget({M: ConnectionBudget(4, 8, 16, 0.8, 0.05, 15.0)}, slots=8, clock=lambda: now[0])
+    budget.update(["a"])
+
+    def check(at: float, limited: int) -> int:
+        held = {M: budget.models[M].granted["a"]}  # all its share, and more requests wait
+        extra = {BUDGET_REPORT: {"v": budget.version, "held": held, "waiting": {M: 3}, "limited": {M: limited}}}
+        budget.on_word(DoneMessage(type="heartbeat", fleet_id="f", instance_id="a", worker_id="w", extra=extra))
+        now[0] = at
+        budget.update(["a"])
+        return budget.models[M].total
+
+    assert check(15, 0) == 9  # requests wait for tokens, no refusal: it grows
+    assert check(20, 1) == 7  # the provider refused 9: cut at once
+    assert [check(t, 1) for t in (35, 50, 65, 79)] == [8, 8, 8, 8]  # back to just under 9, and no further
+    assert check(80, 1) == 9  # four cooldowns after the cut, 9 is tried again
+    assert check(95, 2) == 7  # refused again: the next try waits twice as long
+    assert [check(t, 2) for t in (110, 125, 214)] == [8, 8, 8]
+    assert check(215, 2) == 9
+
+
+def test_a_worker_cuts_its_own_share_at_a_rate_limit_until_the_next_division():
+    from ct_fleet.protocol.budget import ModelBudget
+
+    adaptive = Budget(v=1, models={M: ModelBudget(total=9, shares={"a": 5, "b": 4}, adaptive=True)})
+    worker = WorkerBudget(adaptive, "a")
+    worker.on_limited(M)
+    assert worker.allowed(M) == 4 and worker.limited[M] == 1 and worker.news.is_set()
+    worker.set(Budget(v=2, models={M: ModelBudget(total=7, shares={"a": 4, "b": 3}, adaptive=True)}))
+    assert worker.allowed(M) == 4  # the controller's cut replaces the worker's own
+    fixed = WorkerBudget(Budget(v=1, models={M: ModelBudget(total=9, shares={"a": 5})}), "a")
+    fixed.on_limited(M)
+    assert fixed.allowed(M) == 5  # --max-connections is the user's: no cut
+
+
+def test_the_models_of_a_shared_provider_count_against_one_budget():
+    a, b, other = "openai-api/vllm/a", "openai-api/vllm/b", "openai/gpt-x"
+    shared = "openai-api/vllm"
+    assert knob_parsing.parse_ec2_args([f"shared_budget={shared},anthropic"]) == {
+        "shared_budget": f"{shared},anthropic"
+    }
+    with pytest.raises(BadInput, match="shared_budget=openai-api//vllm: a provider prefix such as"):
+        knob_parsing.parse_ec2_args(["shared_budget=openai-api//vllm"])
+    assert budget_keys([a, b, other], shared) == {a: shared, b: shared, other: other}
+    assert budget_keys([a, b], None) == {a: a, b: b}
+    with pytest.raises(BadInput, match="shared_budget: anthropic is the provider of no --model of the run"):
+        budget_keys([a, b], "anthropic")
+    with pytest.raises(BadInput, match="give --max-connections"):
+        check_shared([a, b], shared, {})
+    fleet = FleetBudget.of_options({"max_connections": 2}, [a, b, other], slots=8, shared=shared)
+    doc = fleet.update(["w1"])
+    assert doc is not None and set(doc.models) == {shared, other}
+    assert doc.share(a, "w1") == doc.share(b, "w1") == doc.share(other, "w1") == 2
+    # the worker: a request to a and one to b hold the provider's 2; a third waits
+    read = Budget.from_json(doc.to_json())
+    assert read is not None
+    worker, never = WorkerBudget(read, "w1"), threading.Event()
+    assert worker.acquire(a, never) and worker.acquire(b, never)
+    third = threading.Thread(target=worker.acquire, args=(a, never), daemon=True)
+    third.start()
+    wait_for(lambda: worker.report()["waiting"] == {shared: 1, other: 0}, timeout=10, every=0.02)
+    assert third.is_alive()
+    assert worker.acquire(other, never)  # another provider's budget is its own
+    worker.release(b)
+    third.join(10)
+    assert not third.is_alive() and worker.report()["held"] == {shared: 2, other: 1}
+    # a rate limit a job of b met counts against the provider's total (a done report's count)
+    fleet.on_word(
+        DoneMessage(type="done", fleet_id="f", instance_id="w1", worker_id="w", extra={RATE_LIMITED: 2, "model": b})
+    )
+    assert fleet.models[shared].rate_limited == 2 and fleet.models[other].rate_limited == 0

@@ -122,3 +122,33 @@ def test_an_idle_worker_leaves_at_the_queues_tail(aws_env: dict[str, str], tmp_p
     assert time.monotonic() - started < 3  # before idle_timeout
     stop.clear(s3, BUCKET, fleet_id)
     assert not stop.is_tail(s3, BUCKET, fleet_id)
+
+
+def test_a_jobs_rate_limits_reach_its_worker_at_once_the_sdks_own_retries_included(tmp_path: Path) -> None:
+    import logging
+
+    import anyio
+
+    from ct_fleet.protocol.budget import ModelBudget
+    from ct_fleet.worker import job_hook
+    from ct_fleet.worker.budget import TokenServer, WorkerBudget
+
+    stopping = threading.Event()
+    doc = Budget(v=1, models={MODEL: ModelBudget(total=4, shares={"i-1": 2}, adaptive=True)})
+    budget = WorkerBudget(doc, "i-1")
+    server = TokenServer(budget, tmp_path, stopping)
+    threading.Thread(target=server.serve, daemon=True).start()
+    out = tmp_path / "job.eval"
+    job_hook.start(out)
+    try:
+        anyio.run(job_hook.TOKENS.acquire, MODEL)
+        # the OpenAI SDK retrying a 429 inside one call: no Inspect hook fires
+        logging.getLogger("openai._base_client").info("Retrying request to %s in %f seconds", "/chat/completions", 1.0)
+        assert budget.limited[MODEL] == 1  # said before the log call returned
+        assert budget.allowed(MODEL) == 1 and budget.news.is_set()  # the worker cut its own share
+        assert budget.held[MODEL] == 1
+    finally:
+        job_hook.finish(out)
+        stopping.set()
+    wait_for(lambda: budget.held[MODEL] == 0, timeout=10, every=0.05)  # the job's end gave its token back
+    assert not (tmp_path / f"{out.name}.ratelimited").exists()  # told at once, not counted for the done report

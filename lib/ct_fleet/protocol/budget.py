@@ -3,9 +3,10 @@
 `--max-connections N` bounds a model's concurrent requests across the whole fleet. The
 controller owns the total per model and its division among the live workers; it writes
 the division to S3 (`{fleet_id}/budget.json`, budget_key) whenever it changes, and each
-worker reads it every BUDGET_POLL seconds. A worker runs at most its share of jobs of a
-model at once, and each of those jobs runs with Inspect's max_connections 1 (one request
-at a time), so its requests in flight never exceed its share.
+worker reads it every BUDGET_POLL seconds. Each job runs with Inspect's max_connections 1
+and takes a token of its worker's share for each request, so the worker's requests in
+flight never exceed its share. Models of a provider named in the fleet's shared_budget
+share one budget, keyed by the provider's prefix (`pools`).
 
 The document is written before the first worker launches; a worker that finds none at
 its start runs unbudgeted (the fleet has no budget). A worker the division does not name
@@ -34,6 +35,9 @@ class ModelBudget(BaseModel):
 
     total: int = Field(ge=0)
     shares: dict[str, int] = Field(default_factory=dict)  # instance id -> requests in flight at most
+    # --adaptive-connections: a worker whose job meets a rate limit takes one request off
+    # its share at once, until the controller's next division (worker/budget.py)
+    adaptive: bool = False
 
 
 class Budget(BaseModel):
@@ -42,11 +46,17 @@ class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     v: int = Field(ge=0)
-    models: dict[str, ModelBudget] = Field(default_factory=dict)
+    models: dict[str, ModelBudget] = Field(default_factory=dict)  # budget key -> its division
+    # model -> the provider budget it shares with the provider's other models (the fleet's
+    # shared_budget); a model not named here is its own budget's key
+    pools: dict[str, str] = Field(default_factory=dict)
+
+    def key(self, model: str) -> str:
+        return self.pools.get(model, model)
 
     def share(self, model: str, instance_id: str) -> int | None:
         """The worker's share of a model's budget; None when the model has no budget."""
-        budget = self.models.get(model)
+        budget = self.models.get(self.key(model))
         return None if budget is None else budget.shares.get(instance_id, 0)
 
     def to_json(self) -> str:

@@ -191,6 +191,16 @@ class Ec2Config:
         identity=True,
         worker="WORKER_SETUP",
     )
+    shared_budget: str | None = knob(
+        None,
+        "providers (model-name prefixes, e.g. openai-api/vllm) whose models share one --max-connections budget",
+        rule=r.text(
+            r.listed(
+                r.pattern(r"[A-Za-z0-9._:-]+(/[A-Za-z0-9._:-]+)*", "a provider prefix such as openai-api/vllm"), most=20
+            )
+        ),
+        listed=True,
+    )
     forward_env: str | None = knob(
         None, "NAME,... of more variables jobs get, as per-instance SSM secrets", rule=r.text(r.secret_names)
     )

@@ -17,6 +17,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -31,16 +32,22 @@ if TYPE_CHECKING:
 log = logging.getLogger("ct_fleet.worker")
 
 SOCKET = "budget.sock"  # in the worker's work directory, beside its jobs' outputs
+# How long a worker's own cut after a rate limit lasts if no new division comes first: the
+# controller cuts the total within a check of hearing of it, at most once per cooldown.
+OWN_CUT_HOLD = 15.0
 
 
 class WorkerBudget:
     def __init__(self, doc: Budget, instance_id: str) -> None:
         self.doc = doc
         self.instance_id = instance_id
-        self.held: Counter[str] = Counter()  # requests in flight per model
-        self.waiting: Counter[str] = Counter()  # requests waiting for a token per model
+        # Per budget key: a model's own, or the provider's its models share (Budget.pools).
+        self.held: Counter[str] = Counter()  # requests in flight
+        self.waiting: Counter[str] = Counter()  # requests waiting for a token
         self.limited: Counter[str] = Counter()  # rate-limit retries since the worker started
+        self.own_cut_until: dict[str, float] = {}  # when this worker's own cut ends
         self.changed = threading.Condition()
+        self.news = threading.Event()  # a rate limit to tell the controller now, not at the next poll
 
     @classmethod
     def load(cls, s3: S3Client, bucket: str, fleet_id: str, instance_id: str) -> "WorkerBudget | None":
@@ -51,10 +58,29 @@ class WorkerBudget:
         return cls(doc, instance_id)
 
     def applies(self, model: str) -> bool:
-        return model in self.doc.models
+        return self.doc.key(model) in self.doc.models
 
     def share(self, model: str) -> int:
         return self.doc.share(model, self.instance_id) or 0
+
+    def allowed(self, model: str) -> int:
+        """The share, less one request while this worker's own cut lasts."""
+        share = self.share(model)
+        if self.own_cut_until.get(self.doc.key(model), 0.0) > time.monotonic():
+            return max(0, share - 1)
+        return share
+
+    def on_limited(self, model: str) -> None:
+        """A job's request met a rate limit. With an adaptive total the provider is at its
+        limit now: this worker takes one request off its share at once (the fleet's cut
+        comes seconds later, through the controller), and says so at once."""
+        with self.changed:
+            key = self.doc.key(model)
+            self.limited[key] += 1
+            budget = self.doc.models.get(key)
+            if budget is not None and budget.adaptive:
+                self.own_cut_until[key] = time.monotonic() + OWN_CUT_HOLD
+        self.news.set()
 
     def any_share(self) -> bool:
         """A share of some model: a worker with none takes no jobs (they would only wait)."""
@@ -67,6 +93,7 @@ class WorkerBudget:
             if doc.v == self.doc.v:
                 return False
             self.doc = doc
+            self.own_cut_until.clear()  # the controller's division supersedes it
             self.changed.notify_all()
             return True
 
@@ -76,25 +103,26 @@ class WorkerBudget:
         with self.changed:
             if not self.applies(model):
                 return True
-            self.waiting[model] += 1
+            key = self.doc.key(model)  # a provider's models share its budget's counts
+            self.waiting[key] += 1
             try:
-                while self.held[model] >= self.share(model):
+                while self.held[key] >= self.allowed(model):
                     if cancel.is_set():
                         return False
                     self.changed.wait(1.0)
             finally:
-                self.waiting[model] -= 1
-            self.held[model] += 1
+                self.waiting[key] -= 1
+            self.held[key] += 1
             return True
 
     def release(self, model: str) -> None:
         with self.changed:
             if self.applies(model):
-                self.held[model] -= 1
+                self.held[self.doc.key(model)] -= 1
                 self.changed.notify_all()
 
     def report(self) -> dict[str, Any]:
-        """For the heartbeat: the version read and the jobs held per model."""
+        """For the heartbeat: the version read and the requests held per budget key."""
         with self.changed:
             return {
                 "v": self.doc.v,
@@ -115,12 +143,17 @@ def follow(
     tell: Callable[[], None],
     stopping: threading.Event,
 ) -> None:
-    """Read the document every BUDGET_POLL seconds; `tell` the controller (a heartbeat) what
-    is held when a new one arrives, while over a share each time that changes, and when
-    the jobs met rate limits (the adaptive total reacts within seconds)."""
+    """Read the document every BUDGET_POLL seconds, and at once when a job met a rate limit;
+    `tell` the controller (a heartbeat) what is held when a new one arrives, while over a
+    share each time that changes, and when the jobs met rate limits (the adaptive total
+    reacts within a check)."""
     last_said = budget.report()  # what the controller can take as known: the start
     was_over = False
-    while not stopping.wait(BUDGET_POLL):
+    while not stopping.is_set():
+        if budget.news.wait(BUDGET_POLL):
+            budget.news.clear()
+        if stopping.is_set():
+            break
         try:
             doc = read()
         except Exception:
@@ -184,8 +217,7 @@ class TokenServer:
                             return
                         held[model] += 1
                     elif verb == "limited":
-                        with self.budget.changed:
-                            self.budget.limited[model] += 1
+                        self.budget.on_limited(model)
                     elif verb == "release" and held[model] > 0:
                         self.budget.release(model)
                         held[model] -= 1

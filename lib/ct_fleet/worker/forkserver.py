@@ -136,7 +136,12 @@ class ForkServer:
     def _warm_up(self) -> None:
         import inspect_ai
         from inspect_ai.dataset import Sample
+        from inspect_ai.model import get_model_info
         from inspect_ai.solver import Generate, Solver, TaskState, solver
+
+        # Inspect reads its model database (YAML: 0.2-1 s of CPU) on a process's first model
+        # request: read once here, not by every job while it holds a model budget token.
+        get_model_info("mockllm/ct-fleet-warm-up")
 
         # No model call: mockllm's generate counts tokens with a tiktoken file it downloads,
         # so offline the warm-up failed, and rendering its traceback cost seconds of CPU.

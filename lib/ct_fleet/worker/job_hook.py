@@ -6,8 +6,10 @@ names (budget.SOCKET, a link to a short path: socket paths are limited to ~100 b
 The job runs with max_connections 1, so it holds at most one token: taken before each
 request (`on_before_model_generate`, which fires on every attempt), given back when the
 request ends (`on_model_usage`, `on_model_retry` before the backoff) or the sample does.
-A rate-limit retry is said to the worker at once (`limited MODEL`); without a budget it is
-counted into `<output>.ratelimited` for the done report.
+A rate-limit retry is said to the worker at once (`limited MODEL`, on a second connection
+of its own, so that it never waits behind a request waiting for a token), the provider
+SDK's own retries included; without a budget it is counted into `<output>.ratelimited` for
+the done report.
 A request that ends without either (no usage reported, a cache hit) keeps its token until
 the job's next request or its sample's end: never more requests than tokens.
 """
@@ -26,10 +28,26 @@ from .budget import SOCKET
 from .pressure import sidecar
 
 
+def _connect(path: str) -> socket.socket:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(path)
+    return conn
+
+
+def _say(conn: socket.socket, line: str) -> None:
+    conn.sendall(f"{line}\n".encode())
+    answer = b""
+    while not answer.endswith(b"\n"):
+        part = conn.recv(64)
+        if not part:
+            raise ConnectionError("the worker's budget server went away")
+        answer += part
+
+
 class _Tokens:
     def __init__(self) -> None:
-        self.conn: socket.socket | None = None
-        self.stream: socket.SocketIO | None = None
+        self.conn: socket.socket | None = None  # tokens, from a thread off the event loop
+        self.signals: socket.socket | None = None  # rate limits, from the event loop's thread
         self.held: str | None = None  # the model this job holds a token of
         self.rate_limited = 0
 
@@ -39,24 +57,18 @@ class _Tokens:
         link = out.parent / SOCKET
         if not link.is_symlink():
             return  # the fleet has no budget
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(os.readlink(link))
-        self.conn = conn
+        self.conn = _connect(os.readlink(link))
+        self.signals = _connect(os.readlink(link))
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-        self.conn, self.held = None, None
+        for conn in (self.conn, self.signals):
+            if conn is not None:
+                conn.close()
+        self.conn, self.signals, self.held = None, None, None
 
     def _say(self, line: str) -> None:
         assert self.conn is not None
-        self.conn.sendall(f"{line}\n".encode())
-        answer = b""
-        while not answer.endswith(b"\n"):
-            part = self.conn.recv(64)
-            if not part:
-                raise ConnectionError("the worker's budget server went away")
-            answer += part
+        _say(self.conn, line)
 
     async def acquire(self, model: str) -> None:
         if self.conn is None or self.held == model:
@@ -65,13 +77,15 @@ class _Tokens:
         await anyio.to_thread.run_sync(self._say, f"acquire {model}")
         self.held = model
 
-    async def limited(self, model: str) -> None:
-        """A rate-limit retry: told to the worker at once (the adaptive total reacts to it),
-        else counted for the done report."""
-        if self.conn is None:
+    def limited(self, model: str | None) -> None:
+        """A rate-limit retry: told to the worker at once (it cuts its own share, and the
+        adaptive total follows), else counted for the done report. A short blocking
+        exchange: the worker answers at once."""
+        model = model or self.held
+        if self.signals is None or model is None:
             self.rate_limited += 1
         else:
-            await anyio.to_thread.run_sync(self._say, f"limited {model}")
+            _say(self.signals, f"limited {model}")
 
     async def release(self) -> None:
         if self.conn is None or self.held is None:
@@ -86,21 +100,22 @@ TOKENS = _Tokens()
 class _SdkRetries(logging.Handler):
     """Retries inside a provider's own client fire no Inspect hook: the OpenAI and
     Anthropic SDKs retry a 429 (or a 408, 409, 5xx) themselves, saying so in their
-    `_base_client` log ("Retrying request to ..."). Counted here, said with the next usage."""
+    `_base_client` log ("Retrying request to ..."), in the event loop's thread while the
+    job holds its token: said to the worker at once."""
 
     LOGGERS = ("openai._base_client", "anthropic._base_client")
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
-        self.count = 0
+        self.said = 0  # during the request in progress
 
     def emit(self, record: logging.LogRecord) -> None:
         if str(record.msg).startswith("Retrying request"):
-            self.count += 1
-
-    def take(self) -> int:
-        count, self.count = self.count, 0
-        return count
+            self.said += 1
+            try:
+                TOKENS.limited(None)
+            except OSError:
+                self.handleError(record)
 
     def install(self) -> None:
         for name in self.LOGGERS:
@@ -121,16 +136,19 @@ def _rate_limited(data: ModelRetry) -> bool:
 @hooks(name="ct_fleet_job", description="a fleet job's model budget tokens and rate-limit count")
 class JobHooks(Hooks):
     async def on_before_model_generate(self, data: BeforeModelGenerate) -> None:
+        _SDK_RETRIES.said = 0
         await TOKENS.acquire(data.model_name)
 
     async def on_model_usage(self, data: ModelUsageData) -> None:
-        for _ in range(data.retries + _SDK_RETRIES.take()):
-            await TOKENS.limited(data.model_name)
+        # `retries`: the HTTP retries Inspect saw its provider's client make, those the
+        # SDK's log said included (other providers' clients log none)
+        for _ in range(data.retries - _SDK_RETRIES.said):
+            TOKENS.limited(data.model_name)
         await TOKENS.release()
 
     async def on_model_retry(self, data: ModelRetry) -> None:
         if _rate_limited(data):
-            await TOKENS.limited(data.model_name)
+            TOKENS.limited(data.model_name)
         await TOKENS.release()
 
     async def on_sample_end(self, data: SampleEnd) -> None:
@@ -140,7 +158,6 @@ class JobHooks(Hooks):
 def start(out: Path) -> None:
     """A job begins: its tokens' connection (a forked job inherits its server's state)."""
     _SDK_RETRIES.install()
-    _SDK_RETRIES.take()
     TOKENS.open(out)
 
 

@@ -20,13 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...connections import ConnectionBudget, connection_budget
+from ...connections import ConnectionBudget, budget_keys, connection_budget
 from ...protocol import DoneMessage
 from ...protocol.budget import BUDGET_REPORT, RATE_LIMITED, Budget, ModelBudget
 from ...services import budget as budget_store
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+
+# Cooldowns before a refused total is tried again (then twice as many, and so on).
+PROBE_COOLDOWNS = 4
 
 
 def even_split(total: int, workers: Sequence[str], slots: int) -> dict[str, int]:
@@ -76,6 +79,9 @@ class ModelState:
     pressured: bool = False  # the last update saw some
     last_cut: float = -math.inf
     last_move: float = -math.inf
+    refused_at: int | None = None  # the total of the last cut: the provider refused it
+    probe_after: float = -math.inf  # growing back to refused_at waits until then
+    probe_wait: float = 0.0  # doubles with every cut
 
 
 class FleetBudget:
@@ -87,8 +93,10 @@ class FleetBudget:
         slots: int,
         clock: Callable[[], float] = time.monotonic,
         first_version: int = 0,
+        pools: Mapping[str, str] | None = None,
     ) -> None:
-        self.models = {m: ModelState(b, b.start) for m, b in bounds.items()}
+        self.models = {m: ModelState(b, b.start) for m, b in bounds.items()}  # by budget key
+        self.pools = dict(pools or {})  # model -> the provider budget it shares (shared_budget)
         self.slots = slots
         self.clock = clock
         # Versions go on from an earlier controller's (a time): a worker's report of what it
@@ -103,10 +111,17 @@ class FleetBudget:
         self.rate_limited_total = 0
 
     @classmethod
-    def of_options(cls, options: Mapping[str, Any], models: Sequence[str], slots: int) -> "FleetBudget":
-        """--max-connections / --adaptive-connections: each model's requests across the fleet."""
+    def of_options(
+        cls, options: Mapping[str, Any], models: Sequence[str], slots: int, shared: str | None = None
+    ) -> "FleetBudget":
+        """--max-connections / --adaptive-connections: each model's requests across the fleet
+        (the models of a `shared` provider: theirs together)."""
         wanted = connection_budget(options)
-        return cls(dict.fromkeys(models, wanted) if wanted else {}, slots, first_version=int(time.time()))
+        if wanted is None:
+            return cls({}, slots, first_version=int(time.time()))
+        keys = budget_keys(models, shared)
+        pools = {m: k for m, k in keys.items() if m != k}
+        return cls(dict.fromkeys(keys.values(), wanted), slots, first_version=int(time.time()), pools=pools)
 
     def publish(self, s3: S3Client, bucket: str, fleet_id: str, live: Sequence[str], record: Path) -> None:
         """The division among the live workers, written when it changed (and recorded, one
@@ -133,7 +148,11 @@ class FleetBudget:
     def document(self) -> Budget:
         return Budget(
             v=self.version,
-            models={m: ModelBudget(total=s.total, shares=dict(s.granted)) for m, s in self.models.items()},
+            models={
+                m: ModelBudget(total=s.total, shares=dict(s.granted), adaptive=s.bounds.low != s.bounds.high)
+                for m, s in self.models.items()
+            },
+            pools=dict(self.pools),
         )
 
     # -- what workers say -----------------------------------------------------------------
@@ -157,6 +176,7 @@ class FleetBudget:
         if isinstance(limited, int) and limited > 0 and msg.type == "done":
             self.rate_limited_total += limited
             job_model = msg.extra.get("model")
+            job_model = self.pools.get(job_model, job_model) if isinstance(job_model, str) else None
             for name, state in self.models.items():
                 if job_model in (None, name):
                     state.rate_limited += limited
@@ -197,18 +217,28 @@ class FleetBudget:
         """AIMD on the total, as Inspect's adaptive connections do in one process: cut by
         `decrease` on rate-limit retries (at most once per cooldown), grow by `scale_up`
         once per cooldown without any, while the workers are granted all of it and requests
-        wait for its tokens (the fleet learns of a 429 seconds late: it grows slowly)."""
+        wait for its tokens. The fleet learns of a 429 seconds after it (each worker cuts
+        its own share at once meanwhile), so every probe past the provider's limit costs
+        refusals: once a total has been refused, the total grows back to just under it,
+        and tries it again only after PROBE_COOLDOWNS cooldowns, twice as long each time."""
         b = state.bounds
         if b.low == b.high:
             return
         now = self.clock()
         if state.pressured:
             if now - state.last_cut >= b.cooldown:
+                state.refused_at = state.total
+                state.probe_wait = 2 * state.probe_wait or PROBE_COOLDOWNS * b.cooldown
+                state.probe_after = now + state.probe_wait
                 state.total = max(b.low, int(state.total * b.decrease))
                 state.last_cut = state.last_move = now
         elif now - state.last_move >= b.cooldown and demand and sum(state.granted.values()) >= state.total:
-            state.total = min(b.high, state.total + max(1, round(state.total * b.scale_up)))
-            state.last_move = now
+            grown = min(b.high, state.total + max(1, round(state.total * b.scale_up)))
+            if state.refused_at is not None and now < state.probe_after:
+                grown = min(grown, max(state.total, state.refused_at - 1))
+            if grown != state.total:
+                state.total = grown
+                state.last_move = now
 
     # -- for scaling and the live line ------------------------------------------------------
     def saturated(self, live: Sequence[str] = ()) -> bool:

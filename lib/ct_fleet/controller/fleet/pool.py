@@ -55,7 +55,9 @@ class WorkerPool:
         self.seen_live: set[str] | None = None  # the live instances at the last look (None: no look yet)
         self.slots = self.cfg.concurrency_per_worker or START_CONCURRENCY
         models = [t.model or ctx.spec.model for t in ctx.spec.tasks] or [ctx.spec.model]
-        self.budget = FleetBudget.of_options(ctx.spec.inspect_options, models, self.slots)  # --max-connections
+        self.budget = FleetBudget.of_options(  # --max-connections
+            ctx.spec.inspect_options, models, self.slots, self.cfg.shared_budget
+        )
         self.limits = scaling.LimitClock()  # what holds the fleet back, and how long it did
 
     # -- launch ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ... import connections
 from ...cloud import Cloud
 from ...cloud.prices import Price
 from ...paths import REPO_ROOT
@@ -176,6 +177,7 @@ def _asked(request: FleetRequest, env: dict[str, str]) -> _Asked:
     setting_envs, job_env = inspect_request.split_envs(request.envs)
     env.update(job_env)  # they reach jobs as the fleet's other secrets do: through SSM
     cfg, cloud, user_args = cloud_choice.knobs_and_cloud(request, defaults, config_args)
+    connections.check_shared(fleet_models, cfg.shared_budget, asked.job_options)
     if asked.worker_cap is not None:
         cfg = replace(cfg, concurrency_per_worker=min(cfg.concurrency_per_worker or asked.worker_cap, asked.worker_cap))
     return _Asked(defaults, asked, fleet_models, setting_envs, job_env, cfg, cloud, user_args)
