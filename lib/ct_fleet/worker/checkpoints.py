@@ -7,7 +7,11 @@ its started log, which holds what `eval_retry` needs besides them, is copied the
 as Inspect has written it. The next attempt of the job (a redelivery after a lost worker,
 a retry, a resumed run), on any worker, finds that log and resumes the sample from its
 last committed checkpoint with Inspect's own `eval_retry`; with no log there, or one with
-no committed checkpoint, the sample starts fresh, and the job's stderr says which.
+no committed checkpoint, the sample starts fresh, and the job's stderr says which. So it
+does when the checkpoint cannot be used (the retry's sample fails before Inspect restored
+it, e.g. its hydrate finds a commit marker without its snapshot): the job's checkpoints
+are dropped and it runs again from the start, saying why. A resume never turns a fresh
+start into a failed sample.
 
 Only the last attempt is kept: once the new attempt's log is stored (Inspect copied the
 old attempt's checkpoint dirs into its own before writing it), the old attempt's log and
@@ -145,6 +149,44 @@ def resume_log(plan: Plan, task_file: str | None) -> Any:
     return log
 
 
+def _resumed_at(event: Any) -> bool:
+    """Is this Inspect's resume event (the sample's checkpoint restored)?"""
+    return bool(
+        event.event == "info"
+        and getattr(event, "source", None) == "checkpoint"
+        and (event.data or {}).get("event") == "resume"
+    )
+
+
+def _resumed(sample: Any) -> bool:
+    return any(_resumed_at(e) for e in sample.events)
+
+
+def resume_failure(logs: Any) -> str | None:
+    """Why eval_retry's attempt could not use the earlier attempt's checkpoint (its sample
+    failed before Inspect restored it, or it never ran), None when it could: it resumed, or
+    it found no committed checkpoint and ran the sample fresh, or it ended however the
+    sample itself ended after its resume."""
+    log = logs[0] if logs else None
+    sample = (log.samples or [None])[0] if log is not None else None
+    if sample is None:
+        error = getattr(log, "error", None)
+        return (error.message if error is not None else "the retry wrote no sample").strip().splitlines()[-1]
+    if sample.error is None or _resumed(sample):
+        return None
+    return str(sample.error.message).strip().splitlines()[-1] if sample.error.message else "the sample failed"
+
+
+def start_over(plan: Plan, log_dir: Path, why: str) -> Plan:
+    """After a resume that failed: drop the job's checkpoints (they cannot be used; the
+    failed attempt's copy of them included) and its log, for a fresh start of the sample."""
+    note(f"the checkpoint of attempt {plan.prior_name} could not be resumed ({why[:300]}): starting the sample fresh")
+    delete(session.client("s3"), plan.url)
+    for path in log_dir.glob(f"*{LOG_SUFFIX}"):
+        path.unlink()
+    return Plan(plan.url, plan.config, None, None)
+
+
 @contextmanager
 def keep_started_log(plan: Plan, log_dir: Path) -> Iterator[None]:
     """While the eval runs: store its started log beside its checkpoints as soon as it
@@ -190,11 +232,7 @@ def record_resume(log: Any, out: Path) -> None:
     sample = (log.samples or [None])[0]
     if sample is None:
         return
-    resumes = [
-        i
-        for i, e in enumerate(sample.events)
-        if e.event == "info" and getattr(e, "source", None) == "checkpoint" and (e.data or {}).get("event") == "resume"
-    ]
+    resumes = [i for i, e in enumerate(sample.events) if _resumed_at(e)]
     if not resumes:
         return
     models = [i for i, e in enumerate(sample.events) if e.event == "model"]
