@@ -467,3 +467,37 @@ def test_the_embedded_clouds_checkpoints_are_kept_whole_on_disk_and_put_back_in_
 def store_keys(client, bucket: str, prefix: str) -> list[str]:
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def test_the_estimate_says_what_a_checkpoint_costs_and_where_the_figure_comes_from(tmp_path: Path) -> None:
+    """Before launch: the drill's measure, until earlier fleets of the same setting and
+    policy have run reports that say what their checkpoints cost."""
+    from ct_fleet.cli.display import estimate_table
+    from ct_fleet.controller.planning import estimate
+
+    drill = estimate.checkpoint_cost(tmp_path, "toyarena", "honest")
+    assert (drill.seconds_each, drill.per_sample) == (estimate.DRILL_CHECKPOINT_SECONDS, None)
+    assert "bench/checkpoint_drill.py" in str(drill)
+    for name, policy, figures in (
+        ("f1", "honest", {"checkpoints": 10, "seconds": 6.0, "bytes_added": 200_000, "samples_checkpointed": 2}),
+        ("f2", "honest", {"checkpoints": 6, "seconds": 4.0, "bytes_added": 120_000, "samples_checkpointed": 2}),
+        ("f3", "attack", {"checkpoints": 100, "seconds": 900.0, "bytes_added": 1, "samples_checkpointed": 1}),
+        ("f4", "honest", None),  # a run without --checkpoint
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "durations.json").write_text(
+            json.dumps({"setting": "toyarena", "policy": policy, "seconds": [1.0]})
+        )
+        (tmp_path / name / "report.json").write_text(json.dumps({"checkpoints": figures}))
+    seen = estimate.checkpoint_cost(tmp_path, "toyarena", "honest")
+    assert (seen.seconds_each, seen.bytes_each, seen.per_sample) == (10.0 / 16, 20_000, 4)
+    est = estimate.estimate(
+        jobs=4, workers=1, concurrency=4, seconds_per_job=60, source="x", price=0.5, checkpoints=seen
+    )
+    from rich.console import Console
+
+    console = Console(width=400, record=True)
+    console.print(estimate_table(est, "c6i.large"))
+    shown = " ".join(console.export_text().split())
+    assert "checkpoints: ~0.6 s of the agent's time and 20 KB stored each, 4 per sample (~2 s)" in shown, shown
+    assert "mean of 16 checkpoints of earlier runs' samples" in shown, shown
