@@ -280,6 +280,9 @@ def test_a_sample_resumes_after_a_lost_worker_and_after_a_power_cut(tmp_path: Pa
     assert "checkpoint file(s) kept on disk put back" in err, err
     assert left == [], f"checkpoint data left in S3 after the job's result was stored: {left}"
     assert _mirrored(run_dir) == [], "the copy on disk outlived the run"
+    # Nor in Inspect's staging on the workers (they share this HOME's cache): each attempt's
+    # was dropped, the killed ones' by the attempt that followed.
+    assert list(tmp_path.rglob("restic-config.json")) == [], "a restic password left on disk"
     # The lost attempt was counted by the first controller (the rerun's report is of the
     # rerun's attempts only).
     attempts = [json.loads(line) for line in (run_dir / "attempts.jsonl").read_text().splitlines()]
@@ -358,6 +361,7 @@ def test_a_checkpoint_that_cannot_be_resumed_starts_the_sample_fresh(tmp_path: P
     assert log.status == "success" and log.samples and log.samples[0].error is None
     assert not any(checkpoints._resumed_at(e) for e in log.samples[0].events)
     assert "step 4" in log.samples[0].output.completion
+    assert list((tmp_path / "w2").rglob("restic-config.json")) == [], "its staging was left"
     left = keys()
     assert started not in left and not any(k.startswith(started.removesuffix(".eval")) for k in left), left
 

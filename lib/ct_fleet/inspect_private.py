@@ -18,7 +18,9 @@ public name). What each group is for:
   leaves there is cleared by the warm runner (worker/forkserver.py);
 - the order Inspect ships a checkpoint's files in (its commit markers last): the embedded
   cloud's copy of the checkpoints on disk is taken and put back in it
-  (controller/fleet/checkpoint_mirror.py).
+  (controller/fleet/checkpoint_mirror.py); where Inspect stages a log's checkpoints bound for
+  S3 (restic repositories and their password), which it never deletes: the job does
+  (worker/checkpoints.py).
 
 An upgrade that moves a name breaks here: tests/test_inspect_private.py resolves each
 import below and names the one that moved, tests/test_merge.py's parity tests check the
@@ -67,6 +69,7 @@ from inspect_ai.scorer._scorer import unique_scorer_name
 from inspect_ai.solver._solver import SolverSpec
 from inspect_ai.util._checkpoint._host_egress import _safe_order
 from inspect_ai.util._checkpoint._layout.sample_checkpoints_dir import checkpoint_file_id
+from inspect_ai.util._checkpoint._layout.staging_dir import _eval_staging_dir
 from inspect_ai.util._checkpoint.parse_cli import _CheckpointConfigModel, parse_checkpoint
 from inspect_ai.util._restic.resolver import cache_path as _restic_cache_path
 from inspect_ai.util._sandbox.docker.config import find_compose_file
@@ -78,6 +81,7 @@ __all__ = [
     "sentinel_with_args",
     "checkpoint_config",
     "checkpoint_ship_order",
+    "checkpoint_staging_dir",
     "is_checkpoint_marker",
     "config_from_locals",
     "create_reducers",
@@ -142,6 +146,12 @@ def checkpoint_ship_order(files: list[str]) -> list[str]:
     sit below a sample's directory."""
     ordered: list[str] = _safe_order(files)
     return ordered
+
+
+def checkpoint_staging_dir(log_location: str) -> Path:
+    """The host-local directory Inspect stages the checkpoints of the eval logged at
+    `log_location` in, when they go to a remote location (under Inspect's cache)."""
+    return Path(_eval_staging_dir(log_location))
 
 
 def is_checkpoint_marker(name: str) -> bool:

@@ -15,7 +15,9 @@ start into a failed sample.
 
 Only the last attempt is kept: once the new attempt's log is stored (Inspect copied the
 old attempt's checkpoint dirs into its own before writing it), the old attempt's log and
-checkpoints are deleted. When the job's result is stored the worker deletes the job's
+checkpoints are deleted, and so is its staging in Inspect's cache if it ran on this
+machine (a copy of its restic repositories, with their password; a job drops its own
+when it ends). When the job's result is stored the worker deletes the job's
 checkpoints (unless the checkpoint config says `retention: retain`).
 
 A checkpoint that fails fails the sample (max_consecutive_failures=0 unless the config
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import sys
 import threading
 from collections.abc import Iterator
@@ -182,9 +185,26 @@ def start_over(plan: Plan, log_dir: Path, why: str) -> Plan:
     failed attempt's copy of them included) and its log, for a fresh start of the sample."""
     note(f"the checkpoint of attempt {plan.prior_name} could not be resumed ({why[:300]}): starting the sample fresh")
     delete(session.client("s3"), plan.url)
+    drop_staging(log_dir)
+    if plan.prior_name:
+        _drop_staging_of(plan.prior_name)
     for path in log_dir.glob(f"*{LOG_SUFFIX}"):
         path.unlink()
     return Plan(plan.url, plan.config, None, None)
+
+
+def drop_staging(log_dir: Path) -> None:
+    """Inspect stages checkpoints bound for S3 in its cache (the restic repositories, their
+    password in plain text) and never deletes them: each job drops its attempts' (those of
+    the logs in LOG_DIR) when it ends, so no secret and no copy piles up on the worker."""
+    for path in log_dir.glob(f"*{LOG_SUFFIX}"):
+        _drop_staging_of(path.name)
+
+
+def _drop_staging_of(log_name: str) -> None:
+    from ..inspect_private import checkpoint_staging_dir
+
+    shutil.rmtree(checkpoint_staging_dir(log_name), ignore_errors=True)
 
 
 @contextmanager
@@ -217,6 +237,7 @@ def _store_started(plan: Plan, log_dir: Path, stop: threading.Event) -> None:
                 base = plan.prior_name.removesuffix(LOG_SUFFIX)
                 s3.delete_object(Bucket=bucket, Key=prefix + plan.prior_name)
                 store.delete_prefix(s3, bucket, prefix + base + CKPT_SUFFIX)
+                _drop_staging_of(plan.prior_name)  # a killed attempt's, if it ran on this machine
             return
 
 

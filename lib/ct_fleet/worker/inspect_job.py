@@ -197,9 +197,13 @@ def run_inspect_job(
         if plan is not None:
             checkpoint_store.record_cost(logs[0], out)
         relabel_epoch(path, job.epoch)
+        if plan is not None:
+            checkpoint_store.drop_staging(log_dir)
         shutil.move(str(path), out)
     finally:
         job_hook.finish(out)
+        if plan is not None:
+            checkpoint_store.drop_staging(log_dir)
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
