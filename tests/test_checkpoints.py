@@ -336,7 +336,7 @@ def test_a_checkpoint_that_cannot_be_resumed_starts_the_sample_fresh(tmp_path: P
     its restic snapshot): Inspect's hydrate fails the resumed sample, so the job starts the
     sample fresh and says so, and drops the checkpoints it could not use."""
     client, bucket = s3["client"], s3["bucket"]
-    job = _job("torn", pause=0.0, n=5)
+    job = _job("torn", pause=0.0, n=3)
     prefix = f"{job.fleet_id}/checkpoints/{job.job_id}/"
 
     def keys() -> list[str]:
@@ -344,10 +344,10 @@ def test_a_checkpoint_that_cannot_be_resumed_starts_the_sample_fresh(tmp_path: P
 
     first = _job_process(tmp_path / "w1", job, tmp_path / "out1.eval", s3, stub)
     markers = lambda: sorted(k for k in keys() if k.rsplit("/", 1)[-1].startswith("ckpt-"))  # noqa: E731
-    wait_for(lambda: len(markers()) >= 3 or first.poll() is not None, timeout=120)
+    wait_for(lambda: len(markers()) >= 2 or first.poll() is not None, timeout=120)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
-    assert len(markers()) >= 3, (tmp_path / "w1" / "stderr").read_text()[-3000:]
+    assert len(markers()) >= 2, (tmp_path / "w1" / "stderr").read_text()[-3000:]
     newest = markers()[-1]
     snapshot = json.loads(client.get_object(Bucket=bucket, Key=newest)["Body"].read())["host"]["snapshot_id"]
     torn = newest.rsplit("/", 1)[0] + f"/restic/host/snapshots/{snapshot}"
@@ -360,7 +360,7 @@ def test_a_checkpoint_that_cannot_be_resumed_starts_the_sample_fresh(tmp_path: P
     log = read_eval_log(str(tmp_path / "out2.eval"))
     assert log.status == "success" and log.samples and log.samples[0].error is None
     assert not any(checkpoints._resumed_at(e) for e in log.samples[0].events)
-    assert "step 4" in log.samples[0].output.completion
+    assert "step 2" in log.samples[0].output.completion
     assert list((tmp_path / "w2").rglob("restic-config.json")) == [], "its staging was left"
     left = keys()
     assert started not in left and not any(k.startswith(started.removesuffix(".eval")) for k in left), left
