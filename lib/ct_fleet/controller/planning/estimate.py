@@ -23,10 +23,14 @@ from ...protocol import run_layout
 from .history import record_sample_seconds
 
 # bench/RESULTS.md section 16 (bench/checkpoint_drill.py on the local fleet): a checkpoint of
-# a small agent's context, to its copy in S3; Inspect's events said 24.3 KB added each.
+# a small agent's context, to its copy in S3; Inspect's events said 24.3 KB added each. A
+# Docker sandbox captured too: 3.6 s (section 20, bench/checkpoint_sandbox_drill.py).
 DRILL_CHECKPOINT_SECONDS = 1.0
 DRILL_CHECKPOINT_BYTES = 24_300
-DRILL_SOURCE = "measured by bench/checkpoint_drill.py (bench/RESULTS.md section 16)"
+DRILL_SOURCE = (
+    "measured by bench/checkpoint_drill.py with no sandbox captured, bench/RESULTS.md section 16;"
+    " a Docker sandbox's ~3.6 s, section 20"
+)
 
 # A baked worker AMI's boot to its first job; the estimate assumes one (stock Ubuntu with
 # the full install takes about 240 s).
