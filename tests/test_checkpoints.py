@@ -317,6 +317,11 @@ def test_a_sample_resumes_after_a_lost_worker_and_after_a_power_cut(tmp_path: Pa
     # Resumed elsewhere: a replacement after the lost worker, a new worker after the rerun.
     assert len([p for p in (run_dir / "instances").iterdir() if p.is_dir()]) == 3
     assert_nothing_running(runs)
+    # The command's next estimate says what a checkpoint costs, from this run's report.
+    code, out, err = finish(launch([*args, "--ec2-arg", "estimate=true"], env=env, cwd=project))
+    assert code == 0, out + err
+    shown = " ".join((out + err).split())
+    assert f"mean of {len(taken)} checkpoints of earlier runs' samples" in shown, shown
 
 
 def test_a_checkpoint_that_fails_fails_the_sample(tmp_path: Path, stub, s3) -> None:
