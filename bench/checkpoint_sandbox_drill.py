@@ -223,7 +223,7 @@ def main() -> None:
     sample = resumed.log.samples[0]
     steps_read = sample.output.completion.split()[1::2]
     expected = [str(k) for k in range(1, args.steps)]
-    resumed_event = any(checkpoints._resumed_at(e) for e in sample.events)
+    resumed_event = any(checkpoints.is_resume_event(e) for e in sample.events)
     t_plain, t_whole = plain.log.samples[0].total_time, whole.log.samples[0].total_time
     figures = checkpoint_figures(whole.log)
     n = len(figures)

@@ -364,7 +364,7 @@ def test_a_checkpoint_that_cannot_be_resumed_starts_the_sample_fresh(tmp_path: P
     assert "could not be resumed" in said and "starting the sample fresh" in said, said[-3000:]
     log = read_eval_log(str(tmp_path / "out2.eval"))
     assert log.status == "success" and log.samples and log.samples[0].error is None
-    assert not any(checkpoints._resumed_at(e) for e in log.samples[0].events)
+    assert not any(checkpoints.is_resume_event(e) for e in log.samples[0].events)
     assert "step 2" in log.samples[0].output.completion
     assert list((tmp_path / "w2").rglob("restic-config.json")) == [], "its staging was left"
     left = keys()

@@ -152,7 +152,7 @@ def resume_log(plan: Plan, task_file: str | None) -> Any:
     return log
 
 
-def _resumed_at(event: Any) -> bool:
+def is_resume_event(event: Any) -> bool:
     """Is this Inspect's resume event (the sample's checkpoint restored)?"""
     return bool(
         event.event == "info"
@@ -162,7 +162,7 @@ def _resumed_at(event: Any) -> bool:
 
 
 def _resumed(sample: Any) -> bool:
-    return any(_resumed_at(e) for e in sample.events)
+    return any(is_resume_event(e) for e in sample.events)
 
 
 def resume_failure(logs: Any) -> str | None:
@@ -253,7 +253,7 @@ def record_resume(log: Any, out: Path) -> None:
     sample = (log.samples or [None])[0]
     if sample is None:
         return
-    resumes = [i for i, e in enumerate(sample.events) if _resumed_at(e)]
+    resumes = [i for i, e in enumerate(sample.events) if is_resume_event(e)]
     if not resumes:
         return
     models = [i for i, e in enumerate(sample.events) if e.event == "model"]

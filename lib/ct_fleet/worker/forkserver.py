@@ -349,9 +349,9 @@ class ForkServer:
 
 def _clear_leftovers(out: Path, pid: int) -> None:
     """What a job that did not end well (killed mid-sample, say) leaves: its log directory,
-    the staging of its checkpoints, and the sample buffer Inspect keeps for it. Inspect deletes a leaked buffer only when it
-    is 3 days old, and until then every eval on the machine stats it (leaked by the
-    thousand, that was half of a one-sample eval's CPU)."""
+    the staging of its checkpoints, and the sample buffer Inspect keeps for it. Inspect
+    deletes a leaked buffer only when it is 3 days old, and until then every eval on the
+    machine stats it (leaked by the thousand, that was half of a one-sample eval's CPU)."""
     from ..inspect_private import sample_buffer_dir
 
     log_dir = runner.job_log_dir(out, pid)
