@@ -9,8 +9,12 @@ directory) resumes the sample from its last committed checkpoint. At two thirds 
 controller, its embedded cloud and its worker are all SIGKILLed: the rerun of the command
 puts the checkpoints kept under runs/<fleet>/ back in its new S3 and resumes the sample
 again. The merged log shows the resume as Inspect writes it, the model server sees only
-the turns not checkpointed plus at most one redone, and nothing of the checkpoints is left
-in S3 or on disk once the result is stored.
+the turns not checkpointed plus at most one redone, and nothing of the checkpoints (nor a
+restic password) is left in S3 or on disk once the result is stored.
+
+The copy on disk is whole wherever a kill cuts it short (no commit marker without its
+snapshot), and a checkpoint that cannot be used anyway (torn so) starts the sample fresh
+instead of failing it.
 """
 
 from __future__ import annotations
