@@ -50,7 +50,7 @@ from inspect_ai.log import read_eval_log
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
-from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY  # noqa: E402
+from ct_fleet.cloud.moto_server import credentials  # noqa: E402
 
 KEY = "sk-drill-" + uuid.uuid4().hex
 MODEL = "openai-api/stubai/scripted"
@@ -146,12 +146,13 @@ class S3Watch:
                 run_dir = next(p for p in self.runs.iterdir() if (p / "moto.port").exists())
                 if client is None:
                     port = (run_dir / "moto.port").read_text().strip()
+                    key, secret = credentials(run_dir / "moto.log")  # the fleet's own (the server takes no other)
                     client = boto3.client(
                         "s3",
                         endpoint_url=f"http://127.0.0.1:{port}",
                         region_name="us-east-1",
-                        aws_access_key_id=EMBEDDED_ACCESS_KEY,
-                        aws_secret_access_key=EMBEDDED_SECRET_KEY,
+                        aws_access_key_id=key,
+                        aws_secret_access_key=secret,
                     )
                 total = 0
                 for bucket in client.list_buckets()["Buckets"]:

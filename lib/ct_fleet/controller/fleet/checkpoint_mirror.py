@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 LOOK_EVERY = 2.0  # seconds: S3 is the moto server on loopback, a listing costs milliseconds
+PART = ".part"  # a file being fetched, renamed to its name once whole
 
 
 def for_fleet(cloud: Cloud, manifest: Manifest, bucket: str, run_dir: Path) -> CheckpointMirror | None:
@@ -89,18 +90,25 @@ class CheckpointMirror:
         """The copy on disk: each file by its path below the fleet's checkpoints prefix."""
         if not self.root.is_dir():
             return {}
-        files = (p for p in self.root.rglob("*") if p.is_file() and not p.name.endswith(".part"))
+        files = (p for p in self.root.rglob("*") if p.is_file() and not p.name.endswith(PART))
         return {PurePosixPath(p.relative_to(self.root).as_posix()): p for p in files}
+
+    def _clear_parts(self) -> None:
+        """Fetches a killed controller left half done."""
+        if self.root.is_dir():
+            for part in self.root.rglob(f"*{PART}"):
+                part.unlink(missing_ok=True)
 
     def sync(self) -> None:
         """Make the copy on disk what S3 holds now: what is new fetched first, in shipping
         order; then what S3 no longer holds removed, in the reverse order."""
         stored = self._listing()
+        self._clear_parts()
         local = self.kept()
         for rel in ship_order([r for r, size in stored.items() if r not in local or local[r].stat().st_size != size]):
             path = self.root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            part = path.with_name(path.name + ".part")
+            part = path.with_name(path.name + PART)
             try:
                 body = self.s3.get_object(Bucket=self.bucket, Key=self.prefix + str(rel))["Body"]
             except self.s3.exceptions.NoSuchKey:
@@ -127,8 +135,7 @@ class CheckpointMirror:
         wanted = set(job_ids)
         if not self.root.is_dir():
             return 0
-        for part in self.root.rglob("*.part"):
-            part.unlink()  # a fetch the controller was killed in
+        self._clear_parts()
         for job_dir in self.root.iterdir():
             if job_dir.name not in wanted:
                 shutil.rmtree(job_dir, ignore_errors=True)
