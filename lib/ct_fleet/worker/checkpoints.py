@@ -8,10 +8,10 @@ as Inspect has written it. The next attempt of the job (a redelivery after a los
 a retry, a resumed run), on any worker, finds that log and resumes the sample from its
 last committed checkpoint with Inspect's own `eval_retry`; with no log there, or one with
 no committed checkpoint, the sample starts fresh, and the job's stderr says which. So it
-does when the checkpoint cannot be used (the retry's sample fails before Inspect restored
-it, e.g. its hydrate finds a commit marker without its snapshot): the job's checkpoints
-are dropped and it runs again from the start, saying why. A resume never turns a fresh
-start into a failed sample.
+does when the checkpoint cannot be used (the retry fails in Inspect's checkpoint code
+before the checkpoint is restored, e.g. its hydrate finds a commit marker without its
+snapshot): the job's checkpoints are dropped and it runs again from the start, saying
+why. A resume never turns a fresh start into a failed sample.
 
 Only the last attempt is kept: once the new attempt's log is stored (Inspect copied the
 old attempt's checkpoint dirs into its own before writing it), the old attempt's log and
@@ -31,6 +31,7 @@ import json
 import shutil
 import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -165,19 +166,36 @@ def _resumed(sample: Any) -> bool:
     return any(is_resume_event(e) for e in sample.events)
 
 
+# Where Inspect's checkpoint machinery lives (hydrate, the resume copy): an error raised
+# from there means the kept checkpoint could not be used.
+CHECKPOINT_CODE: Final = "inspect_ai/util/_checkpoint/"
+
+
+def _last_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else "no message"
+
+
 def resume_failure(logs: Any) -> str | None:
-    """Why eval_retry's attempt could not use the earlier attempt's checkpoint (its sample
-    failed before Inspect restored it, or it never ran), None when it could: it resumed, or
-    it found no committed checkpoint and ran the sample fresh, or it ended however the
-    sample itself ended after its resume."""
+    """Why eval_retry's attempt could not use the earlier attempt's checkpoint: its sample
+    (or the retry itself, before any sample) failed in Inspect's checkpoint code before the
+    checkpoint was restored. None when it could: it resumed, it found no committed
+    checkpoint and ran the sample fresh, or it failed for a reason of its own (a sandbox
+    that did not start, say: the checkpoint stays for the next attempt)."""
     log = logs[0] if logs else None
     sample = (log.samples or [None])[0] if log is not None else None
-    if sample is None:
-        error = getattr(log, "error", None)
-        return (error.message if error is not None else "the retry wrote no sample").strip().splitlines()[-1]
-    if sample.error is None or _resumed(sample):
+    if sample is not None and (sample.error is None or _resumed(sample)):
         return None
-    return str(sample.error.message).strip().splitlines()[-1] if sample.error.message else "the sample failed"
+    error = sample.error if sample is not None else getattr(log, "error", None)
+    if error is None:
+        return "the retry wrote no sample"
+    return _last_line(error.message) if CHECKPOINT_CODE in (error.traceback or "") else None
+
+
+def raised_in_resume(exc: BaseException) -> str | None:
+    """What eval_retry raised, when it came from Inspect's checkpoint code (else None)."""
+    where = "".join(traceback.format_exception(exc))
+    return _last_line(f"{exc!r}") if CHECKPOINT_CODE in where else None
 
 
 def start_over(plan: Plan, log_dir: Path, why: str) -> Plan:

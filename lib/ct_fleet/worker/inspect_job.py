@@ -168,7 +168,9 @@ def run_inspect_job(
                         prior, log_dir=str(log_dir), log_format="eval", display=JOB_DISPLAY, **_retry_options(options)
                     )
                 except Exception as exc:
-                    failed = f"{exc!r}"
+                    failed = checkpoint_store.raised_in_resume(exc)
+                    if failed is None:
+                        raise
                 else:
                     failed = checkpoint_store.resume_failure(logs)
             if failed is not None:
