@@ -33,7 +33,7 @@ from pathlib import Path
 import boto3
 import psutil
 import pytest
-from inspect_ai.log import read_eval_log
+from inspect_ai.log import EvalError, read_eval_log
 
 from ct_fleet import restic
 from ct_fleet.protocol import WorkMessage
@@ -338,6 +338,13 @@ def test_a_checkpoint_that_fails_fails_the_sample(tmp_path: Path, stub, s3) -> N
     log = read_eval_log(str(tmp_path / "out.eval"))
     assert log.samples and log.samples[0].error is not None, "a failing checkpoint ended as a success"
     assert "checkpoint failed" in log.samples[0].error.message, log.samples[0].error.message[-500:]
+    # Were this a resume, its failure in Inspect's checkpoint code would start the sample
+    # fresh; a failure of its own (a sandbox that did not start) ends the attempt as it is.
+    assert checkpoints.resume_failure([log]) is not None
+    log.samples[0].error = EvalError(
+        message="RuntimeError('no sandbox')", traceback="sandbox/docker", traceback_ansi=""
+    )
+    assert checkpoints.resume_failure([log]) is None
 
 
 def test_a_checkpoint_that_cannot_be_resumed_starts_the_sample_fresh(tmp_path: Path, stub, s3) -> None:
