@@ -6,11 +6,14 @@ The sample is a react() agent of N steps (tests/testkit/openai_stub.py's "Take N
 seconds": N-1 bash calls that sleep S seconds each, one that reads back a file, a submit;
 N+1 model calls) against the loopback OpenAI-compatible stub, run by `bin/ct-fleet eval`
 on local workers and the embedded cloud (one worker; a replacement is launched when it is
-lost). Four runs, each a fleet of its own:
+lost). Five runs, each a fleet of its own:
   plain, undisturbed          the baseline: model calls, wall time, the sample's time
   --checkpoint, undisturbed   what checkpointing costs: seconds per turn, bytes stored
   plain, killed at 2/3        the worker's job loop SIGKILLed after 2/3 of the calls
   --checkpoint, killed at 2/3 the same; the replacement resumes from the last checkpoint
+  --checkpoint, power cut     the controller, its embedded cloud and the worker SIGKILLed
+                              after 2/3 of the calls, the command run again: it puts the
+                              copy of the checkpoints kept on disk back in its new S3
 Reported: model calls and wall time to completion (the CLI's, launch to exit) of each, the
 calls made again, what the run's summary says it resumed and saved, and the cost of a
 checkpoint: the undisturbed sample's time with checkpoints minus without, per turn, beside
@@ -47,7 +50,7 @@ from inspect_ai.log import read_eval_log
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
-from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY  # noqa: E402
+from ct_fleet.cloud.moto_server import credentials  # noqa: E402
 
 KEY = "sk-drill-" + uuid.uuid4().hex
 MODEL = "openai-api/stubai/scripted"
@@ -69,6 +72,37 @@ KNOBS = ["idle_timeout=3", "retry_backoff=1", "max_workers=1", "heartbeat_interv
 
 def calls(log: Path) -> int:
     return sum(1 for line in log.read_text().splitlines() if json.loads(line)["status"] == 200) if log.exists() else 0
+
+
+def under(runs: Path) -> list[psutil.Process]:
+    """Every process working under runs/ (the local workers, their jobs and sandboxes' commands)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if str(runs) in proc.cwd() and proc.pid != os.getpid():
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def power_cut(proc: subprocess.Popen[bytes], runs: Path) -> None:
+    """The controller, its embedded cloud and every worker SIGKILLed, as a machine that
+    restarts would leave them: only the run directory is left."""
+    proc.send_signal(signal.SIGKILL)  # bin/ct-fleet execs python: this is the controller
+    proc.wait()
+    for pid_file in runs.glob("*/moto.pid"):
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    while left := under(runs):
+        for p in left:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+        time.sleep(0.2)
 
 
 def job_loops(runs: Path) -> list[psutil.Process]:
@@ -112,12 +146,13 @@ class S3Watch:
                 run_dir = next(p for p in self.runs.iterdir() if (p / "moto.port").exists())
                 if client is None:
                     port = (run_dir / "moto.port").read_text().strip()
+                    key, secret = credentials(run_dir / "moto.log")  # the fleet's own (the server takes no other)
                     client = boto3.client(
                         "s3",
                         endpoint_url=f"http://127.0.0.1:{port}",
                         region_name="us-east-1",
-                        aws_access_key_id=EMBEDDED_ACCESS_KEY,
-                        aws_secret_access_key=EMBEDDED_SECRET_KEY,
+                        aws_access_key_id=key,
+                        aws_secret_access_key=secret,
                     )
                 total = 0
                 for bucket in client.list_buckets()["Buckets"]:
@@ -143,7 +178,7 @@ class Drill:
         self.project.mkdir()
         (self.project / "agent.py").write_text(AGENT)
 
-    def run(self, name: str, checkpoint: bool, kill_at: int | None) -> Run:
+    def run(self, name: str, checkpoint: bool, kill_at: int | None, cut: bool = False) -> Run:
         runs, home = self.base / f"runs-{name}", self.base / f"home-{name}"
         runs.mkdir()
         home.mkdir()  # the bash tool's login shell reads none of this machine's profile
@@ -163,9 +198,14 @@ class Drill:
             if kill_at is not None:
                 while calls(self.stub_log) - before < kill_at and proc.poll() is None:
                     time.sleep(0.05)
-                for loop in job_loops(runs):
-                    loop.send_signal(signal.SIGKILL)
+                if cut:
+                    power_cut(proc, runs)
+                else:
+                    for loop in job_loops(runs):
+                        loop.send_signal(signal.SIGKILL)
                 killed_at = time.monotonic() - start
+            if cut:  # the command run again: a new embedded cloud, the copy on disk put back
+                proc = subprocess.Popen(args, cwd=self.project, env=env, stdout=out, stderr=subprocess.STDOUT)
             code = proc.wait()
         wall = time.monotonic() - start
         stored = watch.stop()
@@ -176,7 +216,7 @@ class Drill:
         (merged,) = (run_dir / "merged").glob("*.eval")
         sample = (read_eval_log(str(merged)).samples or [])[0]
         events = [e for e in sample.events if e.event == "checkpoint"]
-        summary = " ".join(line for line in text.splitlines() if re.search(r"attempts|resumed from", line))
+        summary = " ".join(line for line in text.splitlines() if re.search(r"attempts|resumed from|put back", line))
         return Run(
             calls=calls(self.stub_log) - before,
             wall=wall,
@@ -214,6 +254,7 @@ def main() -> None:
             "--checkpoint turn:1": drill.run("ckpt", True, None),
             "plain, killed": drill.run("plain-killed", False, kill_at),
             "--checkpoint turn:1, killed": drill.run("ckpt-killed", True, kill_at),
+            "--checkpoint turn:1, power cut": drill.run("ckpt-cut", True, kill_at, cut=True),
         }
     finally:
         stub.terminate()
@@ -241,6 +282,11 @@ def main() -> None:
     print(
         f"checkpoint prefix in S3 at most: {ckpt.stored_max / 1024:.0f} KB undisturbed, "
         f"{rows['--checkpoint turn:1, killed'].stored_max / 1024:.0f} KB killed (deleted once the result is stored)"
+    )
+    cut = rows["--checkpoint turn:1, power cut"]
+    print(
+        f"power cut (controller, embedded cloud and worker SIGKILLed at 2/3, the command run again): "
+        f"{cut.calls} model calls, {cut.wall:.0f} s to completion"
     )
     pk, ck = rows["plain, killed"], rows["--checkpoint turn:1, killed"]
     print(

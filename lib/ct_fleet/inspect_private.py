@@ -15,7 +15,12 @@ public name). What each group is for:
   with: `ct-fleet eval` takes every option of the installed Inspect, parsed as Inspect
   parses it (ct_fleet.inspect_options);
 - where Inspect keeps the sample buffers of a log directory: what a job killed mid-sample
-  leaves there is cleared by the warm runner (worker/forkserver.py).
+  leaves there is cleared by the warm runner (worker/forkserver.py);
+- the order Inspect ships a checkpoint's files in (its commit markers last): the embedded
+  cloud's copy of the checkpoints on disk is taken and put back in it
+  (controller/fleet/checkpoint_mirror.py); where Inspect stages a log's checkpoints bound for
+  S3 (restic repositories and their password), which it never deletes: the job does
+  (worker/checkpoints.py).
 
 An upgrade that moves a name breaks here: tests/dropin/test_inspect_private.py resolves each
 import below and names the one that moved, tests/results/test_merge.py's parity tests check the
@@ -62,6 +67,9 @@ from inspect_ai.review._policy import ReviewPolicyConfig
 from inspect_ai.scorer._reducer import create_reducers
 from inspect_ai.scorer._scorer import unique_scorer_name
 from inspect_ai.solver._solver import SolverSpec
+from inspect_ai.util._checkpoint._host_egress import _safe_order
+from inspect_ai.util._checkpoint._layout.sample_checkpoints_dir import checkpoint_file_id
+from inspect_ai.util._checkpoint._layout.staging_dir import _eval_staging_dir
 from inspect_ai.util._checkpoint.parse_cli import _CheckpointConfigModel, parse_checkpoint
 from inspect_ai.util._restic.resolver import cache_path as _restic_cache_path
 from inspect_ai.util._sandbox.docker.config import find_compose_file
@@ -72,6 +80,9 @@ __all__ = [
     "SolverSpec",
     "sentinel_with_args",
     "checkpoint_config",
+    "checkpoint_ship_order",
+    "checkpoint_staging_dir",
+    "is_checkpoint_marker",
     "config_from_locals",
     "create_reducers",
     "inspect_eval_command",
@@ -126,6 +137,26 @@ def sample_buffer_dir(log_dir: Path) -> Path:
 def checkpoint_config(data: dict[str, Any]) -> Any:
     """A CheckpointConfig from a checkpoint config file's content, as --checkpoint FILE reads it."""
     return _CheckpointConfigModel.model_validate(data).to_dataclass()
+
+
+def checkpoint_ship_order(files: list[str]) -> list[str]:
+    """Checkpoint files in the order Inspect ships them to a remote location, each tier after
+    what it refers to: restic's config and keys, data, indexes, snapshots, the rest, then
+    the commit markers (ckpt-NNNNN.json). Paths are taken by their names' parts, so they may
+    sit below a sample's directory."""
+    ordered: list[str] = _safe_order(files)
+    return ordered
+
+
+def checkpoint_staging_dir(log_location: str) -> Path:
+    """The host-local directory Inspect stages the checkpoints of the eval logged at
+    `log_location` in, when they go to a remote location (under Inspect's cache)."""
+    return Path(_eval_staging_dir(log_location))
+
+
+def is_checkpoint_marker(name: str) -> bool:
+    """A checkpoint's commit marker (ckpt-NNNNN.json), by its file name."""
+    return checkpoint_file_id(name) is not None
 
 
 def restic_cache_path() -> Path:

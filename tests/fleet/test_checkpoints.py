@@ -1,19 +1,29 @@
 """--checkpoint on the fleet: restic without a download, a job's checkpoints in S3, resumed
-on another worker, and a checkpoint that fails is not a silent success.
+on another worker, kept on disk by the embedded cloud for a rerun, and a checkpoint that
+fails is not a silent success.
 
 A 13-step agent (react() with bash in Inspect's local sandbox, scripted by
 tests/testkit/openai_stub.py: 14 model calls) runs on the local fleet with `--checkpoint turn:1`.
-Its worker's job loop is SIGKILLed at about two thirds; the replacement worker (another
-instance directory) resumes the sample from its last committed checkpoint (the resume
-event as Inspect writes it), the model server sees only the turns not checkpointed plus at
-most one redone, and nothing of the checkpoints is left in S3 once the result is stored.
+Its worker's job loop is SIGKILLed at a third: the replacement worker (another instance
+directory) resumes the sample from its last committed checkpoint. At two thirds the
+controller, its embedded cloud and its worker are all SIGKILLed: the rerun of the command
+puts the checkpoints kept under runs/<fleet>/ back in its new S3 and resumes the sample
+again. The merged log shows the resume as Inspect writes it, the model server sees only
+the turns not checkpointed plus at most one redone, and nothing of the checkpoints (nor a
+restic password) is left in S3 or on disk once the result is stored.
+
+The copy on disk is whole wherever a kill cuts it short (no commit marker without its
+snapshot), and a checkpoint that cannot be used anyway (torn so) starts the sample fresh
+instead of failing it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -21,8 +31,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import boto3
+import psutil
 import pytest
-from inspect_ai.log import read_eval_log
+from inspect_ai.log import EvalError, read_eval_log
 
 from ct_fleet import restic
 from ct_fleet.protocol import WorkMessage
@@ -163,14 +174,14 @@ def _job_process(where: Path, job: WorkMessage, out: Path, s3, stub, path: str |
         )
 
 
-def _job(job_id: str, pause: float = 0.5) -> WorkMessage:
+def _job(job_id: str, pause: float = 0.5, n: int = STEPS) -> WorkMessage:
     return WorkMessage(
         fleet_id="ckpt",
         job_id=job_id,
         sample_id="long",
         epoch=1,
         task_spec="agent.py@steps",
-        task_args={"n": STEPS, "pause": pause},
+        task_args={"n": n, "pause": pause},
         model="openai-api/stubai/scripted",
         code_sha="x",
         result_key=f"ckpt/{job_id}.eval",
@@ -190,12 +201,43 @@ def _committed(client, fleet_id: str) -> list[str]:
     return [k for k in _stored(client, fleet_id) if k.rsplit("/", 1)[-1].startswith("ckpt-")]
 
 
+def _newest_attempt_markers(keys: list[str]) -> int:
+    """Commit markers in the newest attempt's checkpoint dirs (an older attempt's dirs,
+    copied into the newer one, may not be deleted yet)."""
+    attempts: dict[str, int] = {}
+    for key in keys:
+        parts = key.split("/")
+        attempt = next((p for p in parts if p.endswith(".checkpoints")), None)
+        if attempt is not None:
+            attempts[attempt] = attempts.get(attempt, 0) + parts[-1].startswith("ckpt-")
+    return attempts[max(attempts)] if attempts else 0
+
+
+def _mirrored(run_dir: Path) -> list[str]:
+    root = run_dir / "checkpoints"
+    return [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()] if root.is_dir() else []
+
+
+def _power_cut(proc, runs: Path) -> None:
+    """The controller, its embedded cloud and every worker SIGKILLed, as a machine that
+    restarts would leave them: nothing but the run directory is left."""
+    proc.send_signal(signal.SIGKILL)  # bin/ct-fleet execs python: this is the controller
+    proc.communicate()
+    moto = int((fleet_dir(runs) / "moto.pid").read_text())
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(moto, signal.SIGKILL)
+    wait_for(lambda: [kill(p) for p in processes_in(runs)] == [] and not psutil.pid_exists(moto), timeout=60)
+
+
 @pytest.mark.faults
-def test_a_worker_killed_at_two_thirds_resumes_its_sample_on_another(tmp_path: Path, stub) -> None:
+def test_a_sample_resumes_after_a_lost_worker_and_after_a_power_cut(tmp_path: Path, stub) -> None:
     """The local fleet: a 13-step agent with `--checkpoint turn:1` (its local sandbox is not
-    captured: the fleet's default), its worker's job loop SIGKILLed at two thirds. The run
-    completes on a replacement worker (another instance directory, nothing of the first's
-    read), which resumes the sample from its last committed checkpoint."""
+    captured: the fleet's default). Its worker's job loop is SIGKILLed at a third: a
+    replacement worker (another instance directory, nothing of the first's read) resumes
+    the sample from its last committed checkpoint. At two thirds the controller, its
+    embedded cloud (moto, and the S3 the checkpoints were in) and the worker are all
+    SIGKILLed; the rerun of the command puts the checkpoints kept under runs/<fleet>/ back
+    in its new S3 and the sample resumes again."""
     project, runs = tmp_path / "project", tmp_path / "runs"
     project.mkdir()
     runs.mkdir()
@@ -209,44 +251,64 @@ def test_a_worker_killed_at_two_thirds_resumes_its_sample_on_another(tmp_path: P
     # A home of its own: the bash tool's login shell reads none of the machine's profile
     # (a shell killed mid-way through it may leave a lock the next one waits on).
     (tmp_path / "home").mkdir()
-    env = env_for(runs, CT_FLEET_PAUSE_AT="verify", HOME=str(tmp_path / "home"))
+    env = env_for(runs, HOME=str(tmp_path / "home"))
     proc = launch(args, env=env, cwd=project)
     start = _calls(stub)
-    kill_at = start + (STEPS + 1) * 2 // 3  # 9 of 14 calls
-    wait_for(lambda: _calls(stub) >= kill_at or proc.poll() is not None, timeout=300)
+    wait_for(lambda: _calls(stub) >= start + (STEPS + 1) // 3 or proc.poll() is not None, timeout=300)
     (worker,) = processes_in(runs, "ct_fleet.worker")
     kill(worker)
-    before = _calls(stub)
     run_dir = fleet_dir(runs)
     s3 = embedded_client(run_dir, "s3")
-    committed = _committed(s3, run_dir.name)
-    assert committed, "no checkpoint committed before the kill"
-    # Every job done, the controller held before its merge (the embedded cloud still up).
+    assert _committed(s3, run_dir.name), "no checkpoint committed before the worker was killed"
+    # At two thirds, once the copy on disk (it looks every few seconds) holds checkpoints
+    # of the second attempt's own, the power cut.
+    wait_for(
+        lambda: (
+            (_calls(stub) >= start + (STEPS + 1) * 2 // 3 and _newest_attempt_markers(_mirrored(run_dir)) > STEPS // 2)
+            or proc.poll() is not None
+        ),
+        timeout=300,
+    )
+    assert proc.poll() is None, "the run ended before the power cut"
+    _power_cut(proc, runs)
+    kept = _newest_attempt_markers(_mirrored(run_dir))
+    assert kept, "no checkpoint kept on disk"
+    before = _calls(stub)
+    # The rerun, held before its merge (the embedded cloud still up).
+    rerun = launch(args, env={**env, "CT_FLEET_PAUSE_AT": "verify"}, cwd=project)
     marker = paused_at(runs, "verify", timeout=300)
-    left = _stored(s3, run_dir.name)
+    left = _stored(embedded_client(run_dir, "s3"), run_dir.name)
     marker.unlink()
-    code, out, err = finish(proc)
+    code, out, err = finish(rerun)
     assert code == 0, out + err
+    assert "checkpoint file(s) kept on disk put back" in err, err
     assert left == [], f"checkpoint data left in S3 after the job's result was stored: {left}"
-    # The lost attempt counts, and shows with the failed attempts.
-    assert (stat(out, "attempts"), stat(out, "redeliveries")) == (2, 1), out
-    failures = json.loads((fleet_dir(runs) / "report.json").read_text())["failures"]
-    assert [(f["error_class"], f["attempts"]) for f in failures] == [("lost", 1)], failures
+    assert _mirrored(run_dir) == [], "the copy on disk outlived the run"
+    # Nor in Inspect's staging on the workers (they share this HOME's cache): each attempt's
+    # was dropped, the killed ones' by the attempt that followed.
+    assert list(tmp_path.rglob("restic-config.json")) == [], "a restic password left on disk"
+    # The lost attempt was counted by the first controller (the rerun's report is of the
+    # rerun's attempts only).
+    attempts = [json.loads(line) for line in (run_dir / "attempts.jsonl").read_text().splitlines()]
+    assert [a["error_class"] for a in attempts if a["outcome"] == "retry"] == ["lost"], attempts
     redone = _calls(stub) - before
-    # Only the turns after the last committed checkpoint, plus at most one redone.
-    assert redone <= (STEPS + 1) - len(committed) + 1, (redone, len(committed))
-    assert redone < STEPS + 1
+    # Only the turns after the last checkpoint kept, plus at most one redone.
+    assert redone <= (STEPS + 1) - kept + 1, (redone, kept)
     (merged,) = (run_dir / "merged").glob("*.eval")
     log = read_eval_log(str(merged))
     assert log.status == "success" and log.samples
     sample = log.samples[0]
-    resumes = [e for e in sample.events if e.event == "info" and getattr(e, "source", None) == "checkpoint"]
-    assert any((e.data or {}).get("event") == "resume" for e in resumes), "no resume event in the transcript"
+    resumes = [
+        e
+        for e in sample.events
+        if e.event == "info" and getattr(e, "source", None) == "checkpoint" and (e.data or {}).get("event") == "resume"
+    ]
+    assert resumes, "no resume event in the transcript"
     assert f"step {STEPS - 1}" in sample.output.completion
-    # The run counts the resume and the calls it saved; its tokens are the sample's over
+    # The rerun counts the resume and the calls it saved; its tokens are the sample's over
     # every attempt (the log's stats count only the last).
     saved = sum(1 for e in sample.events[: sample.events.index(resumes[-1])] if e.event == "model")
-    assert saved >= len(committed) and redone <= (STEPS + 1) - saved + 1, (saved, redone)
+    assert saved >= kept and redone <= (STEPS + 1) - saved + 1, (saved, redone)
     assert f"resumed from checkpoints: 1 sample(s), {saved} model call(s) not made again" in out, out
     assert stat(out, "model usage:") == sum(u.total_tokens for u in sample.model_usage.values()), out
     # The run report says so too, with what the checkpoints cost as Inspect's events say it.
@@ -256,8 +318,14 @@ def test_a_worker_killed_at_two_thirds_resumes_its_sample_on_another(tmp_path: P
     assert (figures["samples_checkpointed"], figures["checkpoints"]) == (1, len(taken)), figures
     assert figures["seconds"] > 0 and figures["bytes_added"] == sum(e.size_bytes for e in taken), figures
     assert "<h2>Checkpoints</h2>" in (run_dir / "report.html").read_text()
-    assert len([p for p in (run_dir / "instances").iterdir() if p.is_dir()]) == 2  # resumed elsewhere
+    # Resumed elsewhere: a replacement after the lost worker, a new worker after the rerun.
+    assert len([p for p in (run_dir / "instances").iterdir() if p.is_dir()]) == 3
     assert_nothing_running(runs)
+    # The command's next estimate says what a checkpoint costs, from this run's report.
+    code, out, err = finish(launch([*args, "--ec2-arg", "estimate=true"], env=env, cwd=project))
+    assert code == 0, out + err
+    shown = " ".join((out + err).split())
+    assert f"mean of {len(taken)} checkpoints of earlier runs' samples" in shown, shown
 
 
 def test_a_checkpoint_that_fails_fails_the_sample(tmp_path: Path, stub, s3) -> None:
@@ -270,6 +338,48 @@ def test_a_checkpoint_that_fails_fails_the_sample(tmp_path: Path, stub, s3) -> N
     log = read_eval_log(str(tmp_path / "out.eval"))
     assert log.samples and log.samples[0].error is not None, "a failing checkpoint ended as a success"
     assert "checkpoint failed" in log.samples[0].error.message, log.samples[0].error.message[-500:]
+    # Were this a resume, its failure in Inspect's checkpoint code would start the sample
+    # fresh; a failure of its own (a sandbox that did not start) ends the attempt as it is.
+    assert checkpoints.resume_failure([log]) is not None
+    log.samples[0].error = EvalError(
+        message="RuntimeError('no sandbox')", traceback="sandbox/docker", traceback_ansi=""
+    )
+    assert checkpoints.resume_failure([log]) is None
+
+
+def test_a_checkpoint_that_cannot_be_resumed_starts_the_sample_fresh(tmp_path: Path, stub, s3) -> None:
+    """A kept checkpoint torn as a copy cut short left it (the newest commit marker without
+    its restic snapshot): Inspect's hydrate fails the resumed sample, so the job starts the
+    sample fresh and says so, and drops the checkpoints it could not use."""
+    client, bucket = s3["client"], s3["bucket"]
+    job = _job("torn", pause=0.0, n=3)
+    prefix = f"{job.fleet_id}/checkpoints/{job.job_id}/"
+
+    def keys() -> list[str]:
+        return store_keys(client, bucket, prefix)
+
+    first = _job_process(tmp_path / "w1", job, tmp_path / "out1.eval", s3, stub)
+    markers = lambda: sorted(k for k in keys() if k.rsplit("/", 1)[-1].startswith("ckpt-"))  # noqa: E731
+    wait_for(lambda: len(markers()) >= 2 or first.poll() is not None, timeout=120)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert len(markers()) >= 2, (tmp_path / "w1" / "stderr").read_text()[-3000:]
+    newest = markers()[-1]
+    snapshot = json.loads(client.get_object(Bucket=bucket, Key=newest)["Body"].read())["host"]["snapshot_id"]
+    torn = newest.rsplit("/", 1)[0] + f"/restic/host/snapshots/{snapshot}"
+    client.delete_object(Bucket=bucket, Key=torn)
+    (started,) = [k for k in keys() if k.endswith(".eval")]
+    second = _job_process(tmp_path / "w2", job, tmp_path / "out2.eval", s3, stub)
+    assert second.wait(timeout=300) == 0, (tmp_path / "w2" / "stderr").read_text()[-3000:]
+    said = (tmp_path / "w2" / "stderr").read_text()
+    assert "could not be resumed" in said and "starting the sample fresh" in said, said[-3000:]
+    log = read_eval_log(str(tmp_path / "out2.eval"))
+    assert log.status == "success" and log.samples and log.samples[0].error is None
+    assert not any(checkpoints.is_resume_event(e) for e in log.samples[0].events)
+    assert "step 2" in log.samples[0].output.completion
+    assert list((tmp_path / "w2").rglob("restic-config.json")) == [], "its staging was left"
+    left = keys()
+    assert started not in left and not any(k.startswith(started.removesuffix(".eval")) for k in left), left
 
 
 def test_a_local_sandbox_is_not_captured_unless_the_config_says_what_to_capture() -> None:
@@ -286,3 +396,128 @@ def test_a_local_sandbox_is_not_captured_unless_the_config_says_what_to_capture(
     docker = Task(dataset=[Sample(id="a", input="x", sandbox="docker")], sandbox="local")
     assert checkpoints.local_sandbox_default(config, docker, "a", None) is config
     assert checkpoints.local_sandbox_default(config, local, "a", ("docker", "compose.yaml")) is config
+
+
+def _attempt(job: str, name: str, ids: range) -> dict[str, bytes]:
+    """One attempt's started log and checkpoint dir, laid out as Inspect writes them to S3:
+    a restic repository with one snapshot per committed checkpoint and its marker."""
+    sample = f"{job}/{name}.checkpoints/long__1"
+    files = {
+        f"{job}/{name}.eval": b"started log",
+        f"{sample}/restic/restic-config.json": b'{"restic_password": "secret"}',
+        f"{sample}/restic/host/config": b"repo config",
+        f"{sample}/restic/host/keys/k": b"key",
+    }
+    for n in ids:
+        files |= {
+            f"{sample}/restic/host/data/0{n}/d{n}": b"x" * 3000,
+            f"{sample}/restic/host/index/i{n}": b"index",
+            f"{sample}/restic/host/snapshots/s{n}": b"snapshot",
+            f"{sample}/ckpt-{n:05d}.json": b"{}",
+        }
+    return files
+
+
+def _whole(files: set[str]) -> bool:
+    """Every commit marker with its snapshot, every started log with its checkpoint dir."""
+    for rel in files:
+        head, _, name = rel.rpartition("/")
+        if name.startswith("ckpt-") and f"{head}/restic/host/snapshots/s{int(name[5:10])}" not in files:
+            return False
+        if rel.count("/") == 1 and rel.endswith(".eval"):
+            dir_ = rel.removesuffix(".eval") + ".checkpoints/"
+            if not any(f.startswith(dir_) and "/ckpt-" in f for f in files):
+                return False
+    return True
+
+
+def test_the_embedded_clouds_checkpoints_are_kept_whole_on_disk_and_put_back_in_a_new_s3(tmp_path: Path, s3) -> None:
+    """The copy of the fleet's checkpoints on disk is one a resume can use wherever the
+    controller was killed in a look at S3: a commit marker only with its snapshot, a started
+    log only with its attempt's checkpoints (a marker fetched before its snapshot made the
+    rerun's resume fail in Inspect's hydrate). A rerun on a new, empty S3 puts back the
+    copies of the jobs still to run, in the same order."""
+    from ct_fleet.controller.fleet.checkpoint_mirror import CheckpointMirror
+
+    client, bucket = s3["client"], s3["bucket"]
+    prefix = "mirrored/checkpoints/"
+    # a's second attempt resumed the first (Inspect copied its dir), which is not deleted yet.
+    a = _attempt("a", "1", range(1, 2)) | _attempt("a", "2", range(1, 4))
+    for rel, body in {**a, **_attempt("b", "1", range(1, 2)), "../escape": b"?"}.items():
+        client.put_object(Bucket=bucket, Key=prefix + rel, Body=body)
+    fetched: list[str] = []
+    client.meta.events.register(
+        "provide-client-params.s3.GetObject", lambda params, **_: fetched.append(params["Key"].removeprefix(prefix))
+    )
+    run_dir = tmp_path / "run"
+    mirror = CheckpointMirror(client, bucket, "mirrored", run_dir)
+    mirror.sync()
+    assert {str(rel) for rel in mirror.kept()} == set(fetched) == {*a, *_attempt("b", "1", range(1, 2))}
+    # Files land one by one, in this order: wherever a kill stops it, what is on disk is whole.
+    assert all(_whole(set(fetched[:n])) for n in range(len(fetched) + 1)), fetched
+    assert not (run_dir / "escape").exists()
+    # The worker moved on: b finished (its prefix deleted), a's first attempt was dropped.
+    for key in store_keys(client, bucket, prefix):
+        if key.startswith(prefix + "b/") or key.startswith(prefix + "a/1"):
+            client.delete_object(Bucket=bucket, Key=key)
+    mirror.sync()
+    assert {str(rel) for rel in mirror.kept()} == set(_attempt("a", "2", range(1, 4)))
+    # A new, empty S3: a's copy goes back byte for byte, in shipping order.
+    for key in store_keys(client, bucket, prefix):
+        client.delete_object(Bucket=bucket, Key=key)
+    (mirror.root / "c").mkdir()
+    (mirror.root / "c" / "1.eval").write_bytes(b"a job with its result")
+    (mirror.root / "a" / "2.checkpoints" / "long__1" / "ckpt-00006.json.part").write_bytes(b"{")
+    uploaded: list[str] = []
+    client.meta.events.register(
+        "provide-client-params.s3.PutObject", lambda params, **_: uploaded.append(params["Key"].removeprefix(prefix))
+    )
+    assert mirror.restore(["a"]) == len(uploaded) == len(_attempt("a", "2", range(1, 4)))
+    assert not (mirror.root / "c").exists()
+    assert all(_whole(set(uploaded[:n])) for n in range(len(uploaded) + 1)), uploaded
+    got = client.get_object(Bucket=bucket, Key=prefix + "a/2.checkpoints/long__1/restic/host/data/03/d3")["Body"].read()
+    assert got == b"x" * 3000
+    for key in store_keys(client, bucket, prefix):  # a's result is stored: the worker deleted them
+        client.delete_object(Bucket=bucket, Key=key)
+    with mirror:
+        pass
+    assert not mirror.root.exists(), "the copy on disk outlived its checkpoints"
+
+
+def store_keys(client, bucket: str, prefix: str) -> list[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def test_the_estimate_says_what_a_checkpoint_costs_and_where_the_figure_comes_from(tmp_path: Path) -> None:
+    """Before launch: the drill's measure, until earlier fleets of the same setting and
+    policy have run reports that say what their checkpoints cost."""
+    from ct_fleet.cli.display import estimate_table
+    from ct_fleet.controller.planning import estimate
+
+    drill = estimate.checkpoint_cost(tmp_path, "toyarena", "honest")
+    assert (drill.seconds_each, drill.per_sample) == (estimate.DRILL_CHECKPOINT_SECONDS, None)
+    assert "bench/checkpoint_drill.py" in str(drill)
+    for name, policy, figures in (
+        ("f1", "honest", {"checkpoints": 10, "seconds": 6.0, "bytes_added": 200_000, "samples_checkpointed": 2}),
+        ("f2", "honest", {"checkpoints": 6, "seconds": 4.0, "bytes_added": 120_000, "samples_checkpointed": 2}),
+        ("f3", "attack", {"checkpoints": 100, "seconds": 900.0, "bytes_added": 1, "samples_checkpointed": 1}),
+        ("f4", "honest", None),  # a run without --checkpoint
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "durations.json").write_text(
+            json.dumps({"setting": "toyarena", "policy": policy, "seconds": [1.0]})
+        )
+        (tmp_path / name / "report.json").write_text(json.dumps({"checkpoints": figures}))
+    seen = estimate.checkpoint_cost(tmp_path, "toyarena", "honest")
+    assert (seen.seconds_each, seen.bytes_each, seen.per_sample) == (10.0 / 16, 20_000, 4)
+    est = estimate.estimate(
+        jobs=4, workers=1, concurrency=4, seconds_per_job=60, source="x", price=0.5, checkpoints=seen
+    )
+    from rich.console import Console
+
+    console = Console(width=400, record=True)
+    console.print(estimate_table(est, "c6i.large"))
+    shown = " ".join(console.export_text().split())
+    assert "checkpoints: ~0.6 s of the agent's time and 20 KB stored each, 4 per sample (~2 s)" in shown, shown
+    assert "mean of 16 checkpoints of earlier runs' samples" in shown, shown

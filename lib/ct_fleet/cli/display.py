@@ -195,6 +195,8 @@ def estimate_table(est: Any, instance_type: str) -> Table:
         f"${est.total:.2f}",
     )
     table.caption = f"durations: {est.duration_source}" + (f"; $/hour: {est.price_source}" if est.price_source else "")
+    if est.checkpoints is not None:
+        table.caption += f"; {est.checkpoints}"
     return table
 
 

@@ -75,6 +75,14 @@ class Cloud:
     def console_link(self, fleet_id: str) -> str | None:
         return None
 
+    def storage_outlives_it(self) -> bool:
+        """Does what its S3 holds outlive the cloud's own processes (AWS's does)?"""
+        return True
+
+    def storage_is_new(self) -> bool:
+        """Did this start begin an empty S3, where an earlier run of the fleet left nothing?"""
+        return False
+
     def instances_run_here(self) -> bool:
         """Do launched instances run on this machine (an EC2 endpoint on loopback)?"""
         return bool(self.endpoint_url and urlparse(self.endpoint_url).hostname in ("127.0.0.1", "localhost"))

@@ -52,6 +52,14 @@ class EmbeddedCloud(Cloud):
         """Always, also before the moto server starts (planning asks)."""
         return True
 
+    def storage_outlives_it(self) -> bool:
+        """No: its S3 is the moto server's memory."""
+        return False
+
+    def storage_is_new(self) -> bool:
+        """A server this controller started (not one an earlier controller left) holds nothing."""
+        return self.server is not None and not self.server.adopted
+
     def check_credentials(self, dotenv: Mapping[str, str], environ: Mapping[str, str]) -> None:
         """No credentials to check (moto takes any); the cloud's one setting is, before it starts."""
         _idle_limit(environ)

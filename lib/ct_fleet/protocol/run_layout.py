@@ -4,6 +4,7 @@ manifest.json          the fleet's manifest, as written to S3 (a local resume re
 code.tar.gz            the code archive that shipped; extra-<name>.tar.gz per --extra-src tree
 jobs/<job>.evaljob     each job's verified result (the merge's input, a resume's record)
 jobs/<job>.errored     an errored result a rerun set aside while it runs the job again
+checkpoints/<job>/     the embedded cloud's copy of a --checkpoint job's checkpoints (fleet/checkpoint_mirror.py)
 merged/                one merged Inspect log per task (the results so far while the run goes on)
 live-merges.jsonl      one line per merge of the results so far during a run
 durations.json         seconds per job, for later fleets' cost estimates
@@ -33,6 +34,7 @@ SET_ASIDE_SUFFIX = ".errored"
 MANIFEST = "manifest.json"
 CODE_TARBALL = "code.tar.gz"
 JOBS = "jobs"
+CHECKPOINTS = "checkpoints"
 MERGED = "merged"
 LIVE_MERGES = "live-merges.jsonl"
 DURATIONS = "durations.json"
@@ -61,6 +63,10 @@ def extra_tarball(run_dir: Path, tree_name: str) -> Path:
 
 def jobs_dir(run_dir: Path) -> Path:
     return run_dir / JOBS
+
+
+def checkpoints_dir(run_dir: Path) -> Path:
+    return run_dir / CHECKPOINTS
 
 
 def job_log(run_dir: Path, job_id: str) -> Path:

@@ -7,11 +7,17 @@ its started log, which holds what `eval_retry` needs besides them, is copied the
 as Inspect has written it. The next attempt of the job (a redelivery after a lost worker,
 a retry, a resumed run), on any worker, finds that log and resumes the sample from its
 last committed checkpoint with Inspect's own `eval_retry`; with no log there, or one with
-no committed checkpoint, the sample starts fresh, and the job's stderr says which.
+no committed checkpoint, the sample starts fresh, and the job's stderr says which. So it
+does when the checkpoint cannot be used (the retry fails in Inspect's checkpoint code
+before the checkpoint is restored, e.g. its hydrate finds a commit marker without its
+snapshot): the job's checkpoints are dropped and it runs again from the start, saying
+why. A resume never turns a fresh start into a failed sample.
 
 Only the last attempt is kept: once the new attempt's log is stored (Inspect copied the
 old attempt's checkpoint dirs into its own before writing it), the old attempt's log and
-checkpoints are deleted. When the job's result is stored the worker deletes the job's
+checkpoints are deleted, and so is its staging in Inspect's cache if it ran on this
+machine (a copy of its restic repositories, with their password; a job drops its own
+when it ends). When the job's result is stored the worker deletes the job's
 checkpoints (unless the checkpoint config says `retention: retain`).
 
 A checkpoint that fails fails the sample (max_consecutive_failures=0 unless the config
@@ -22,8 +28,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -145,6 +153,78 @@ def resume_log(plan: Plan, task_file: str | None) -> Any:
     return log
 
 
+def is_resume_event(event: Any) -> bool:
+    """Is this Inspect's resume event (the sample's checkpoint restored)?"""
+    return bool(
+        event.event == "info"
+        and getattr(event, "source", None) == "checkpoint"
+        and (event.data or {}).get("event") == "resume"
+    )
+
+
+def _resumed(sample: Any) -> bool:
+    return any(is_resume_event(e) for e in sample.events)
+
+
+# Where Inspect's checkpoint machinery lives (hydrate, the resume copy): an error raised
+# from there means the kept checkpoint could not be used.
+CHECKPOINT_CODE: Final = "inspect_ai/util/_checkpoint/"
+
+
+def _last_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else "no message"
+
+
+def resume_failure(logs: Any) -> str | None:
+    """Why eval_retry's attempt could not use the earlier attempt's checkpoint: its sample
+    (or the retry itself, before any sample) failed in Inspect's checkpoint code before the
+    checkpoint was restored. None when it could: it resumed, it found no committed
+    checkpoint and ran the sample fresh, or it failed for a reason of its own (a sandbox
+    that did not start, say: the checkpoint stays for the next attempt)."""
+    log = logs[0] if logs else None
+    sample = (log.samples or [None])[0] if log is not None else None
+    if sample is not None and (sample.error is None or _resumed(sample)):
+        return None
+    error = sample.error if sample is not None else getattr(log, "error", None)
+    if error is None:
+        return "the retry wrote no sample"
+    return _last_line(error.message) if CHECKPOINT_CODE in (error.traceback or "") else None
+
+
+def raised_in_resume(exc: BaseException) -> str | None:
+    """What eval_retry raised, when it came from Inspect's checkpoint code (else None)."""
+    where = "".join(traceback.format_exception(exc))
+    return _last_line(f"{exc!r}") if CHECKPOINT_CODE in where else None
+
+
+def start_over(plan: Plan, log_dir: Path, why: str) -> Plan:
+    """After a resume that failed: drop the job's checkpoints (they cannot be used; the
+    failed attempt's copy of them included) and its log, for a fresh start of the sample."""
+    note(f"the checkpoint of attempt {plan.prior_name} could not be resumed ({why[:300]}): starting the sample fresh")
+    delete(session.client("s3"), plan.url)
+    drop_staging(log_dir)
+    if plan.prior_name:
+        _drop_staging_of(plan.prior_name)
+    for path in log_dir.glob(f"*{LOG_SUFFIX}"):
+        path.unlink()
+    return Plan(plan.url, plan.config, None, None)
+
+
+def drop_staging(log_dir: Path) -> None:
+    """Inspect stages checkpoints bound for S3 in its cache (the restic repositories, their
+    password in plain text) and never deletes them: each job drops its attempts' (those of
+    the logs in LOG_DIR) when it ends, so no secret and no copy piles up on the worker."""
+    for path in log_dir.glob(f"*{LOG_SUFFIX}"):
+        _drop_staging_of(path.name)
+
+
+def _drop_staging_of(log_name: str) -> None:
+    from ..inspect_private import checkpoint_staging_dir
+
+    shutil.rmtree(checkpoint_staging_dir(log_name), ignore_errors=True)
+
+
 @contextmanager
 def keep_started_log(plan: Plan, log_dir: Path) -> Iterator[None]:
     """While the eval runs: store its started log beside its checkpoints as soon as it
@@ -175,6 +255,7 @@ def _store_started(plan: Plan, log_dir: Path, stop: threading.Event) -> None:
                 base = plan.prior_name.removesuffix(LOG_SUFFIX)
                 s3.delete_object(Bucket=bucket, Key=prefix + plan.prior_name)
                 store.delete_prefix(s3, bucket, prefix + base + CKPT_SUFFIX)
+                _drop_staging_of(plan.prior_name)  # a killed attempt's, if it ran on this machine
             return
 
 
@@ -190,11 +271,7 @@ def record_resume(log: Any, out: Path) -> None:
     sample = (log.samples or [None])[0]
     if sample is None:
         return
-    resumes = [
-        i
-        for i, e in enumerate(sample.events)
-        if e.event == "info" and getattr(e, "source", None) == "checkpoint" and (e.data or {}).get("event") == "resume"
-    ]
+    resumes = [i for i, e in enumerate(sample.events) if is_resume_event(e)]
     if not resumes:
         return
     models = [i for i, e in enumerate(sample.events) if e.event == "model"]

@@ -56,7 +56,7 @@ import psutil
 
 from ..exits import leave
 from ..protocol import WorkMessage
-from . import failures, forked_job, runner
+from . import checkpoints, failures, forked_job, runner
 from .supervise import kill_tree
 
 SOCKET_NAME = "warm.sock"
@@ -354,14 +354,16 @@ class ForkServer:
 
 def _clear_leftovers(out: Path, pid: int) -> None:
     """What a job that did not end well (killed mid-sample, say) leaves: its log directory,
-    and the sample buffer Inspect keeps for it. Inspect deletes a leaked buffer only when it
-    is 3 days old, and until then every eval on the machine stats it (leaked by the
-    thousand, that was half of a one-sample eval's CPU)."""
+    the staging of its checkpoints, and the sample buffer Inspect keeps for it. Inspect
+    deletes a leaked buffer only when it is 3 days old, and until then every eval on the
+    machine stats it (leaked by the thousand, that was half of a one-sample eval's CPU)."""
     from ..inspect_private import sample_buffer_dir
 
     log_dir = runner.job_log_dir(out, pid)
     with contextlib.suppress(Exception):
         shutil.rmtree(sample_buffer_dir(log_dir), ignore_errors=True)
+    with contextlib.suppress(Exception):
+        checkpoints.drop_staging(log_dir)  # its checkpoints' staging (and restic password)
     shutil.rmtree(log_dir, ignore_errors=True)
 
 

@@ -157,14 +157,27 @@ def run_inspect_job(
         plan = checkpoint_store.plan(checkpoints, config, log_dir / "prior")
         options["checkpoint"] = plan.config
     try:
-        with checkpoint_store.keep_started_log(plan, log_dir) if plan else nullcontext():
-            prior = checkpoint_store.resume_log(plan, _task_file(job, extra)) if plan else None
-            if prior is not None:
+        logs = None
+        prior = checkpoint_store.resume_log(plan, _task_file(job, extra)) if plan else None
+        if plan is not None and prior is not None:
+            with checkpoint_store.keep_started_log(plan, log_dir):
                 # Inspect's own resume: the sample, its options and its model come from the log.
-                logs = eval_retry(
-                    prior, log_dir=str(log_dir), log_format="eval", display=JOB_DISPLAY, **_retry_options(options)
-                )
-            else:
+                failed: str | None
+                try:
+                    logs = eval_retry(
+                        prior, log_dir=str(log_dir), log_format="eval", display=JOB_DISPLAY, **_retry_options(options)
+                    )
+                except Exception as exc:
+                    failed = checkpoint_store.raised_in_resume(exc)
+                    if failed is None:
+                        raise
+                else:
+                    failed = checkpoint_store.resume_failure(logs)
+            if failed is not None:
+                # A rerun never turns a fresh start into a failed sample.
+                plan, prior, logs = checkpoint_store.start_over(plan, log_dir, failed), None, None
+        if logs is None:
+            with checkpoint_store.keep_started_log(plan, log_dir) if plan else nullcontext():
                 logs = inspect_eval(
                     task_spec_here(job, extra=extra) if task is None else task,
                     # a built task carries its args already (eval() would warn about them)
@@ -186,9 +199,13 @@ def run_inspect_job(
         if plan is not None:
             checkpoint_store.record_cost(logs[0], out)
         relabel_epoch(path, job.epoch)
+        if plan is not None:
+            checkpoint_store.drop_staging(log_dir)
         shutil.move(str(path), out)
     finally:
         job_hook.finish(out)
+        if plan is not None:
+            checkpoint_store.drop_staging(log_dir)
         shutil.rmtree(log_dir, ignore_errors=True)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from ...protocol.user_data import render_user_data
 from ...services import queues, stop, store
 from ..planning import Capacity, FleetSpec, Job, record_durations
 from ..reporting import Progress, RunResult, dead_jobs, missing_jobs
-from . import liveness, merging, phases
+from . import checkpoint_mirror, liveness, merging, phases
 from .collector import ResultCollector, totals
 from .context import RunContext
 from .interrupts import FleetInterrupted, Terminated
@@ -68,6 +69,7 @@ class FleetRun:
             self.ctx, self.state, send_again=self._send_again, on_heartbeat=self.pool.on_heartbeat
         )
         self.merge = merging.FleetMerge(self.manifest, run_dir)  # the live merges' and the end's
+        self.mirror = checkpoint_mirror.for_fleet(cloud, self.manifest, self.cfg.bucket, run_dir)
 
     @property
     def queues(self) -> queues.FleetQueues:
@@ -118,6 +120,12 @@ class FleetRun:
         done = self.results.resume() if known else set()
         store.upload_artifact(self.s3, self.cfg.bucket, self.spec.code_sha, code_tarball)
         pending = order_pending(self.ctx, [job for job_id, job in self.jobs.items() if job_id not in done])
+        if (
+            self.mirror is not None
+            and self.cloud.storage_is_new()
+            and (put := self.mirror.restore(j.job_id for j in pending))
+        ):
+            self.warn(f"{put} checkpoint file(s) kept on disk put back in the new S3 (its last server's were lost)")
         adopted, enqueued = self._queue(pending, previous)
         phases.reached(phases.ENQUEUE, self.run_dir)
         stopped_reason = None
@@ -125,7 +133,7 @@ class FleetRun:
             if not adopted:
                 self.pool.launch_first(len(pending))
             try:
-                with LiveMerge(self.merge, self.cfg.live_merge_interval):
+                with LiveMerge(self.merge, self.cfg.live_merge_interval), self.mirror or nullcontext():
                     stopped_reason = self.tracking().track(start)
             except (BotoCoreError, ClientError):
                 stopped_reason = liveness.cloud_gone(self.cloud)

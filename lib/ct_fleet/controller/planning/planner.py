@@ -98,6 +98,11 @@ class PlannedFleet:
             source=source,
             price=self.spec.hourly_price,
             price_source=self.spec.price_source,
+            checkpoints=(
+                estimate.checkpoint_cost(self.runs_dir, *self.spec.duration_group)
+                if self.spec.inspect_options.get("checkpoint")
+                else None
+            ),
         )
 
 
