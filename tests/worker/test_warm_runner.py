@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from inspect_ai.log import read_eval_log
 from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
 from ct_fleet.protocol import WorkMessage
 from ct_fleet.services import queues, session
+from ct_fleet.worker.attempt import Attempt
 from ct_fleet.worker.loop import Worker
 from ct_fleet.worker.settings import WorkerSettings
 from ct_fleet.worker.supervise import supervise
@@ -302,3 +304,34 @@ def test_an_attempt_that_ends_badly_clears_only_its_own_leftovers(worker: Worker
     assert not second_dir.exists()
     assert first_dir.exists() and first.wait(0) is None  # still running, its directory kept
     assert first.wait(60) == 0, out.with_suffix(".first").read_text()[-2000:]
+
+
+def test_a_spot_notice_ends_checkpointed_jobs_at_once_and_no_others(worker: Worker) -> None:
+    """At a spot notice a checkpointed job ends at once, keeping its last committed
+    checkpoint for the attempt that takes it over (run on, it would write checkpoints that
+    attempt is reading); a job without checkpoints runs on and may still finish in time."""
+    checkpointed = job(
+        "tests.testkit.fault_policies:hang",
+        time_limit=60,
+        inspect_options={"checkpoint": {"checkpoint_file": {"trigger": {"type": "turn", "every": 1}}}},
+    )
+    s3 = session.client("s3")
+    if worker.settings.bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=worker.settings.bucket)  # where the job's checkpoints go
+    ended: list[Attempt] = []
+    running = threading.Thread(
+        target=lambda: ended.append(worker.attempts.run(checkpointed, worker.settings.work_dir / "noticed.eval"))
+    )
+    running.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not worker.attempts.checkpointing:
+            assert running.is_alive() and time.monotonic() < deadline, ended
+            time.sleep(0.05)
+        assert worker.attempts.stop_checkpointed(timeout=30)
+        running.join(30)
+        assert ended and (ended[0].outcome, ended[0].error_class) == ("failed", "cancelled"), ended
+        good_job_runs(worker, 12)  # the notice is still set: a job without checkpoints is not ended by it
+    finally:
+        worker.attempts.notice.clear()
+        running.join(60)

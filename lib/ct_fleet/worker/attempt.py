@@ -5,12 +5,14 @@ worth a retry or final."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from ..sandbox import cleanup, digests
 from . import checkpoints, failures, pressure
 from .inspect_job import command_env, extra_root, finish_command_output
 from .settings import WorkerSettings
-from .supervise import ATTEMPT_VAR, JobProcess, PopenJob, supervise, sweep_attempt
+from .supervise import ATTEMPT_VAR, Cancel, JobProcess, PopenJob, supervise, sweep_attempt
 from .warm import WarmRunner
 
 log = logging.getLogger("ct_fleet.worker")
@@ -61,14 +63,30 @@ class Attempt:
         )
 
 
+@dataclass(frozen=True)
+class _Either:
+    one: threading.Event
+    other: threading.Event
+
+    def is_set(self) -> bool:
+        return self.one.is_set() or self.other.is_set()
+
+
 class JobAttempts:
-    """Runs attempts of this worker's jobs; `cancel` set (the fleet is done) ends them."""
+    """Runs attempts of this worker's jobs; `cancel` set (the fleet is done) ends them, and
+    `notice` set (a spot interruption notice) ends those that checkpoint."""
 
     def __init__(self, settings: WorkerSettings, s3: Any, warm: WarmRunner | None, cancel: threading.Event) -> None:
         self.settings = settings
         self.s3 = s3
         self.warm = warm
         self.cancel = cancel
+        # A checkpointed job stops at a spot notice, keeping its last committed checkpoint
+        # for the attempt that takes it over: run on, it would write checkpoints that
+        # attempt is reading, on an instance about to go.
+        self.notice = threading.Event()
+        self._checkpointing = 0
+        self._checkpointing_changed = threading.Condition()
         # The fleet has a model budget: each job makes one request at a time, each with a
         # token of this worker's share (worker/budget.py).
         self.budgeted = False
@@ -86,8 +104,10 @@ class JobAttempts:
             ATTEMPT_VAR: token,
             **command_env(job, out, extra_root(self.settings.environ)),
         }
+        cancel: Cancel = self.cancel
         if checkpoints.wanted(job):
             job_env[checkpoints.CHECKPOINTS_ENV] = checkpoints.location(self.settings.bucket, job.fleet_id, job.job_id)
+            cancel = _Either(self.cancel, self.notice)
         stderr_path = out.with_suffix(".stderr")
         if self.budgeted:
             job = replace(job, inspect_options=one_connection(job.inspect_options))
@@ -108,9 +128,10 @@ class JobAttempts:
         # The kill timeout is the fleet's sample_time_limit (kill_after), set or not; Inspect
         # is told a time limit only when the user set one (time_limit).
         limit = job.kill_after * 1.5 + self.settings.kill_grace if job.kill_after else None
-        ended = supervise(
-            proc, time_limit=limit, memory_limit_mb=self.settings.job_memory_mb or None, cancel=self.cancel
-        )
+        with self._running(checkpointed=cancel is not self.cancel):
+            ended = supervise(
+                proc, time_limit=limit, memory_limit_mb=self.settings.job_memory_mb or None, cancel=cancel
+            )
         swept = sweep_attempt(token, attempt.started_at)
         if swept:
             log.info("job %s: killed %d process(es) it left running (%s)", job.job_id, len(swept), swept[:10])
@@ -168,6 +189,31 @@ class JobAttempts:
                 return Attempt("retry", "model_api", error, attempt.started_at)
             return Attempt("sample_error", "task_error", error, attempt.started_at, attempt.extra)
         return attempt
+
+    @contextlib.contextmanager
+    def _running(self, *, checkpointed: bool) -> Iterator[None]:
+        step = 1 if checkpointed else 0
+        with self._checkpointing_changed:
+            self._checkpointing += step
+        try:
+            yield
+        finally:
+            with self._checkpointing_changed:
+                self._checkpointing -= step
+                self._checkpointing_changed.notify_all()
+
+    @property
+    def checkpointing(self) -> int:
+        """How many checkpointed jobs run now."""
+        with self._checkpointing_changed:
+            return self._checkpointing
+
+    def stop_checkpointed(self, timeout: float) -> bool:
+        """At a spot notice: end every checkpointed job, and wait (at most `timeout` s)
+        until none runs, so that none writes a checkpoint once its job is released."""
+        self.notice.set()
+        with self._checkpointing_changed:
+            return self._checkpointing_changed.wait_for(lambda: self._checkpointing == 0, timeout)
 
     def drop_checkpoints(self, job: WorkMessage) -> None:
         """The job's result is stored: its checkpoints (and restic passwords) go, unless kept."""

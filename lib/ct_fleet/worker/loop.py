@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("ct_fleet.worker")
 
 DONE_MARKER = "the fleet-done marker"
+# Seconds a spot notice waits for its checkpointed jobs to end (killed at once: well under
+# this) before releasing them; the notice gives two minutes in all.
+NOTICE_STOP_WAIT = 20.0
 
 
 class Worker:
@@ -122,6 +125,10 @@ class Worker:
                 if self.fleet_done.is_set():
                     # Every job had a final outcome before this attempt ended: drop it.
                     log.info("job %s epoch %s: dropped at the end of the run", job.sample_id, job.epoch)
+                    return
+                if attempt.error_class == "cancelled" and self.attempts.notice.is_set():
+                    # Released at the notice: the next attempt resumes from its last checkpoint.
+                    log.info("job %s epoch %s: stopped at the spot notice", job.sample_id, job.epoch)
                     return
                 if attempt.outcome in ("success", "sample_error"):
                     if not store.upload_result(self.s3, self.settings.bucket, job.result_key, out):
@@ -214,12 +221,15 @@ class Worker:
             log.exception("could not report the rebalance recommendation")
 
     def _release_all(self) -> None:
-        """Spot interruption: stop taking jobs and make in-flight ones visible again at once."""
+        """Spot interruption: stop taking jobs, end the checkpointed ones (each keeps its last
+        checkpoint for the next attempt), and make every in-flight job visible again at once."""
         if self.stopping.is_set():
             return
         log.warning("spot interruption notice: releasing in-flight jobs")
         self.stopping.set()
-        handles = self.slots.handles()
+        handles = self.slots.handles()  # before the checkpointed jobs end and free their slots
+        if not self.attempts.stop_checkpointed(timeout=NOTICE_STOP_WAIT):
+            log.warning("a checkpointed job was still running %.0f s after the notice", NOTICE_STOP_WAIT)
         if handles:
             queues.change_visibility_batch(self.sqs, self.work_url, handles, 0)
         try:

@@ -11,7 +11,6 @@ import os
 import select
 import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -59,6 +58,12 @@ class PopenJob:
         return code
 
 
+class Cancel(Protocol):
+    """What ends a job early once set: a threading.Event, or several at once."""
+
+    def is_set(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class Ended:
     code: int
@@ -71,7 +76,7 @@ def supervise(
     *,
     time_limit: float | None,
     memory_limit_mb: int | None,
-    cancel: threading.Event | None = None,
+    cancel: Cancel | None = None,
 ) -> Ended:
     """Wait for the job; kill it (and everything it started) past its time or memory limit,
     or once `cancel` is set."""
