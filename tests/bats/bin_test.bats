@@ -60,3 +60,13 @@ fake_venv() {
   [ "$status" -ne 0 ]
   assert_equal "$(calls packer)" "$(printf 'version\nfmt -check -diff packer')"
 }
+
+@test "background --low runs its step, and what the step starts, at a lower CPU priority" {
+  # `nice` alone prints the niceness it runs at
+  run bash -c 'source "$1/bin/test"; background --low low nice; collect low; background plain nice; collect plain' x "$REPO_ROOT"
+  [ "$status" -eq 0 ]
+  local base
+  base=$(nice)
+  [ "$(grep -cx "$((base + 10))" <<<"$output")" -eq 1 ]
+  [ "$(grep -cx "$base" <<<"$output")" -eq 1 ]
+}

@@ -106,7 +106,9 @@ def finish(proc: Run, timeout: int = 400) -> tuple[int, str, str]:
         # What the run said before it hung is the clue: kill it, then fail with its words.
         proc.send_signal(signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
-        raise AssertionError(f"the run did not end within {timeout} s; it said:\n{out[-4000:]}\n{err[-4000:]}") from None
+        raise AssertionError(
+            f"the run did not end within {timeout} s; it said:\n{out[-4000:]}\n{err[-4000:]}"
+        ) from None
     return proc.returncode, " ".join(out.split()), err
 
 

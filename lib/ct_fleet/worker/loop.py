@@ -127,8 +127,7 @@ class Worker:
                     log.info("job %s epoch %s: dropped at the end of the run", job.sample_id, job.epoch)
                     return
                 if attempt.error_class == "cancelled" and self.attempts.notice.is_set():
-                    # Released at the notice: the next attempt resumes from its last checkpoint.
-                    log.info("job %s epoch %s: stopped at the spot notice", job.sample_id, job.epoch)
+                    log.info("job %s: stopped at the spot notice, to resume from its checkpoint", job.job_id)
                     return
                 if attempt.outcome in ("success", "sample_error"):
                     if not store.upload_result(self.s3, self.settings.bucket, job.result_key, out):
@@ -170,15 +169,11 @@ class Worker:
 
     # -- background duties -------------------------------------------------------------
     def _keeper(self) -> Keeper:
-        def rebalance() -> None:
-            if not self.draining.is_set():
-                self._drain()
-
         duties: list[Duty] = [
             FleetDoneWatch(lambda: self._marker(stop.is_done, DONE_MARKER), self.end_of_run),
             VisibilityKeeper(self.sqs, self.work_url, self.settings.visibility_timeout, self.slots.handles),
             Heartbeats(self.heartbeat, self.settings.heartbeat_interval),
-            NoticeWatch(self.metadata, self._release_all, rebalance),
+            NoticeWatch(self.metadata, self._release_all, self._drain),
         ]
         return Keeper(duties, self.stopping)
 
@@ -212,6 +207,8 @@ class Worker:
     def _drain(self) -> None:
         """Rebalance recommendation: take no new jobs, finish the running ones, then leave;
         the controller launches a replacement on the heartbeat that says so."""
+        if self.draining.is_set():
+            return
         log.warning("rebalance recommendation: taking no new jobs; leaving when the running ones end")
         self.draining.set()
         self.slots.freed.set()
