@@ -115,34 +115,6 @@ def test_hard_timeouts_terminate_the_fleet(tmp_path: Path, knobs: list[str], mes
     assert_nothing_running(runs)
 
 
-@pytest.mark.faults
-def test_ctrl_c_without_a_terminal_stops_the_fleet_and_keeps_results(tmp_path: Path):
-    runs = tmp_path / "runs"
-    # One job runs, the others wait at a gate that never opens: the run is still going
-    # when Ctrl-C comes, however slow the machine.
-    proc = start(
-        runs,
-        "--task-file",
-        "smoke",
-        "--epochs",
-        "2",
-        "--policy",
-        "tests.testkit.fault_policies:gated",
-        *FAST,
-        *LOCAL,
-        *ONE_WORKER,
-        CT_FAULT_FREE="1",
-        CT_FAULT_GATE=str(tmp_path / "gate"),
-    )
-    wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 1, timeout=300)
-    proc.send_signal(signal.SIGINT)
-    code, out, err = finish(proc)
-    assert code == 130, out + err
-    assert "stopped; finished results are kept in" in err
-    assert list(fleet_dir(runs).glob("jobs/*.evaljob"))
-    assert_nothing_running(runs)
-
-
 def _results_put(run_dir: Path) -> set[str]:
     """Job ids whose result the embedded S3 accepted (its request log, runs/<fleet>/moto.log)."""
     log = run_dir / "moto.log"
@@ -300,7 +272,11 @@ def test_sigterm_while_the_task_is_probed_leaves_no_probe_and_no_temp_dir(tmp_pa
 
 
 @pytest.mark.faults
-def test_a_terminated_local_fleet_leaves_nothing_in_tmpdir(tmp_path: Path, short_tmpdir: Path):
+def test_ctrl_c_without_a_terminal_stops_the_fleet_keeps_results_and_leaves_no_temp_dir(
+    tmp_path: Path, short_tmpdir: Path
+):
+    """SIGINT with no terminal to ask on (SIGTERM takes the same path: test_interrupts.py)
+    while one job is done and the others wait at a gate that never opens."""
     runs, gate = tmp_path / "runs", tmp_path / "gate"
     proc = _gated_smoke(runs, gate, TMPDIR=str(short_tmpdir))
     wait_for(lambda: len(list(runs.glob("*/jobs/*.evaljob"))) >= 1, timeout=300)
@@ -308,8 +284,10 @@ def test_a_terminated_local_fleet_leaves_nothing_in_tmpdir(tmp_path: Path, short
     # and the warm runner (its socket directory, in TMPDIR): they exist now.
     wait_for(lambda: [*runs.rglob(".*.inspect"), *short_tmpdir.rglob(".*.inspect")], timeout=120)
     assert list(short_tmpdir.rglob("ct-warm-*"))
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGINT)
     code, out, err = finish(proc, timeout=120)
     assert code == 130, out + err
+    assert "stopped; finished results are kept in" in err
+    assert list(fleet_dir(runs).glob("jobs/*.evaljob"))
     assert_nothing_running(runs)
     assert sorted(p.name for p in short_tmpdir.iterdir()) == []

@@ -58,7 +58,7 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
         "--task-file",
         "smoke",
         "--epochs",
-        "3",
+        "2",
         "--policy",
         "tests.testkit.fault_policies:slow",
         "--ec2-arg",
@@ -85,7 +85,7 @@ def test_workers_killed_mid_job_lose_nothing(tmp_path: Path):
     assert code == 0, out + err
     assert kills >= 2
     pairs = merged_pairs(runs)
-    assert len(pairs) == 12 and len(set(pairs)) == 12
+    assert len(pairs) == 8 and len(set(pairs)) == 8
     assert stat(out, "redeliveries") >= 1
     assert_nothing_running(runs)
 
