@@ -14,13 +14,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...evallog import Expected, problem, read_header, sample_error
 from ...protocol import DoneMessage, Resumed, WorkMessage, decode_reports, mask, result_key, run_layout
 from ...protocol.budget import RATE_LIMITED
 from ...services import queues, store
-from ..reporting import UsageTotals, last_line, record_attempt
+from ..reporting import MODEL_PRICES, UsageTotals, last_line, price_table, record_attempt
 from . import job_images, phases
 from .context import RunContext
 from .local_results import LocalResults, expected_result
@@ -41,6 +42,7 @@ class ResultCollector:
         *,
         send_again: Callable[[str], None],
         on_heartbeat: Callable[[DoneMessage], bool],
+        model_prices: Path = MODEL_PRICES,
     ) -> None:
         spec, run_dir = ctx.spec, ctx.run_dir
         self.sqs, self.s3 = ctx.client("sqs"), ctx.client("s3")
@@ -54,7 +56,7 @@ class ResultCollector:
         self.warn = ctx.warn
         self.send_again = send_again
         self.on_heartbeat = on_heartbeat
-        self.usage = UsageTotals()
+        self.usage = UsageTotals(table=price_table(model_prices))  # the run's table (CT_FLEET_MODEL_PRICES)
         self.local = LocalResults(run_dir, self.expected)
         self.downloads = ThreadPoolExecutor(max_workers=8)
         self.in_flight: dict[str, Future[bool | None]] = {}

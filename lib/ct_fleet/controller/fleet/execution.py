@@ -188,6 +188,7 @@ def _fleet_run(
         warn=hooks.warn,
         leave_running_on_interrupt=hooks.leave_running_on_interrupt,
         capacity=fit,
+        model_prices=model_prices(planned.environ),
     )
 
 

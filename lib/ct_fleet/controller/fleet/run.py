@@ -20,7 +20,7 @@ from ...protocol import FleetEnv, Manifest, run_layout
 from ...protocol.user_data import render_user_data
 from ...services import queues, stop, store
 from ..planning import Capacity, FleetSpec, Job, record_durations
-from ..reporting import Progress, RunResult, dead_jobs, missing_jobs
+from ..reporting import MODEL_PRICES, Progress, RunResult, dead_jobs, missing_jobs
 from . import checkpoint_mirror, liveness, merging, phases
 from .collector import ResultCollector, totals
 from .context import RunContext
@@ -51,6 +51,7 @@ class FleetRun:
         warn: Callable[[str], None] = print,
         leave_running_on_interrupt: Callable[[], bool] = lambda: False,
         capacity: Capacity,
+        model_prices: Path = MODEL_PRICES,
     ) -> None:
         self.ctx = RunContext.of(cloud, spec, run_dir, secrets or {}, warn)
         self.cloud, self.spec, self.cfg, self.run_dir = cloud, spec, spec.config, run_dir
@@ -66,7 +67,11 @@ class FleetRun:
         self.q: queues.FleetQueues | None = None
         self.pool = WorkerPool(self.ctx, launched_by=launched_by, account=account, capacity=capacity)
         self.results = ResultCollector(
-            self.ctx, self.state, send_again=self._send_again, on_heartbeat=self.pool.on_heartbeat
+            self.ctx,
+            self.state,
+            send_again=self._send_again,
+            on_heartbeat=self.pool.on_heartbeat,
+            model_prices=model_prices,
         )
         self.merge = merging.FleetMerge(self.manifest, run_dir)  # the live merges' and the end's
         self.mirror = checkpoint_mirror.for_fleet(cloud, self.manifest, self.cfg.bucket, run_dir)

@@ -21,7 +21,7 @@ from .status import (
 )
 from .summary import SCHEMA_VERSION, RunSummary, interrupted_summary, run_summary
 from .timeline import keep_boot_logs, record_attempt, record_phase, record_worker
-from .usage import UsageTotals, model_prices, total_tokens
+from .usage import MODEL_PRICES, UsageTotals, model_prices, price_table, total_tokens
 
 __all__ = [
     "FleetRow",
@@ -33,6 +33,7 @@ __all__ = [
     "RunResult",
     "RunSummary",
     "SCHEMA_VERSION",
+    "MODEL_PRICES",
     "UsageTotals",
     "checked_fleet_id",
     "build_report",
@@ -64,6 +65,7 @@ __all__ = [
     "run_summary",
     "s3_status",
     "model_prices",
+    "price_table",
     "total_tokens",
     "write_report",
 ]
