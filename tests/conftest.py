@@ -37,6 +37,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # child starts with Python's usual KeyboardInterrupt.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Inspect's bash tool runs `bash --login`, and on a machine whose profile runs pyenv's
+    # init every such shell runs `pyenv rehash`, which takes a lock file. The fault tests
+    # SIGKILL jobs with their shells: one killed mid-rehash leaves the lock, and every login
+    # shell after it waited 60 s for it (a whole suite ran 2 minutes longer, model tests
+    # timed out). A second is enough to give up on a lock nobody holds.
+    os.environ.setdefault("PYENV_REHASH_TIMEOUT", "1")
 
 
 def _recorded_seconds() -> dict[str, float]:
