@@ -7,16 +7,15 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-import boto3
 import pytest
 
-from ct_fleet.cloud.moto_server import credentials
 from testkit.fleet import (
     FAST,
     LOCAL,
     ONE_WORKER,
     assert_nothing_running,
     ec2_account,
+    embedded_client,
     finish,
     fleet_instances,
     fleet_secrets_left,
@@ -27,17 +26,6 @@ from testkit.fleet import (
 )
 
 SLOW = ["--policy", "tests.testkit.fault_policies:slow"]
-
-
-def embedded_client(run_dir: Path, service: str):
-    port = (run_dir / "moto.port").read_text().strip()
-    return boto3.client(
-        service,
-        endpoint_url=f"http://127.0.0.1:{port}",
-        region_name="us-east-1",
-        aws_access_key_id=credentials(run_dir / "moto.log")[0],
-        aws_secret_access_key=credentials(run_dir / "moto.log")[1],
-    )
 
 
 @pytest.mark.faults

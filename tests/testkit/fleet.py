@@ -482,10 +482,11 @@ def model_stub(where: Path, key: str, *options: str) -> Iterator[dict[str, objec
 def embedded_client(run_dir: Path, service: str):
     """A client of the embedded cloud a local fleet runs on (its moto server's port is in run_dir)."""
     port = (run_dir / "moto.port").read_text().strip()
+    key, secret = credentials(run_dir / "moto.log")
     return boto3.client(
         service,
         endpoint_url=f"http://127.0.0.1:{port}",
         region_name="us-east-1",
-        aws_access_key_id=credentials(run_dir / "moto.log")[0],
-        aws_secret_access_key=credentials(run_dir / "moto.log")[1],
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
     )
