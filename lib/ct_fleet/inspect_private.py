@@ -20,7 +20,8 @@ public name). What each group is for:
   cloud's copy of the checkpoints on disk is taken and put back in it
   (controller/fleet/checkpoint_mirror.py); where Inspect stages a log's checkpoints bound for
   S3 (restic repositories and their password), which it never deletes: the job does
-  (worker/checkpoints.py).
+  (worker/checkpoints.py); the earlier attempts' time a resumed sample's checkpoint
+  restored, which the log does not hold (worker/job_hook.py).
 
 An upgrade that moves a name breaks here: tests/dropin/test_inspect_private.py resolves each
 import below and names the one that moved, tests/results/test_merge.py's parity tests check the
@@ -59,6 +60,7 @@ from inspect_ai._util.file import filesystem
 from inspect_ai._util.generate_config_args import config_from_locals
 from inspect_ai._util.json import to_json_safe
 from inspect_ai._util.registry import registry_info, registry_params
+from inspect_ai._util.working import sample_timing as _sample_timing
 from inspect_ai._util.zipfile import _MultiFrameZstdCompressObj, zipfile_compress_kwargs
 from inspect_ai.approval._policy import ApprovalPolicyConfig
 from inspect_ai.log._headline import headline_metric_ref, resolve_headline_metric
@@ -116,6 +118,7 @@ __all__ = [
     "restic_cache_path",
     "resolve_scorers_info",
     "sample_buffer_dir",
+    "sample_prior_time",
     "slice_dataset",
     "task_run_dir",
     "to_json_safe",
@@ -132,6 +135,15 @@ def sample_buffer_dir(log_dir: Path) -> Path:
     log directory, named by a hash of its URI, under Inspect's data dir)."""
     location = filesystem(str(log_dir)).path_as_uri(str(log_dir / "log.eval"))
     return resolve_db_dir() / location_dir_and_file(location)[0]
+
+
+def sample_prior_time() -> tuple[float, float] | None:
+    """In a sample: the wall and working seconds of its earlier attempts that the checkpoint
+    it resumed from restored; None when it did not resume (or there is no sample)."""
+    timing = _sample_timing()
+    if timing is None or timing.prior_wall <= 0:
+        return None
+    return timing.prior_wall, timing.prior_working
 
 
 def checkpoint_config(data: dict[str, Any]) -> Any:

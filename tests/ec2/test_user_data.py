@@ -2,10 +2,12 @@
 and the environment variables that feed them) reaches the worker byte-exact, and nothing
 else runs.
 
-Each case launches an instance in moto with the real rendered user-data, and the embedded
-cloud's LocalInstanceRunner runs it as it runs every local worker: the boot kit's
+Each boot test launches one instance in moto with the real rendered user-data, and the
+embedded cloud's LocalInstanceRunner runs it as it runs every local worker: the boot kit's
 bootstrap fetches a code artifact from moto whose job loop only records its environment.
-The payloads would each create a canary file if any of them reached a shell as code.
+The payloads would each create a canary file if any of them reached a shell as code; one
+boot carries them all, several to a field, and any field whose quoting failed would also
+arrive changed or stop the boot.
 """
 
 from __future__ import annotations
@@ -169,12 +171,26 @@ def sourced(fleet_env_file: Path, names: list[str]) -> dict[str, bytes]:
     return dict(zip(names, out.split(b"\0")[:-1], strict=True))
 
 
-def hostile(payload: str, canary: Path, names: list[str], base: FleetEnv) -> FleetEnv:
-    """base with payload in each named field, prefixed by the field's name (no two alike).
+# Payloads per field: with four fields or more, one boot carries every payload.
+PER_FIELD = 3
+
+
+def payloads_for(index: int, canary: Path) -> str:
+    """The payloads of the field at INDEX: PER_FIELD of them one after another, the next
+    field starting where this one ends (each field writes them in its own order)."""
+    texts = list(PAYLOADS.values())
+    start = index * PER_FIELD
+    chosen = [texts[(start + k) % len(texts)] for k in range(PER_FIELD)]
+    return "".join(chosen).replace(CANARY, str(canary))
+
+
+def hostile(canary: Path, names: list[str], base: FleetEnv) -> FleetEnv:
+    """base with payloads in each named field, prefixed by the field's name (no two alike).
     Knobs get theirs unchecked: the transport is under test, not the knobs' rules."""
-    text = payload.replace(CANARY, str(canary))
-    own = {name: f"{name}:{text}" for name in names if name not in KNOB_OF}
-    knob_values = {KNOB_OF[name]: f"{name}:{text}" for name in names if name in KNOB_OF}
+    assert len(names) * PER_FIELD >= len(PAYLOADS), "too few fields to carry every payload"
+    values = {name: f"{name}:{payloads_for(i, canary)}" for i, name in enumerate(names)}
+    own = {name: value for name, value in values.items() if name not in KNOB_OF}
+    knob_values = {KNOB_OF[name]: value for name, value in values.items() if name in KNOB_OF}
     return replace(base, knobs=replace(base.knobs, **knob_values), **own)
 
 
@@ -204,14 +220,15 @@ def test_every_string_setting_is_covered() -> None:
     assert others <= {int, bool, int | None, bool | None}, others
 
 
-@pytest.mark.parametrize("payload", list(PAYLOADS.values()), ids=list(PAYLOADS))
 def test_hostile_settings_reach_the_job_loop_exactly(
-    payload: str, fleet: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fleet: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One boot: every payload, each in several fields and each field with several."""
     canary = tmp_path / "CANARY"
     base = FleetEnv(FLEET_ID="f", knobs=_knobs(bucket=fleet["bucket"]), CODE_SHA=fleet["sha"])
-    env = hostile(payload, canary, WORKER_FIELDS, base)
-    env = replace(env, **from_environment(payload, canary, monkeypatch))
+    env = hostile(canary, WORKER_FIELDS, base)
+    for payload in PAYLOADS.values():
+        env = replace(env, **from_environment(payload, canary, monkeypatch))
 
     status, home, log = boot(fleet, env)
 
@@ -227,13 +244,11 @@ def test_hostile_settings_reach_the_job_loop_exactly(
     assert "bootstrap finished" in log
 
 
-@pytest.mark.parametrize("payload", list(PAYLOADS.values()), ids=list(PAYLOADS))
-def test_hostile_boot_settings_arrive_exactly_and_stop_the_boot(
-    payload: str, fleet: dict[str, Any], tmp_path: Path
-) -> None:
+def test_hostile_boot_settings_arrive_exactly_and_stop_the_boot(fleet: dict[str, Any], tmp_path: Path) -> None:
+    """One boot: the four boot fields carry every payload between them."""
     canary = tmp_path / "CANARY"
     base = FleetEnv(FLEET_ID="f", knobs=_knobs(bucket=fleet["bucket"]), CODE_SHA=fleet["sha"])
-    env = hostile(payload, canary, sorted(BOOT_FIELDS), base)
+    env = hostile(canary, sorted(BOOT_FIELDS), base)
 
     status, home, log = boot(fleet, env)
 

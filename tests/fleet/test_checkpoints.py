@@ -309,12 +309,20 @@ def test_a_sample_resumes_after_a_lost_worker_and_after_a_power_cut(tmp_path: Pa
     # every attempt (the log's stats count only the last).
     saved = sum(1 for e in sample.events[: sample.events.index(resumes[-1])] if e.event == "model")
     assert saved >= kept and redone <= (STEPS + 1) - saved + 1, (saved, redone)
-    assert f"resumed from checkpoints: 1 sample(s), {saved} model call(s) not made again" in out, out
+    assert f"resumed from checkpoints: 1 sample(s), {saved} model call(s) and " in out, out
+    # Its time counts every attempt, as its usage does (Inspect's retry writes the last
+    # attempt's alone): Inspect's own clock, each event's working_start, climbs across
+    # attempts, and the sample's working time reaches it.
+    clock = max(e.working_start for e in sample.events[sample.events.index(resumes[-1]) :])
+    assert sample.working_time is not None and sample.total_time is not None
+    assert clock <= sample.working_time <= sample.total_time, (clock, sample.working_time, sample.total_time)
     assert stat(out, "model usage:") == sum(u.total_tokens for u in sample.model_usage.values()), out
     # The run report says so too, with what the checkpoints cost as Inspect's events say it.
     figures = json.loads((run_dir / "report.json").read_text())["checkpoints"]
     taken = [e for e in sample.events if e.event == "checkpoint"]
     assert (figures["samples_resumed"], figures["model_calls_saved"]) == (1, saved), figures
+    assert 0 < figures["seconds_saved"] < sample.total_time, figures
+    assert f"{figures['seconds_saved']:.1f} s of sample time not spent again" in out, out
     assert (figures["samples_checkpointed"], figures["checkpoints"]) == (1, len(taken)), figures
     assert figures["seconds"] > 0 and figures["bytes_added"] == sum(e.size_bytes for e in taken), figures
     assert "<h2>Checkpoints</h2>" in (run_dir / "report.html").read_text()

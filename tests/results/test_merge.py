@@ -31,7 +31,7 @@ from inspect_ai.log import (
 )
 
 from ct_fleet.evallog import zipio as evalzip  # also teaches zipfile to read zstd entries
-from ct_fleet.evallog.relabel import relabel_epoch
+from ct_fleet.evallog.relabel import add_prior_time, relabel_epoch
 from ct_fleet.merge import MergedTask, Merger, merge_dir, merge_eval_logs
 from ct_fleet.merge.spool import Spool
 
@@ -548,6 +548,29 @@ def rewrite_header(path: Path, edit) -> None:
                 data = json.dumps(header).encode()
             dst.writestr(name, data)
     tmp.replace(path)
+
+
+def test_a_resumed_samples_earlier_attempts_time_is_added_to_its_sample_and_summary(logs: Logs, tmp_path: Path) -> None:
+    path = tmp_path / "job.eval"
+    shutil.copyfile(logs.jobs[(2, 1)], path)
+    header_before = raw_bytes(path, "header.json")
+    original = read_eval_log(str(logs.jobs[(2, 1)])).samples[0]
+    assert original.total_time is not None and original.working_time is not None
+
+    add_prior_time(path, 12.5, 10.25)
+    (sample,) = read_eval_log(str(path)).samples
+    assert sample.total_time == round(original.total_time + 12.5, 3)
+    assert sample.working_time == round(original.working_time + 10.25, 3)
+    (summary,) = read_eval_log_sample_summaries(str(path))
+    assert (summary.total_time, summary.working_time) == (sample.total_time, sample.working_time)
+    assert sample.model_dump(exclude={"total_time", "working_time"}) == original.model_dump(
+        exclude={"total_time", "working_time"}
+    )
+    assert raw_bytes(path, "header.json") == header_before
+    relabel_epoch(path, 2)  # the worker relabels after it: the times stay
+    (sample,) = read_eval_log(str(path)).samples
+    assert (sample.epoch, sample.total_time) == (2, round(original.total_time + 12.5, 3))
+    assert [p.name for p in tmp_path.iterdir()] == ["job.eval"]
 
 
 def test_stats_and_invalidated_are_merged(logs: Logs, tmp_path: Path) -> None:

@@ -319,7 +319,8 @@ def _report(result: RunResult, console: Console) -> None:
     if result.samples_resumed:
         console.print(
             f"resumed from checkpoints: {result.samples_resumed} sample(s), "
-            f"{result.model_calls_saved} model call(s) not made again",
+            f"{result.model_calls_saved} model call(s) and {result.sample_seconds_saved:.1f} s of sample time "
+            "not spent again",
             highlight=False,
         )
     if result.fewer_workers:

@@ -10,7 +10,16 @@ Only `header` is imported here: `zipio`, `reader` and `relabel` load inspect_ai'
 costs the import of inspect_ai itself.
 """
 
-from .header import is_finished, read_header, sample_error
+from .header import is_finished, read_header, read_model_usage, sample_error
 from .verify import Expected, digest, is_readable, problem
 
-__all__ = ["Expected", "digest", "is_finished", "is_readable", "problem", "read_header", "sample_error"]
+__all__ = [
+    "Expected",
+    "digest",
+    "is_finished",
+    "is_readable",
+    "problem",
+    "read_header",
+    "read_model_usage",
+    "sample_error",
+]

@@ -125,11 +125,12 @@ class Held:
 class Resumed:
     """A done report's extra["resume"]: its sample resumed from an earlier attempt's
     checkpoint (worker/checkpoints.py). calls_restored: model calls the checkpoint held
-    (not made again); calls: this attempt's; model_usage: the sample's over every attempt."""
+    (not made again); seconds_restored: the sample's earlier attempts' wall time it held
+    (not spent again); calls: this attempt's."""
 
     calls_restored: int = 0
+    seconds_restored: float = 0.0
     calls: int = 0
-    model_usage: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, report: DoneMessage) -> Resumed | None:

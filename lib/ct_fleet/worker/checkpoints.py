@@ -263,11 +263,11 @@ def _resume_sidecar(out: Path) -> Path:
     return out.with_name(out.name + ".resume.json")
 
 
-def record_resume(log: Any, out: Path) -> None:
+def record_resume(log: Any, out: Path, restored: tuple[float, float] | None) -> None:
     """What resuming saved, beside OUT for the done report: the model calls the sample's
     checkpoint restored (its transcript's model events before the resume event: not made
-    again), the calls this attempt made, and the sample's usage over every attempt (the
-    log's stats count only this attempt's)."""
+    again) and its earlier attempts' seconds (RESTORED: wall, working; not spent again),
+    and the calls this attempt made."""
     sample = (log.samples or [None])[0]
     if sample is None:
         return
@@ -275,9 +275,12 @@ def record_resume(log: Any, out: Path) -> None:
     if not resumes:
         return
     models = [i for i, e in enumerate(sample.events) if e.event == "model"]
-    restored = sum(1 for i in models if i < resumes[-1])
-    usage = {name: u.model_dump(exclude_none=True) for name, u in (sample.model_usage or {}).items()}
-    data = {"calls_restored": restored, "calls": len(models) - restored, "model_usage": usage}
+    calls = sum(1 for i in models if i < resumes[-1])
+    data = {
+        "calls_restored": calls,
+        "seconds_restored": round(restored[0], 3) if restored else 0.0,
+        "calls": len(models) - calls,
+    }
     _resume_sidecar(out).write_text(json.dumps(data))
 
 

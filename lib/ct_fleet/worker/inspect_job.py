@@ -133,7 +133,7 @@ def run_inspect_job(
     from inspect_ai import eval as inspect_eval
     from inspect_ai import eval_retry
 
-    from ..evallog.relabel import relabel_epoch
+    from ..evallog.relabel import add_prior_time, relabel_epoch
     from ..inspect_options import eval_kwargs
     from . import job_hook
 
@@ -194,8 +194,11 @@ def run_inspect_job(
             raise RuntimeError("inspect eval wrote no log")
         path = Path(logs[0].location)
         _record_images(logs[0], out)  # before the move: the log reads its samples from its file
+        restored = job_hook.prior_time()
         if prior is not None:
-            checkpoint_store.record_resume(logs[0], out)
+            checkpoint_store.record_resume(logs[0], out, restored)
+            if restored is not None:
+                add_prior_time(path, *restored)
         if plan is not None:
             checkpoint_store.record_cost(logs[0], out)
         relabel_epoch(path, job.epoch)

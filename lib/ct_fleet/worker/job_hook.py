@@ -1,5 +1,6 @@
-"""Inspect's hooks in a job process: the model budget's tokens (worker/budget.py) and the
-rate-limit retries the job made (pressure.py).
+"""Inspect's hooks in a job process: the model budget's tokens (worker/budget.py), the
+rate-limit retries the job made (pressure.py), and a resumed sample's earlier attempts'
+time (what its checkpoint restored: the log holds only the last attempt's).
 
 With a budget, the worker serves tokens on a Unix socket whose path its work directory
 names (budget.SOCKET, a link to a short path: socket paths are limited to ~100 bytes).
@@ -96,6 +97,9 @@ class _Tokens:
 
 TOKENS = _Tokens()
 
+# The sample's earlier attempts' (wall, working) seconds, when it resumed from a checkpoint.
+_prior_time: tuple[float, float] | None = None
+
 
 class _SdkRetries(logging.Handler):
     """Retries inside a provider's own client fire no Inspect hook: the OpenAI and
@@ -152,11 +156,17 @@ class JobHooks(Hooks):
         await TOKENS.release()
 
     async def on_sample_end(self, data: SampleEnd) -> None:
+        global _prior_time
+        from ..inspect_private import sample_prior_time
+
         await TOKENS.release()
+        _prior_time = sample_prior_time()  # the sample's own clock: this runs in its context
 
 
 def start(out: Path) -> None:
     """A job begins: its tokens' connection (a forked job inherits its server's state)."""
+    global _prior_time
+    _prior_time = None
     _SDK_RETRIES.install()
     TOKENS.open(out)
 
@@ -165,3 +175,9 @@ def finish(out: Path) -> None:
     if TOKENS.rate_limited:
         sidecar(out).write_text(str(TOKENS.rate_limited))
     TOKENS.close()
+
+
+def prior_time() -> tuple[float, float] | None:
+    """The job's sample's earlier attempts' (wall, working) seconds, restored from the
+    checkpoint it resumed from; None when it did not resume."""
+    return _prior_time

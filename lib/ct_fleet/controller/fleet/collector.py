@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...evallog import Expected, problem, read_header, sample_error
+from ...evallog import Expected, problem, read_header, read_model_usage, sample_error
 from ...protocol import DoneMessage, Resumed, WorkMessage, decode_reports, mask, result_key, run_layout
 from ...protocol.budget import RATE_LIMITED
 from ...services import queues, store
@@ -270,12 +270,9 @@ class ResultCollector:
         self.downloads.shutdown(wait=True, cancel_futures=True)
 
     def _count_usage(self, job_id: str) -> None:
-        resumed = self.resumed.get(job_id)
-        if resumed is not None:  # the log's stats count only its last attempt; the sample's, all
-            self.usage.add(job_id, resumed.model_usage)
-            return
-        header = read_header(run_layout.job_log(self.run_dir, job_id)) or {}
-        self.usage.add(job_id, (header.get("stats") or {}).get("model_usage") or {})
+        # the sample's usage over every attempt (a resumed one's earlier attempts included,
+        # where the log's stats count the last): a rerun counts an earlier run's results so too
+        self.usage.add(job_id, read_model_usage(run_layout.job_log(self.run_dir, job_id)))
 
 
 def totals(results: ResultCollector) -> dict[str, Any]:
@@ -286,4 +283,5 @@ def totals(results: ResultCollector) -> dict[str, Any]:
         "unpriced_models": sorted(results.usage.unpriced),
         "samples_resumed": len(results.resumed),
         "model_calls_saved": sum(r.calls_restored for r in results.resumed.values()),
+        "sample_seconds_saved": round(sum(r.seconds_restored for r in results.resumed.values()), 3),
     }

@@ -278,7 +278,7 @@ def _checkpoints(report: RunReport) -> str:
     return (
         "<h2>Checkpoints</h2>"
         f"<p>{c.samples_resumed} sample(s) resumed from a checkpoint of a lost attempt: "
-        f"{c.model_calls_saved} model call(s) not made again. "
+        f"{c.model_calls_saved} model call(s) and {c.seconds_saved:.1f} s of sample time not spent again. "
         f"{c.samples_checkpointed} sample(s) committed {c.checkpoints} checkpoint(s): "
         f"{c.seconds:.1f} s of the agents' time{each}, {c.bytes_added:,} bytes added to their repositories "
         "(the copy to S3 not included).</p>"

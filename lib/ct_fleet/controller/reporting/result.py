@@ -29,6 +29,7 @@ class RunResult:
     duplicates: int = 0  # reports dropped because the job already had its outcome
     samples_resumed: int = 0  # results whose sample resumed from a checkpoint of a lost attempt
     model_calls_saved: int = 0  # model calls their checkpoints held (not made again)
+    sample_seconds_saved: float = 0.0  # the samples' time their checkpoints held (not spent again)
     dropped_messages: int = 0  # done-queue messages that were not reports of this fleet
     stopped_reason: str | None = None
     fewer_workers: str | None = None  # why fewer workers ran than wanted (quota, capacity, throttling)

@@ -51,6 +51,9 @@ class RunSummary(BaseModel):
         int, Field(description="samples that resumed from a checkpoint of an attempt that was lost (--checkpoint)")
     ] = 0
     model_calls_saved: Annotated[int, Field(description="model calls those checkpoints held: not made again")] = 0
+    sample_seconds_saved: Annotated[
+        float, Field(description="those samples' earlier attempts' time their checkpoints held: not spent again")
+    ] = 0.0
     workers_launched: int = 0
     fewer_workers: Annotated[
         str | None, Field(description="why fewer workers ran than wanted (quota, capacity, throttling), if they did")
@@ -90,6 +93,7 @@ def run_summary(result: RunResult) -> RunSummary:
         attempts=result.attempts,
         samples_resumed=result.samples_resumed,
         model_calls_saved=result.model_calls_saved,
+        sample_seconds_saved=result.sample_seconds_saved,
         workers_launched=result.workers_launched,
         fewer_workers=result.fewer_workers,
         elapsed_seconds=round(result.elapsed, 3),

@@ -54,12 +54,13 @@ def record_attempt(run_dir: Path, report: DoneMessage, job: Job) -> None:
 
 
 def _checkpoints(report: DoneMessage) -> dict[str, Any]:
-    """What the report says of the sample's checkpoints: the model calls its resume did not
-    make again, and what its checkpoints cost (count, seconds, bytes)."""
+    """What the report says of the sample's checkpoints: the model calls and seconds its
+    resume did not make and spend again, and what its checkpoints cost (count, seconds, bytes)."""
     out: dict[str, Any] = {}
     resumed = Resumed.of(report)
     if resumed is not None:
         out["calls_restored"] = resumed.calls_restored
+        out["seconds_restored"] = resumed.seconds_restored
     cost = report.extra.get("checkpoints")
     if isinstance(cost, dict):
         out["checkpoints"] = {k: cost[k] for k in ("count", "seconds", "bytes") if isinstance(cost.get(k), int | float)}

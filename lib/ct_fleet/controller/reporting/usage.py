@@ -1,7 +1,8 @@
 """Tokens and model cost of a fleet so far, from its results' model usage.
 
-Every finished result carries Inspect's per-model usage in its header (stats.model_usage):
-tokens, and total_cost where Inspect has pricing for the model. A model Inspect cannot
+Every finished result carries Inspect's per-model usage in its sample's summary (over
+every attempt of a resumed sample, where the header's stats count the last one): tokens,
+and total_cost where Inspect has pricing for the model. A model Inspect cannot
 price is priced from the repo's table (model_prices.json, USD per million tokens); one
 in neither is counted in tokens and left out of the cost (and said so).
 """
