@@ -16,8 +16,8 @@ committed, the second resumes in a new container. Three runs:
   --checkpoint, undisturbed   what a checkpoint costs with a sandbox: Inspect's events
   --checkpoint, killed        the resume: the last `cat steps.txt` must read every step
 
-Not a test (bench/README.md): a checkpoint of a sandbox takes seconds here, so the
-scenario costs about a minute; tests/fleet/test_checkpoints.py covers the host side.
+The drill measures; tests/fleet/test_checkpoints.py checks the file comes back (one short
+killed-and-resumed attempt, not the three runs the figures need).
 
     .venv/bin/python bench/checkpoint_sandbox_drill.py               # 6 steps, killed after 3 checkpoints
     .venv/bin/python bench/checkpoint_sandbox_drill.py --steps 10 --kill-after 5

@@ -146,10 +146,14 @@ def _calls(stub) -> int:
     return sum(1 for line in log.read_text().splitlines() if json.loads(line)["status"] == 200) if log.exists() else 0
 
 
-def _job_process(where: Path, job: WorkMessage, out: Path, s3, stub, path: str | None = None) -> subprocess.Popen:
-    """The job as a worker runs it: its own process, from a code root of its own."""
+def _job_process(
+    where: Path, job: WorkMessage, out: Path, s3, stub, path: str | None = None, files: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """The job as a worker runs it: its own process, from a code root of its own (AGENT as
+    agent.py, unless FILES says what the code root holds)."""
     where.mkdir(parents=True, exist_ok=True)
-    (where / "agent.py").write_text(AGENT)
+    for name, text in (files or {"agent.py": AGENT}).items():
+        (where / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(
         AWS_ENDPOINT_URL=s3["endpoint"],
@@ -174,7 +178,7 @@ def _job_process(where: Path, job: WorkMessage, out: Path, s3, stub, path: str |
         )
 
 
-def _job(job_id: str, pause: float = 0.5, n: int = STEPS) -> WorkMessage:
+def _job(job_id: str, pause: float = 0.5, n: int = STEPS, config: dict | None = None) -> WorkMessage:
     return WorkMessage(
         fleet_id="ckpt",
         job_id=job_id,
@@ -186,7 +190,7 @@ def _job(job_id: str, pause: float = 0.5, n: int = STEPS) -> WorkMessage:
         code_sha="x",
         result_key=f"ckpt/{job_id}.eval",
         time_limit=None,
-        inspect_options={"checkpoint": {"checkpoint_file": CONFIG}},
+        inspect_options={"checkpoint": {"checkpoint_file": config or CONFIG}},
     )
 
 
@@ -388,6 +392,64 @@ def test_a_checkpoint_that_cannot_be_resumed_starts_the_sample_fresh(tmp_path: P
     assert list((tmp_path / "w2").rglob("restic-config.json")) == [], "its staging was left"
     left = keys()
     assert started not in left and not any(k.startswith(started.removesuffix(".eval")) for k in left), left
+
+
+DOCKER_AGENT = AGENT.replace('sandbox="local"', 'sandbox=("docker", "compose.yaml")')
+COMPOSE = """services:
+  default:
+    image: "{image}"
+    pull_policy: never
+    init: true
+    network_mode: none
+    working_dir: /root
+    command: ["tail", "-f", "/dev/null"]
+    stop_grace_period: 1s
+    labels:
+      ct-fleet.test: "{label}"
+"""
+
+
+def test_a_file_the_agent_wrote_in_its_docker_sandbox_is_back_after_the_resume(
+    tmp_path: Path, stub, s3, docker_images: list[str]
+) -> None:
+    """A Docker sandbox is captured with the sample (its default user's home, Inspect's
+    default): the agent appends `step K` to steps.txt in /root at each step, its job is
+    killed once a checkpoint is committed, and the attempt that resumes it, in a new
+    container from another directory, reads every step back with its last `cat`."""
+    client, bucket = s3["client"], s3["bucket"]
+    label = uuid.uuid4().hex
+    files = {"agent.py": DOCKER_AGENT, "compose.yaml": COMPOSE.format(image=docker_images[0], label=label)}
+    job = _job("docker", pause=0.0, n=3, config={"trigger": {"type": "turn", "every": 1}})
+    prefix = f"{job.fleet_id}/checkpoints/{job.job_id}/"
+
+    def containers() -> list[str]:
+        filter_ = f"label=ct-fleet.test={label}"
+        return subprocess.run(
+            ["docker", "ps", "-aq", "--filter", filter_], capture_output=True, text=True
+        ).stdout.split()
+
+    try:
+        first = _job_process(tmp_path / "w1", job, tmp_path / "out1.eval", s3, stub, files=files)
+        committed = lambda: [k for k in store_keys(client, bucket, prefix) if "/ckpt-" in k]  # noqa: E731
+        wait_for(lambda: committed() or first.poll() is not None, timeout=200)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        assert committed(), (tmp_path / "w1" / "stderr").read_text()[-3000:]
+        killed = containers()  # the killed attempt's: nobody removed it
+        second = _job_process(tmp_path / "w2", job, tmp_path / "out2.eval", s3, stub, files=files)
+        assert second.wait(timeout=300) == 0, (tmp_path / "w2" / "stderr").read_text()[-3000:]
+        # The resume ran in a container of its own, which Inspect removed when it ended.
+        assert len(killed) == 1 and containers() == killed, (killed, containers())
+    finally:
+        if containers():
+            subprocess.run(["docker", "rm", "-f", *containers()], capture_output=True, check=False)
+    log = read_eval_log(str(tmp_path / "out2.eval"))
+    assert log.status == "success" and log.samples
+    sample = log.samples[0]
+    assert any(checkpoints.is_resume_event(e) for e in sample.events), "the sample started fresh"
+    assert sample.output.completion.split() == ["step", "1", "step", "2"], sample.output.completion
+    boxes = [e for e in sample.events if e.event == "checkpoint" and getattr(e, "sandboxes", None)]
+    assert boxes, "no checkpoint captured the sandbox"
 
 
 def test_a_local_sandbox_is_not_captured_unless_the_config_says_what_to_capture() -> None:
