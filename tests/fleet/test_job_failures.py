@@ -1,8 +1,9 @@
 """A job that fails for a reason no retry can fix is reported at once, with its own error text.
 
-The task loads on the controller (preflight passes) but its jobs cannot import a module
-on the workers: each job fails once, is not retried into the dead-letter queue, and the
-run exits non-zero naming the job's own error, as does `run-job`.
+Tasks that load on the controller (preflight passes) but not on the workers: each job
+fails once, is not retried into the dead-letter queue, and the run exits non-zero naming
+the jobs' own errors, as does `run-job`. A sandbox that cannot build is fatal too, and a
+compose image that cannot be made is refused before launch.
 """
 
 from __future__ import annotations
@@ -34,32 +35,9 @@ def ct_fleet(runs: Path, *args: str, **extra_env: str) -> subprocess.CompletedPr
     return run_cli(args, env={**env_for(runs, **extra_env), "COLUMNS": "200"}, timeout=600)
 
 
-@pytest.mark.e2e
-def test_fatal_job_failure_is_final_after_one_attempt(tmp_path: Path):
-    project = tmp_path / "laptop"
-    project.mkdir()
-    (project / "needs.py").write_text(TASK)
-    runs = tmp_path / "runs"
-    proc = ct_fleet(runs, "eval", f"{project / 'needs.py'}@needs_laptop", *FAST)
-    out = " ".join(proc.stdout.split())
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert stat(out, "attempts") == 2 and stat(out, "redeliveries") == 0  # one attempt per job
-    assert "jobs without a result" in proc.stdout and "fatal" in proc.stdout
-    assert "No module named 'package_only_on_my_laptop'" in proc.stdout  # the job's own words
-    assert "failed, not retried (fatal)" in proc.stderr  # said as it happened
-    assert "2 job(s) failed without a result (fatal)" in proc.stderr
-    rerun = re.search(r"bin/ct-fleet run-job (\w+) (\w+)", proc.stdout)
-    assert rerun
-    again = run_cli(["run-job", rerun.group(1), rerun.group(2)], env=env_for(runs), timeout=300)
-    assert again.returncode == 1, again.stdout + again.stderr
-    assert "No module named 'package_only_on_my_laptop'" in again.stderr
-
-
 # A task that loads on the controller and raises on a worker, with an error whose text
 # marks nothing as fatal: the runner's exit status does (worker/failures.py).
-WORKER_ONLY_FAILURES = {
-    "raises": (
-        """
+RAISES = """
 import os
 
 from inspect_ai import Task, task
@@ -71,32 +49,40 @@ def broken():
     if os.environ.get("CODE_ROOT"):  # on a worker
         raise RuntimeError("the lab's config is only on my laptop")
     return Task(dataset=MemoryDataset([Sample(id=i, input="x") for i in (1, 2)], name="broken"))
-""",
-        "RuntimeError: the lab's config is only on my laptop",
-    ),
-}
+"""
+MISSING = "No module named 'package_only_on_my_laptop'"
+RAISED = "RuntimeError: the lab's config is only on my laptop"
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("case", sorted(WORKER_ONLY_FAILURES))
-def test_a_task_that_fails_to_load_on_workers_is_fatal_and_says_why(tmp_path: Path, case: str):
-    source, words = WORKER_ONLY_FAILURES[case]
-    project = tmp_path / "lab"
-    project.mkdir()
-    (project / "lab.py").write_text(source)
+def test_tasks_that_fail_to_load_on_workers_are_fatal_after_one_attempt_and_say_why(tmp_path: Path):
+    """One run of two tasks, two jobs each: one imports a module only the laptop has, the
+    other raises an error whose text marks nothing as fatal."""
+    laptop, lab = tmp_path / "laptop", tmp_path / "lab"
+    laptop.mkdir()
+    lab.mkdir()
+    (laptop / "needs.py").write_text(TASK)
+    (lab / "lab.py").write_text(RAISES)
     runs = tmp_path / "runs"
-    proc = ct_fleet(runs, "eval", f"{project / 'lab.py'}@broken", *FAST)
+    proc = ct_fleet(runs, "eval", f"{laptop / 'needs.py'}@needs_laptop", f"{lab / 'lab.py'}@broken", *FAST)
     out = " ".join(proc.stdout.split())
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert stat(out, "attempts") == 2 and stat(out, "redeliveries") == 0  # one attempt per job, not retried
+    assert stat(out, "attempts") == 4 and stat(out, "redeliveries") == 0  # one attempt per job, not retried
     assert "workers keep dying" not in proc.stderr
+    assert "failed, not retried (fatal)" in proc.stderr  # said as it happened
     progress = [line for line in proc.stdout.splitlines() if line.startswith("progress:")]
-    assert any("failed: " in line and "fatal: " in line and words in line for line in progress), progress  # live
-    table = proc.stdout[proc.stdout.index("jobs without a result") :]
-    assert "fatal" in table and words in " ".join(table.split())  # the final table
+    assert any("failed: " in line and "fatal: " in line for line in progress), progress  # live
+    table = " ".join(proc.stdout[proc.stdout.index("jobs without a result") :].split())
+    assert "fatal" in table and MISSING in table and RAISED in table  # the final table, the jobs' own words
     ending = proc.stderr[proc.stderr.index("not a complete, successful run") :]
-    assert "2 job(s) failed without a result (fatal)" in ending
-    assert re.search(rf"2 x fatal: .*{re.escape(words)}", ending), ending  # the exit message, grouped
+    assert "4 job(s) failed without a result (fatal)" in ending
+    for words in (MISSING, RAISED):
+        assert re.search(rf"2 x fatal: .*{re.escape(words)}", ending), ending  # the exit message, grouped
+    rerun = re.search(r"bin/ct-fleet run-job (\w+) (\w+)", proc.stdout)
+    assert rerun
+    again = run_cli(["run-job", rerun.group(1), rerun.group(2)], env=env_for(runs), timeout=300)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert MISSING in again.stderr or RAISED in again.stderr, again.stderr[-3000:]
 
 
 UNBUILDABLE = """
