@@ -37,6 +37,7 @@ from .manifest import MANIFEST_SCHEMA, BadManifest, Manifest, ManifestJob, Manif
 from .masking import mask
 from .messages import (
     LOST,
+    LOST_USAGE,
     SCHEMA,
     BadMessage,
     DoneMessage,
@@ -46,10 +47,12 @@ from .messages import (
     WorkMessage,
     decode_reports,
     encode_reports,
+    lost_usage,
 )
 
 __all__ = [
     "LOST",
+    "LOST_USAGE",
     "MANIFEST_SCHEMA",
     "QUEUE_ROLES",
     "SCHEMA",
@@ -75,6 +78,7 @@ __all__ = [
     "fleet_of_queue",
     "lease_key",
     "log_key",
+    "lost_usage",
     "logs_prefix",
     "manifest_key",
     "mask",

@@ -146,6 +146,26 @@ class Resumed:
 
 # Error class of an attempt the controller ends for a worker it saw gone (fleet/lost.py).
 LOST = "lost"
+# Done report extra: the model usage, by model, that an attempt without a result paid for
+# (worker/spent.py): counted in the run's tokens and model cost.
+LOST_USAGE = "lost_usage"
+
+
+def lost_usage(report: DoneMessage) -> dict[str, dict[str, float]]:
+    """The model usage a report says its attempt paid for without a result: numbers only,
+    by model; {} when it has none (or a malformed one)."""
+    data = report.extra.get(LOST_USAGE)
+    out: dict[str, dict[str, float]] = {}
+    for model, usage in data.items() if isinstance(data, dict) else ():
+        if isinstance(model, str) and isinstance(usage, dict):
+            numbers = {
+                k: v
+                for k, v in usage.items()
+                if isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+            }
+            if numbers:
+                out[model] = numbers
+    return out
 
 
 @dataclass(frozen=True)

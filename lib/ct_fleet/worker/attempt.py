@@ -20,10 +20,10 @@ from typing import Any
 from ..connections import one_connection
 from ..evallog import problem, read_header, sample_error
 from ..evallog.masking import mask_secrets
-from ..protocol import DoneMessage, WorkMessage
+from ..protocol import LOST_USAGE, DoneMessage, WorkMessage
 from ..protocol.budget import RATE_LIMITED
 from ..sandbox import cleanup, digests
-from . import checkpoints, failures, pressure
+from . import checkpoints, failures, pressure, spent
 from .inspect_job import command_env, extra_root, finish_command_output
 from .settings import WorkerSettings
 from .supervise import ATTEMPT_VAR, Cancel, JobProcess, PopenJob, supervise, sweep_attempt
@@ -92,6 +92,15 @@ class JobAttempts:
         self.budgeted = False
 
     def run(self, job: WorkMessage, out: Path) -> Attempt:
+        """Run one attempt of JOB (its output at OUT) to its end. One that ends without a
+        result reports the model usage it paid for (spent.py); a result's log counts its own."""
+        attempt = self._run(job, out)
+        lost = spent.pop(out)
+        if lost and attempt.outcome not in ("success", "sample_error"):
+            attempt.extra = {**attempt.extra, LOST_USAGE: lost}
+        return attempt
+
+    def _run(self, job: WorkMessage, out: Path) -> Attempt:
         attempt = Attempt(outcome="success")
         token = uuid.uuid4().hex
         # The job's identity is in the environment for command templates and for

@@ -1,6 +1,7 @@
 """Inspect's hooks in a job process: the model budget's tokens (worker/budget.py), the
-rate-limit retries the job made (pressure.py), and a resumed sample's earlier attempts'
-time (what its checkpoint restored: the log holds only the last attempt's).
+rate-limit retries the job made (pressure.py), the usage no result may carry (spent.py),
+and a resumed sample's earlier attempts' time (what its checkpoint restored: the log
+holds only the last attempt's).
 
 With a budget, the worker serves tokens on a Unix socket whose path its work directory
 names (budget.SOCKET, a link to a short path: socket paths are limited to ~100 bytes).
@@ -23,8 +24,9 @@ import socket
 from pathlib import Path
 
 import anyio
-from inspect_ai.hooks import BeforeModelGenerate, Hooks, ModelRetry, ModelUsageData, SampleEnd, hooks
+from inspect_ai.hooks import BeforeModelGenerate, Hooks, ModelRetry, ModelUsageData, SampleEnd, SampleEvent, hooks
 
+from . import spent
 from .budget import SOCKET
 from .pressure import sidecar
 
@@ -101,6 +103,35 @@ TOKENS = _Tokens()
 _prior_time: tuple[float, float] | None = None
 
 
+class _Spent:
+    """The usage of the calls made since the sample's last committed checkpoint (all of
+    them without checkpoints), kept beside the job's output after each call (spent.py)."""
+
+    def __init__(self) -> None:
+        self.out: Path | None = None
+        self.usage: dict[str, dict[str, int | float]] = {}
+
+    def start(self, out: Path) -> None:
+        self.out, self.usage = out, {}
+        spent.write(out, {})
+
+    def add(self, model: str, usage: dict[str, int | float | None]) -> None:
+        into = self.usage.setdefault(model, {})
+        for key, value in usage.items():
+            if isinstance(value, int | float):
+                into[key] = into.get(key, 0) + value
+        if self.out is not None:
+            spent.write(self.out, self.usage)
+
+    def checkpointed(self) -> None:
+        self.usage = {}
+        if self.out is not None:
+            spent.write(self.out, {})
+
+
+SPENT = _Spent()
+
+
 class _SdkRetries(logging.Handler):
     """Retries inside a provider's own client fire no Inspect hook: the OpenAI and
     Anthropic SDKs retry a 429 (or a 408, 409, 5xx) themselves, saying so in their
@@ -144,6 +175,7 @@ class JobHooks(Hooks):
         await TOKENS.acquire(data.model_name)
 
     async def on_model_usage(self, data: ModelUsageData) -> None:
+        SPENT.add(data.model_name, data.usage.model_dump())
         # `retries`: the HTTP retries Inspect saw its provider's client make, those the
         # SDK's log said included (other providers' clients log none)
         for _ in range(data.retries - _SDK_RETRIES.said):
@@ -154,6 +186,10 @@ class JobHooks(Hooks):
         if _rate_limited(data):
             TOKENS.limited(data.model_name)
         await TOKENS.release()
+
+    async def on_sample_event(self, data: SampleEvent) -> None:
+        if data.event.event == "checkpoint":  # committed: a resume restores what came before
+            SPENT.checkpointed()
 
     async def on_sample_end(self, data: SampleEnd) -> None:
         global _prior_time
@@ -169,6 +205,7 @@ def start(out: Path) -> None:
     _prior_time = None
     _SDK_RETRIES.install()
     TOKENS.open(out)
+    SPENT.start(out)
 
 
 def finish(out: Path) -> None:

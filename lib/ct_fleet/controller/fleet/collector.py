@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...evallog import Expected, problem, read_header, read_model_usage, sample_error
-from ...protocol import DoneMessage, Resumed, WorkMessage, decode_reports, mask, result_key, run_layout
+from ...protocol import DoneMessage, Resumed, WorkMessage, decode_reports, lost_usage, mask, result_key, run_layout
 from ...protocol.budget import RATE_LIMITED
 from ...services import queues, store
 from ..reporting import MODEL_PRICES, UsageTotals, last_line, price_table, record_attempt
@@ -139,6 +139,9 @@ class ResultCollector:
         if job is not None:
             job_images.record(self.run_dir, msg, job.sample_id, job.epoch)
             record_attempt(self.run_dir, msg, job)
+        if job is not None and msg.outcome not in ("success", "sample_error") and (lost := lost_usage(msg)):
+            # an attempt without a result: what it paid for counts (no log will)
+            self.usage.add(f"{job.job_id}@{msg.instance_id}@{msg.received_at}@{msg.receive_count}", lost)
         fetch = self.state.on_report(msg)
         if fetch is not None and (resumed := Resumed.of(msg)) is not None:
             self.resumed[fetch] = resumed
