@@ -1,13 +1,16 @@
 """What an attempt without a result paid for reaches its done report (worker/spent.py):
 the job's Inspect hook keeps the usage of the calls made since the sample's last
 committed checkpoint beside the job's output; the attempt reads it into its report when
-no result will count those calls, and drops it when a result does."""
+no result will count those calls, and drops it when a result does; the worker's heartbeats
+carry it, for the report of an attempt whose whole worker was lost."""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
+import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -16,10 +19,12 @@ from inspect_ai.hooks import ModelUsageData, SampleEvent
 from inspect_ai.model import ModelUsage
 from pydantic import TypeAdapter
 
-from ct_fleet.protocol import LOST_USAGE, DoneMessage, WorkMessage, lost_usage
+from ct_fleet.controller.fleet.lost import LostWorkers
+from ct_fleet.protocol import LOST_USAGE, DoneMessage, WorkMessage, decode_reports, encode_reports, lost_usage
 from ct_fleet.worker import job_hook, spent
 from ct_fleet.worker.attempt import JobAttempts
 from ct_fleet.worker.settings import WorkerSettings
+from ct_fleet.worker.slots import UNREAD, Slots, job_output
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKPOINT = {
@@ -116,3 +121,31 @@ def test_lost_usage_takes_numbers_by_model_and_nothing_else() -> None:
     }
     for junk in (None, "x", [1], {"m": "x"}, {1: {"total_tokens": 5}}, {"m": {"total_tokens": "5"}}):
         assert lost_usage(report(junk)) == {}, junk
+
+
+def test_a_heartbeat_carries_what_each_running_job_has_spent_and_a_lost_attempt_counts_it(
+    aws_client, tmp_path: Path
+) -> None:
+    """The whole worker lost: its last heartbeat said what each job had spent since its
+    last checkpoint, and the report of the lost attempt carries it."""
+    usage = {"openai/a": {"input_tokens": 30, "output_tokens": 3, "total_tokens": 33}}
+    slots = Slots()
+    slots.take("h-unread", UNREAD, 1.0, 1)
+    slots.take("h-1", "j1", 1.0, 1)
+    spent.write(job_output(tmp_path, "j1"), usage)
+    holding = slots.holding(tmp_path)
+    assert list(holding) == ["j1"] and holding["j1"].spent == usage
+    beat = DoneMessage(type="heartbeat", fleet_id="f", instance_id="i-1", worker_id="w", holding=holding)
+    (decoded,), bad = decode_reports(encode_reports([beat])[0])
+    assert not bad and decoded.holding["j1"].spent == usage  # it survives the wire
+
+    sqs = aws_client("sqs")
+    url = sqs.create_queue(QueueName=f"spent-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="job j1")
+    (message,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=600)["Messages"]
+    held = replace(decoded.holding["j1"], receipt_handle=message["ReceiptHandle"])
+    lost = LostWorkers("f")
+    lost.on_heartbeat(replace(decoded, holding={"j1": held}))
+    (report,) = lost.release(sqs, url, ["i-1"], pending=lambda job_id: True)
+    assert (report.outcome, report.error_class) == ("retry", "lost")
+    assert lost_usage(report) == usage

@@ -114,11 +114,14 @@ class WorkMessage:
 class Held:
     """A job a worker is running, as its heartbeat tells it: the receipt handle of its work
     message (only the receiver's handle can change a message's visibility), so that the
-    controller can put the job back on the queue at once when the worker is lost."""
+    controller can put the job back on the queue at once when the worker is lost, and the
+    model usage the attempt has paid for since its last checkpoint (worker/spent.py), which
+    the lost attempt's report then carries."""
 
     receipt_handle: str
     receive_count: int = 1
     received_at: float = 0.0
+    spent: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

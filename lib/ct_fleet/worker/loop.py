@@ -43,7 +43,7 @@ from .duties import Duty, FleetDoneWatch, Heartbeats, Keeper, NoticeWatch, Visib
 from .metadata import Metadata
 from .reporter import Reporter
 from .settings import WorkerSettings
-from .slots import Slots
+from .slots import Slots, job_output
 from .warm import WarmRunner
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class Worker:
 
     # -- reporting ---------------------------------------------------------------------
     def heartbeat(self, **extra: Any) -> None:
-        in_flight, holding = self.slots.busy(), self.slots.holding()
+        in_flight, holding = self.slots.busy(), self.slots.holding(self.settings.work_dir)
         queues.send_batch(
             self.sqs,
             self.done_url,
@@ -116,7 +116,7 @@ class Worker:
             self._drop_malformed(handle, str(exc))
             return
         self.slots.take(handle, job.job_id, received_at, receive_count)
-        out = self.settings.work_dir / f"{job.job_id}.eval"
+        out = job_output(self.settings.work_dir, job.job_id)
         try:
             if store.exists(self.s3, self.settings.bucket, job.result_key):
                 attempt = Attempt("skipped_duplicate")

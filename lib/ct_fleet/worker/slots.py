@@ -9,10 +9,17 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..protocol import Held
+from . import spent
 
 UNREAD = "?"  # a slot taken for a message not read yet
+
+
+def job_output(work_dir: Path, job_id: str) -> Path:
+    """Where an attempt of the job writes its log (and its sidecars beside it)."""
+    return work_dir / f"{job_id}.eval"
 
 
 @dataclass
@@ -53,14 +60,15 @@ class Slots:
         with self.lock:
             return [f.receipt_handle for f in self.in_flight.values()]
 
-    def holding(self) -> dict[str, Held]:
-        """The jobs read so far, for the heartbeat: the controller releases them if this worker is lost."""
+    def holding(self, work_dir: Path) -> dict[str, Held]:
+        """The jobs read so far, for the heartbeat: the controller releases them if this
+        worker is lost, and counts what each had spent (their outputs are in WORK_DIR)."""
         with self.lock:
-            return {
-                f.job_id: Held(f.receipt_handle, f.receive_count, f.received_at)
-                for f in self.in_flight.values()
-                if f.job_id != UNREAD
-            }
+            read = [f for f in self.in_flight.values() if f.job_id != UNREAD]
+        return {
+            f.job_id: Held(f.receipt_handle, f.receive_count, f.received_at, spent.peek(job_output(work_dir, f.job_id)))
+            for f in read
+        }
 
     def wait(self, timeout: float) -> None:
         """Until a slot frees, or timeout seconds."""

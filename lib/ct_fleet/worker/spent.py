@@ -6,7 +6,8 @@ committed checkpoint empties it: what came before is in the checkpoint, and a re
 sample's usage restores it. An attempt that ends with a result drops the file (its log
 counts the calls); one that ends without (its process killed, a crash, a retry) reads it
 into its done report, so the run's tokens and model cost count the calls it paid for.
-When the whole worker is lost, nobody reads it: that part is not counted.
+The worker's heartbeats carry each running job's so far (protocol.Held): when the whole
+worker is lost, the lost attempt's report counts what its last heartbeat said.
 """
 
 from __future__ import annotations
@@ -32,12 +33,17 @@ def write(out: Path, usage: dict[str, dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def peek(out: Path) -> dict[str, dict[str, Any]]:
+    """The usage a running job keeps beside OUT so far ({} when none, or when it does not read)."""
+    try:
+        data = json.loads(sidecar(out).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def pop(out: Path) -> dict[str, dict[str, Any]]:
     """The usage a job left beside OUT ({} when none, or when it does not read), the file removed."""
-    path = sidecar(out)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {}
-    path.unlink(missing_ok=True)
-    return data if isinstance(data, dict) else {}
+    data = peek(out)
+    sidecar(out).unlink(missing_ok=True)
+    return data

@@ -10,7 +10,9 @@ worker takes the job, and a --checkpoint job resumes from its last checkpoint th
 
 The lost attempt is then reported as a "retry" of error class "lost" through the same
 path as a worker's own reports: it is counted with the run's attempts, shown with the
-failed attempts, and the next attempt counts as a redelivery. A handle that no longer
+failed attempts, and the next attempt counts as a redelivery. Its model usage since its
+last checkpoint, as the worker's last heartbeat said it (worker/spent.py), counts in the
+run's tokens and cost. A handle that no longer
 works (the job ended, or another worker received it since) releases nothing.
 """
 
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
-from ...protocol import LOST, DoneMessage, Held
+from ...protocol import LOST, LOST_USAGE, DoneMessage, Held
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -73,6 +75,8 @@ class LostWorkers:
                         error_class=LOST,
                         error=f"worker {instance} was lost while it ran the job: put back on the queue at once",
                         sent_at=now,
+                        # what the attempt had paid for, as the worker's last heartbeat said
+                        extra={LOST_USAGE: held.spent} if held.spent else {},
                     )
                 )
         return reports
