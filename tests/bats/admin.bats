@@ -29,11 +29,6 @@ dry() {
   AWS_ENDPOINT_URL=http://127.0.0.1:9 run --separate-stderr "$OPS/$1" --dry-run "${@:2}"
 }
 
-# json_equal FILE JSON: same document (key order and whitespace aside).
-json_equal() {
-  python -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])) != json.loads(sys.argv[2]))' "$1" "$2"
-}
-
 @test "every admin script has --help and rejects unknown options with status 2" {
   local script
   for script in create-infra grant-sso-access grant-key-access propagate-policy; do
@@ -131,17 +126,18 @@ EOF
 @test "create-infra creates bucket, role with inline policy and EC2 trust, and the instance profile" {
   run "$OPS/create-infra"
   [ "$status" -eq 0 ] || { echo "$output"; false; }
-  awsm s3api head-bucket --bucket lb-fleet-results-migrated
-  run awsm iam get-role --role-name linuxbench-worker --query 'Role.AssumeRolePolicyDocument.Statement[0].Principal.Service' --output text
-  [ "$output" = "ec2.amazonaws.com" ]
-  awsm iam get-role-policy --role-name linuxbench-worker --policy-name linuxbench-fleet-worker \
-    --query PolicyDocument --output json >"$BATS_TEST_TMPDIR/put.json"
-  json_equal "$BATS_TEST_TMPDIR/put.json" "$(cat "$WORKER_POLICY")"
-  run awsm iam get-instance-profile --instance-profile-name linuxbench-worker --query 'InstanceProfile.Roles[].RoleName' --output text
-  [ "$output" = "linuxbench-worker" ]
-  run awsm s3api get-public-access-block --bucket lb-fleet-results-migrated \
-    --query 'PublicAccessBlockConfiguration.BlockPublicPolicy' --output text
-  [ "$output" = "True" ]
+  awspy '
+iam, bucket, role = aws("iam"), "lb-fleet-results-migrated", "linuxbench-worker"
+aws("s3").head_bucket(Bucket=bucket)
+trust = iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]
+assert trust["Statement"][0]["Principal"]["Service"] == "ec2.amazonaws.com", trust
+put = iam.get_role_policy(RoleName=role, PolicyName="linuxbench-fleet-worker")["PolicyDocument"]
+assert same_json(put, open(args[0]).read()), put
+profile = iam.get_instance_profile(InstanceProfileName=role)["InstanceProfile"]
+assert [r["RoleName"] for r in profile["Roles"]] == [role], profile
+block = aws("s3").get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
+assert block["BlockPublicPolicy"] is True, block
+' "$WORKER_POLICY"
 
   # a rerun keeps everything and succeeds
   run "$OPS/create-infra"
@@ -152,55 +148,56 @@ EOF
 }
 
 @test "propagate-policy with 5 versions deletes the oldest non-default and makes the new one default" {
-  local arn="arn:aws:iam::$MOTO_ACCOUNT:policy/linuxbench-fleet-access" v versions
-  awsm iam create-policy --policy-name linuxbench-fleet-access --policy-document "file://$WORKER_POLICY" >/dev/null
-  for v in 2 3 4 5; do
-    awsm iam create-policy-version --policy-arn "$arn" --policy-document "file://$WORKER_POLICY" >/dev/null
-  done
-  # v2 is the default: the oldest NON-default version is v1
-  awsm iam set-default-policy-version --policy-arn "$arn" --version-id v2
-  local instance
-  instance=$(awsm sso-admin list-instances --query 'Instances[0].InstanceArn' --output text)
-  awsm sso-admin create-permission-set --instance-arn "$instance" --name LinuxbenchFleet >/dev/null
+  local arn="arn:aws:iam::$MOTO_ACCOUNT:policy/linuxbench-fleet-access"
+  # v1 to v5, v2 the default: the oldest NON-default version is v1
+  awspy '
+iam, arn, doc = aws("iam"), args[0], open(args[1]).read()
+iam.create_policy(PolicyName="linuxbench-fleet-access", PolicyDocument=doc)
+for _ in range(4):
+    iam.create_policy_version(PolicyArn=arn, PolicyDocument=doc)
+iam.set_default_policy_version(PolicyArn=arn, VersionId="v2")
+instance = aws("sso-admin").list_instances()["Instances"][0]["InstanceArn"]
+aws("sso-admin").create_permission_set(InstanceArn=instance, Name="LinuxbenchFleet")
+' "$arn" "$WORKER_POLICY"
 
   run "$OPS/propagate-policy"
   [ "$status" -eq 0 ] || { echo "$output"; false; }
   assert_contains "$output" "deleting the oldest non-default, v1"
 
-  versions=$(awsm iam list-policy-versions --policy-arn "$arn" --query 'Versions[].VersionId' --output text | tr '\t' '\n' | sort -V | xargs)
-  assert_equal "$versions" "v2 v3 v4 v5 v6"
-  run awsm iam get-policy --policy-arn "$arn" --query Policy.DefaultVersionId --output text
-  [ "$output" = "v6" ]
-  awsm iam get-policy-version --policy-arn "$arn" --version-id v6 --query PolicyVersion.Document --output json >"$BATS_TEST_TMPDIR/v6.json"
-  json_equal "$BATS_TEST_TMPDIR/v6.json" "$(cat "$OPERATOR_POLICY")"
-
-  local ps
-  ps=$(awsm sso-admin list-permission-sets --instance-arn "$instance" --query 'PermissionSets[0]' --output text)
-  awsm sso-admin get-inline-policy-for-permission-set --instance-arn "$instance" --permission-set-arn "$ps" \
-    --query InlinePolicy --output text >"$BATS_TEST_TMPDIR/inline.json"
-  json_equal "$BATS_TEST_TMPDIR/inline.json" "$(cat "$OPERATOR_POLICY")"
+  # v6, the operator policy, is the new default, in the permission set's inline policy too
+  awspy '
+iam, sso, arn, doc = aws("iam"), aws("sso-admin"), args[0], open(args[1]).read()
+versions = sorted(v["VersionId"] for v in iam.list_policy_versions(PolicyArn=arn)["Versions"])
+assert versions == ["v2", "v3", "v4", "v5", "v6"], versions
+assert iam.get_policy(PolicyArn=arn)["Policy"]["DefaultVersionId"] == "v6"
+assert same_json(iam.get_policy_version(PolicyArn=arn, VersionId="v6")["PolicyVersion"]["Document"], doc)
+instance = sso.list_instances()["Instances"][0]["InstanceArn"]
+(ps,) = sso.list_permission_sets(InstanceArn=instance)["PermissionSets"]
+inline = sso.get_inline_policy_for_permission_set(InstanceArn=instance, PermissionSetArn=ps)["InlinePolicy"]
+assert same_json(inline, doc), inline
+' "$arn" "$OPERATOR_POLICY"
 
   # a second propagation rotates again: now v2 is the oldest non-default
   run "$OPS/propagate-policy" --no-sso
   [ "$status" -eq 0 ] || { echo "$output"; false; }
   assert_contains "$output" "deleting the oldest non-default, v2"
-  versions=$(awsm iam list-policy-versions --policy-arn "$arn" --query 'Versions[].VersionId' --output text | tr '\t' '\n' | sort -V | xargs)
-  assert_equal "$versions" "v3 v4 v5 v6 v7"
+  run awspy 'out(" ".join(sorted(v["VersionId"] for v in aws("iam").list_policy_versions(PolicyArn=args[0])["Versions"])))' "$arn"
+  assert_equal "$output" "v3 v4 v5 v6 v7"
 }
 
 @test "propagate-policy below 5 versions deletes nothing; a missing policy is created" {
   local arn="arn:aws:iam::$MOTO_ACCOUNT:policy/bats-few-versions"
-  awsm iam create-policy --policy-name bats-few-versions --policy-document "file://$WORKER_POLICY" >/dev/null
+  awspy 'aws("iam").create_policy(PolicyName="bats-few-versions", PolicyDocument=open(args[0]).read())' "$WORKER_POLICY"
   run "$OPS/propagate-policy" --no-sso --policy-name bats-few-versions
   [ "$status" -eq 0 ] || { echo "$output"; false; }
   refute_contains "$output" "delete-policy-version"
-  run awsm iam get-policy --policy-arn "$arn" --query Policy.DefaultVersionId --output text
+  run awspy 'out(aws("iam").get_policy(PolicyArn=args[0])["Policy"]["DefaultVersionId"])' "$arn"
   [ "$output" = "v2" ]
 
   run "$OPS/propagate-policy" --no-sso --policy-name bats-new-policy
   [ "$status" -eq 0 ] || { echo "$output"; false; }
   assert_contains "$output" "iam create-policy --policy-name bats-new-policy"
-  awsm iam get-policy --policy-arn "arn:aws:iam::$MOTO_ACCOUNT:policy/bats-new-policy" >/dev/null
+  awspy 'aws("iam").get_policy(PolicyArn=args[0])' "arn:aws:iam::$MOTO_ACCOUNT:policy/bats-new-policy"
 }
 
 @test "grant-key-access creates the user, attaches the managed policy and prints a key pair" {
@@ -208,12 +205,14 @@ EOF
   [ "$status" -eq 0 ] || { echo "$output $stderr"; false; }
   assert_contains "$output" "AWS_ACCESS_KEY_ID="
   assert_contains "$output" "AWS_SECRET_ACCESS_KEY="
-  run awsm iam list-attached-user-policies --user-name dana --query 'AttachedPolicies[].PolicyName' --output text
-  [ "$output" = "bats-fleet-access" ]
-  # the managed policy was created from the operator policy
-  awsm iam get-policy-version --policy-arn "arn:aws:iam::$MOTO_ACCOUNT:policy/bats-fleet-access" --version-id v1 \
-    --query PolicyVersion.Document --output json >"$BATS_TEST_TMPDIR/p.json"
-  json_equal "$BATS_TEST_TMPDIR/p.json" "$(cat "$OPERATOR_POLICY")"
+  # the managed policy, attached, was created from the operator policy
+  awspy '
+iam = aws("iam")
+attached = iam.list_attached_user_policies(UserName="dana")["AttachedPolicies"]
+assert [p["PolicyName"] for p in attached] == ["bats-fleet-access"], attached
+document = iam.get_policy_version(PolicyArn=args[0], VersionId="v1")["PolicyVersion"]["Document"]
+assert same_json(document, open(args[1]).read()), document
+' "arn:aws:iam::$MOTO_ACCOUNT:policy/bats-fleet-access" "$OPERATOR_POLICY"
 
   # a second key is fine, a third is IAM's limit
   run "$OPS/grant-key-access" --policy-name bats-fleet-access dana
@@ -224,21 +223,29 @@ EOF
 }
 
 @test "grant-sso-access assigns an existing permission set to an Identity Center user" {
-  local instance store ps
-  instance=$(awsm sso-admin list-instances --query 'Instances[0].InstanceArn' --output text)
-  store=$(awsm sso-admin list-instances --query 'Instances[0].IdentityStoreId' --output text)
-  ps=$(awsm sso-admin list-permission-sets --instance-arn "$instance" --query 'PermissionSets[0]' --output text)
-  if [[ -z $ps || $ps == None ]]; then
-    ps=$(awsm sso-admin create-permission-set --instance-arn "$instance" --name LinuxbenchFleet \
-      --query PermissionSet.PermissionSetArn --output text)
-  fi
-  awsm identitystore create-user --identity-store-id "$store" --user-name erin --display-name Erin \
-    --name GivenName=Erin,FamilyName=Example >/dev/null
+  local instance ps
+  # the instance and its permission set (made here unless an earlier test made it), and a user
+  run awspy '
+sso = aws("sso-admin")
+(instance,) = sso.list_instances()["Instances"]
+arn = instance["InstanceArn"]
+sets = sso.list_permission_sets(InstanceArn=arn)["PermissionSets"]
+ps = sets[0] if sets else sso.create_permission_set(InstanceArn=arn, Name="LinuxbenchFleet")["PermissionSet"]["PermissionSetArn"]
+aws("identitystore").create_user(
+    IdentityStoreId=instance["IdentityStoreId"], UserName="erin", DisplayName="Erin",
+    Name={"GivenName": "Erin", "FamilyName": "Example"},
+)
+out(f"{arn} {ps}")
+'
+  [ "$status" -eq 0 ] || { echo "$output"; false; }
+  read -r instance ps <<<"$output"
 
   FLEET_ACCOUNT_ID=$FLEET_ACCOUNT run "$OPS/grant-sso-access" erin
   [ "$status" -eq 0 ] || { echo "$output"; false; }
-  run awsm sso-admin list-account-assignments --instance-arn "$instance" --account-id "$FLEET_ACCOUNT" \
-    --permission-set-arn "$ps" --query 'AccountAssignments[].PrincipalType' --output text
+  run awspy '
+assigned = aws("sso-admin").list_account_assignments(InstanceArn=args[0], AccountId=args[1], PermissionSetArn=args[2])
+out(" ".join(a["PrincipalType"] for a in assigned["AccountAssignments"]))
+' "$instance" "$FLEET_ACCOUNT" "$ps"
   [ "$output" = "USER" ]
 
   run "$OPS/grant-sso-access" --account-id "$FLEET_ACCOUNT" nobody-here

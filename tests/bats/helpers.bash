@@ -85,6 +85,11 @@ awsm() {
   aws --endpoint-url "$MOTO_URL" --region "$TEST_REGION" "$@"
 }
 
+# awspy CODE [ARG...]: set up or check moto state with many calls in one process (tests/bats/boto.py).
+awspy() {
+  TEST_REGION=$TEST_REGION python "$REPO_ROOT/tests/bats/boto.py" "$@"
+}
+
 make_bucket() {
   awsm s3 mb "s3://${1:-$TEST_BUCKET}" >/dev/null
 }
