@@ -10,6 +10,7 @@
 #   LB_VENV              the job loop's virtualenv (default $LB_ROOT/.venv)
 #   LB_VENV_PROVIDED     1: LB_VENV is ready as it is (a local instance shares the
 #                        controller's venv), install-deps.sh leaves it alone
+#   LB_CODE_CACHE        this machine's shared code artifacts (fetch-code.sh)
 #   LB_SITE_CACHE        this machine's shared installs of requirements (settings-pull.sh)
 #   LB_SHUTDOWN          the program that powers this instance off (default: shutdown,
 #                        through sudo when not root); locally a shim terminating it via EC2

@@ -26,6 +26,12 @@ def cache_dir(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("XDG_CACHE_HOME") or (Path(home) if home else Path.home()) / ".cache") / "ct-fleet"
 
 
+def code_artifacts_dir(environ: Mapping[str, str]) -> Path:
+    """Where local instances keep the code artifacts they fetched, one per code SHA, for
+    the next instance of this machine (worker/fetch-code.sh, LB_CODE_CACHE)."""
+    return cache_dir(environ) / "code"
+
+
 def sites_dir(environ: Mapping[str, str]) -> Path:
     """Where a fleet's requirements are installed once per machine, each set in a directory
     of its own: the controller's probe (controller/planning/overlay.py) and every local

@@ -71,3 +71,35 @@ setup() {
   refute_contains "$output" "unpacked code"
   [ ! -e "$LB_ROOT_DIR/.code-sha" ]
 }
+
+@test "fetch-code: local instances share one download per SHA through LB_CODE_CACHE" {
+  export LB_CODE_CACHE="$BATS_TEST_TMPDIR/code-cache"
+  upload_code "$SHA"
+  run "$WORKER_DIR/fetch-code.sh"
+  [ "$status" -eq 0 ]
+  refute_contains "$output" "from this machine's cache"
+  [ -f "$LB_CODE_CACHE/$SHA.tar.gz" ]
+  # Another instance of this machine, the artifact gone from S3: unpacked from the cache.
+  awsm s3 rm --only-show-errors "s3://$TEST_BUCKET/artifacts/$SHA.tar.gz"
+  export LB_HOME="$BATS_TEST_TMPDIR/second"
+  mkdir -p "$LB_HOME/etc/linuxbench"
+  cp "$FLEET_ENV" "$LB_HOME/etc/linuxbench/"
+  run "$WORKER_DIR/fetch-code.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "artifact $SHA from this machine's cache"
+  assert_equal "$(cat "$LB_HOME/opt/linuxbench/MARKER")" "code at $SHA"
+  assert_equal "$(cat "$LB_HOME/opt/linuxbench/.code-sha")" "$SHA"
+  # Nothing but the artifact is left in the cache.
+  assert_equal "$(ls -A "$LB_CODE_CACHE")" "$SHA.tar.gz"
+}
+
+@test "fetch-code: a cached artifact that does not unpack is dropped and S3's is fetched" {
+  export LB_CODE_CACHE="$BATS_TEST_TMPDIR/code-cache"
+  mkdir -p "$LB_CODE_CACHE"
+  printf 'not a gzip stream' >"$LB_CODE_CACHE/$SHA.tar.gz"
+  upload_code "$SHA"
+  run "$WORKER_DIR/fetch-code.sh"
+  [ "$status" -eq 0 ]
+  assert_equal "$(cat "$LB_ROOT_DIR/MARKER")" "code at $SHA"
+  tar -tzf "$LB_CODE_CACHE/$SHA.tar.gz" >/dev/null # the cache now holds S3's artifact
+}

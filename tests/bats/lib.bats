@@ -59,7 +59,7 @@ import sys
 from pathlib import Path
 sys.path.insert(0, f"{sys.argv[1]}/lib")
 from ct_fleet.cloud.local_instances import instance_env
-print("\n".join(sorted(instance_env(Path("/h"), "i-1", Path("/c")))))
+print("\n".join(sorted(instance_env(Path("/h"), "i-1", {"CT_FLEET_CACHE_DIR": "/c"}))))
 PY
 )
   assert_equal "$given" "$documented"

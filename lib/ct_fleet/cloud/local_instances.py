@@ -14,12 +14,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psutil
 
-from ..paths import sites_dir
+from ..paths import code_artifacts_dir, sites_dir
 from ..sandbox.cleanup import remove_sandboxes
 from .metadata_server import MetadataServer
 
@@ -40,19 +41,21 @@ GONE_FILE = "gone"
 
 
 def instance_env(
-    home: Path, instance_id: str, site_cache: Path, venv: str = sys.prefix, imds: str = ""
+    home: Path, instance_id: str, environ: Mapping[str, str], venv: str = sys.prefix, imds: str = ""
 ) -> dict[str, str]:
     """What a local instance is told instead of what EC2 provides (the instance's inputs,
     listed in worker/lib.sh): its own root directory, its id, its metadata endpoint (the
-    runner's loopback stand-in), the venv it shares with this controller, where this
-    machine's installs of a fleet's requirements are shared (with the controller's probe and
-    every other local instance), and how it powers itself off."""
+    runner's loopback stand-in), the venv it shares with this controller, the caches it
+    shares with every other local instance of this machine (code artifacts; installs of a
+    fleet's requirements, shared with the controller's probe too), and how it powers
+    itself off."""
     return {
         "LB_HOME": str(home),
         "INSTANCE_ID": instance_id,
         "LB_VENV": venv,
         "LB_VENV_PROVIDED": "1",
-        "LB_SITE_CACHE": str(site_cache),
+        "LB_CODE_CACHE": str(code_artifacts_dir(environ)),
+        "LB_SITE_CACHE": str(sites_dir(environ)),
         "LB_SHUTDOWN": str(SHIMS_DIR / "shutdown"),
         "CT_IMDS_ENDPOINT": imds,
     }
@@ -91,7 +94,7 @@ class LocalInstanceRunner:
             # The shim is also first on PATH: nothing a local instance runs can power off this machine.
             env = {
                 **self.env,
-                **instance_env(home, instance_id, sites_dir(self.env), imds=self.metadata.endpoint(instance_id)),
+                **instance_env(home, instance_id, self.env, imds=self.metadata.endpoint(instance_id)),
                 "PATH": f"{SHIMS_DIR}:{self.env['PATH']}",
                 "TMPDIR": tmp,
             }
