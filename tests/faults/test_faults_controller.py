@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ct_fleet.controller.planning.probe_process import FORKED_NAME, PROBE_MODULE
 from testkit.fleet import (
     FAST,
     LOCAL,
@@ -257,7 +258,7 @@ def test_sigterm_while_the_task_is_probed_leaves_no_probe_and_no_temp_dir(tmp_pa
 
     def probe() -> psutil.Process | None:
         children = psutil.Process(proc.pid).children(recursive=True)
-        return next((p for p in children if "ct_fleet.controller.planning.probe" in cmdline_of(p)), None)
+        return next((p for p in children if p.name() == FORKED_NAME or PROBE_MODULE in cmdline_of(p)), None)
 
     prober = wait_for(probe, timeout=120)
     assert any(short_tmpdir.glob("ct-fleet-shipped-*")), "the shipped tree is where the test looks for it"

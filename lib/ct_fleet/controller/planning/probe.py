@@ -2,8 +2,9 @@
 
     python -m ct_fleet.controller.planning.probe ANSWER.json < request.json
 
-Run by controller/tasks.py in a subprocess whose working directory is the shipped code
-image and whose sys.path is a worker's (the code's lib, examples/settings, the unpacked
+Run by controller/tasks.py in a process of its own (probe_process.py: forked from the
+controller on Linux, else this command), whose working directory is the shipped code image
+and whose sys.path is a worker's (the code's lib, examples/settings, the unpacked
 --extra-src trees), so a task that loads here loads on the workers; the user's code runs
 in that throwaway process, not in the controller.
 
@@ -117,9 +118,8 @@ def _why_no_tasks(spec: str) -> None:
             compile(file.read_bytes(), str(file), "exec")
 
 
-def main() -> int:
-    answer_path = Path(sys.argv[1])
-    request = json.load(sys.stdin)
+def answer_to(request: dict[str, Any], answer_path: Path) -> int:
+    """Probe, write the answer (or the one-line error) to ANSWER_PATH; 0, or 1 on an error."""
     code = 0
     try:
         answer = probe(request)
@@ -128,6 +128,10 @@ def main() -> int:
         answer, code = {"error": f"{type(exc).__name__}: {text[:400]}".rstrip(": ")}, 1
     answer_path.write_text(json.dumps(answer))
     return code
+
+
+def main() -> int:
+    return answer_to(json.load(sys.stdin), Path(sys.argv[1]))
 
 
 if __name__ == "__main__":

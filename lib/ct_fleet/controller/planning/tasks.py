@@ -3,7 +3,7 @@
 TASK is `file.py`, `file.py@name` or a registered name. A file inside this repo ships
 with the code archive (it must be tracked); a file elsewhere ships inside the --extra-src
 tree that holds it, or else its own directory becomes an extra tree. The controller then
-loads the task once, in a subprocess set up like a worker (controller/probe.py), to list
+loads the task once, in a process set up like a worker (probe.py, probe_process.py), to list
 its sample ids under the selection; jobs are those ids x epochs.
 """
 
@@ -12,9 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +21,7 @@ from typing import Any
 from ...environment import inherited
 from ...errors import BadInput
 from ...protocol.messages import TaskRoot
+from .probe_process import ProbeTimeout, run_probe
 from .shipped import ShippedCode
 
 # A directory shipped only because it holds the task file: a tree bigger than this is
@@ -129,39 +127,20 @@ def _run_probe(request: dict[str, Any], cwd: Path, shipped: ShippedCode, display
     with tempfile.TemporaryDirectory(prefix="ct-fleet-probe-") as tmp:
         answer_path, log_path = Path(tmp) / "answer.json", Path(tmp) / "stderr.log"
         with open(log_path, "wb") as log:
-            # A group of its own, all of it killed at the end: what a task starts at import
-            # (a server, a pool) must not outlive its loading.
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "ct_fleet.controller.planning.probe", str(answer_path)],
-                stdin=subprocess.PIPE,
-                cwd=cwd,
-                env=_worker_like_env(shipped),
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                start_new_session=True,
-            )
             try:
-                proc.communicate(json.dumps(request).encode(), timeout=PROBE_TIMEOUT)
-            except subprocess.TimeoutExpired:
+                status = run_probe(
+                    request, answer_path, cwd=cwd, env=_worker_like_env(shipped), log=log, timeout=PROBE_TIMEOUT
+                )
+            except ProbeTimeout:
                 raise BadInput(f"task {display}: loading it took over {PROBE_TIMEOUT}s") from None
-            finally:
-                _kill_group(proc)
         try:
             answer: dict[str, Any] = json.loads(answer_path.read_bytes())
         except (OSError, ValueError):
-            answer = {"error": _last_line(log_path) or f"the loader exited {proc.returncode} without an answer"}
-    if proc.returncode != 0 or "error" in answer:
+            answer = {"error": _last_line(log_path) or f"the loader exited {status} without an answer"}
+    if status != 0 or "error" in answer:
         error = str(answer.get("error") or "no error text")
         raise BadInput(f"task {display} does not load from what ships: {error}{_missing_package_hint(error)}")
     return answer
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader while a member lives
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
 
 
 def _missing_package_hint(error: str) -> str:

@@ -1,0 +1,80 @@
+"""The probe's process: forked from the controller on Linux, a fresh interpreter elsewhere;
+either way the task sees the same working directory, import path and environment, its
+prints stay out of the controller's output, and a load that hangs is cut off."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ct_fleet.controller.planning.probe_process import FORKS, ProbeTimeout, run_probe
+
+TASK = """\
+import json, os, sys
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+import helper  # from an import root, as on a worker
+
+print("the task prints at import", flush=True)
+seen = {"cwd": os.getcwd(), "path0": sys.path[0], "marker": os.environ.get("PROBE_MARKER"),
+        "leaked": os.environ.get("CONTROLLER_ONLY"), "helper": helper.NAME, "argv0": sys.argv[0].endswith("probe.py")}
+
+@task
+def shown():
+    return Task(dataset=[Sample(id=json.dumps(seen, sort_keys=True), input="x")])
+"""
+
+
+def _probe(
+    tmp_path: Path, fork: bool, timeout: float = 120, helper: str = "NAME = 'from the root'\n"
+) -> tuple[int, dict | None, str]:
+    image, roots = tmp_path / "image", tmp_path / "roots"
+    image.mkdir(exist_ok=True)
+    roots.mkdir(exist_ok=True)
+    (image / "t.py").write_text(TASK)
+    (roots / "helper.py").write_text(helper)
+    answer, log_path = tmp_path / f"answer-{fork}.json", tmp_path / f"log-{fork}"
+    env = {**os.environ, "PYTHONPATH": str(roots), "PROBE_MARKER": "set"}
+    env.pop("CONTROLLER_ONLY", None)
+    request = {"spec": "t.py@shown", "task_args": {}, "limit": None, "sample_id": None, "shuffle": None}
+    with open(log_path, "wb") as log:
+        status = run_probe(request, answer, cwd=image, env=env, log=log, timeout=timeout, fork=fork)
+    parsed = json.loads(answer.read_text()) if answer.exists() else None
+    return status, parsed, log_path.read_text()
+
+
+@pytest.mark.skipif(not FORKS, reason="the probe forks on Linux only")
+def test_a_forked_probe_sees_what_a_fresh_interpreter_sees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CONTROLLER_ONLY", "the controller's own variable")
+    answers = {fork: _probe(tmp_path, fork) for fork in (True, False)}
+    for status, answer, log in answers.values():
+        assert status == 0 and answer is not None, log
+        (task,) = answer["tasks"]
+        (seen,) = [json.loads(str(i)) for i in task["sample_ids"]]
+        assert seen == {
+            "cwd": str(tmp_path / "image"),
+            "path0": str(tmp_path / "image"),
+            "marker": "set",
+            "leaked": None,
+            "helper": "from the root",
+            "argv0": True,
+        }
+    assert answers[True][1] == answers[False][1]
+    assert "the task prints at import" not in capfd.readouterr().out
+    assert os.environ["CONTROLLER_ONLY"] == "the controller's own variable"  # the controller's is untouched
+
+
+@pytest.mark.parametrize("fork", [pytest.param(True, marks=pytest.mark.skipif(not FORKS, reason="Linux")), False])
+def test_a_load_that_hangs_is_cut_off_and_killed(tmp_path: Path, fork: bool) -> None:
+    pid_file = tmp_path / "pid"
+    hang = f"import os, pathlib, time\npathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\ntime.sleep(600)\n"
+    with pytest.raises(ProbeTimeout):
+        _probe(tmp_path, fork, timeout=10, helper=hang)  # time to import inspect_ai on a busy machine
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped
