@@ -304,8 +304,9 @@ def test_user_data_stays_under_ec2s_limit_and_says_so_when_not() -> None:
         EXTRA_SRC_KEYS=" ".join(f"artifacts/extra-{i:02d}-{'0' * 16}.tar.gz" for i in range(10)),
     )
     size = len(render_user_data(typical).encode())
-    # Room to spare: a fleet with ten extra-src trees uses little more than half.
-    assert size <= USER_DATA_LIMIT * 0.7, size
+    # Room to spare: a fleet with ten extra-src trees uses under three quarters (11.9 KB,
+    # the boot kit's scripts most of it; 11.4 KB before fetch-code.sh's machine cache).
+    assert size <= USER_DATA_LIMIT * 0.75, size
     with pytest.raises(BadInput, match="over EC2's 16384"):
         render_user_data(replace(typical, SETTINGS="x" * USER_DATA_LIMIT))
 

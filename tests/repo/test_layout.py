@@ -334,6 +334,7 @@ ENV_READERS: dict[str, set[str]] = {
     "ct_fleet.worker.runner": {"main"},  # a job's process
     "ct_fleet.worker.forkserver": {"main"},  # the warm runner server's entry
     "ct_fleet.worker.forked_job": {"run"},  # a job forked from it
+    "ct_fleet.controller.planning.probe_process": {"_become_probe"},  # the probe forked from the controller
     "ct_fleet.settings": {"<main>"},  # `python -m ct_fleet.settings pull`
     "ct_fleet.cloud.moto_server": {"<main>"},  # the embedded cloud's server process (its key)
     "ct_fleet.controller.planning.request": {"_environ"},  # the public API's FleetRequest
