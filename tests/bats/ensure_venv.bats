@@ -1,0 +1,67 @@
+#!/usr/bin/env bats
+# bin/ensure-venv's compile_packages: a fresh venv takes the bytecode of the last one built
+# from the same locks out of this machine's store, and compiles only what is stale.
+
+load helpers
+
+setup() {
+  export XDG_CACHE_HOME="$BATS_TEST_TMPDIR/cache"
+  STORE="$XDG_CACHE_HOME/ct-fleet/bytecode"
+}
+
+# venv NAME: a small venv (no pip) holding one package, pkg, whose files are copied with
+# their times from one source, as uv links them from its cache.
+venv() {
+  local dir="$BATS_TEST_TMPDIR/$1" site
+  "$TEST_VENV/bin/python" -m venv --without-pip "$dir" >/dev/null
+  site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  if [[ ! -d $BATS_TEST_TMPDIR/pkg ]]; then
+    mkdir -p "$BATS_TEST_TMPDIR/pkg/sub"
+    echo 'A = 1' >"$BATS_TEST_TMPDIR/pkg/__init__.py"
+    echo 'B = 2' >"$BATS_TEST_TMPDIR/pkg/sub/__init__.py"
+  fi
+  cp -rp "$BATS_TEST_TMPDIR/pkg" "$site/"
+  echo "$site"
+}
+
+compile() {
+  bash -c 'source "$1"; compile_packages "$2" lockhash-test "$3"' x "$REPO_ROOT/bin/ensure-venv" "$@"
+}
+
+inode() { stat -c %i "$1"; }
+
+@test "compile_packages: a fresh venv takes the store's bytecode; a stale file is compiled again" {
+  local first second third tag
+  first=$(venv first)
+  compile "$BATS_TEST_TMPDIR/first" 1
+  tag=$("$BATS_TEST_TMPDIR/first/bin/python" -c 'import sys; print(sys.implementation.cache_tag)')
+  local pyc="pkg/sub/__pycache__/__init__.$tag.pyc"
+  [ -f "$first/$pyc" ]
+  # The store holds the first venv's bytecode as hard links, and nothing else.
+  assert_equal "$(ls "$STORE")" "lockhash-test-$tag"
+  assert_equal "$(inode "$STORE/lockhash-test-$tag/$pyc")" "$(inode "$first/$pyc")"
+
+  second=$(venv second)
+  compile "$BATS_TEST_TMPDIR/second" 1
+  assert_equal "$(inode "$second/$pyc")" "$(inode "$first/$pyc")" # linked, not compiled
+  "$BATS_TEST_TMPDIR/second/bin/python" -c 'import pkg.sub'
+
+  third=$(venv third)
+  echo 'B = 3' >"$third/pkg/sub/__init__.py" # another source than the store's bytecode
+  touch -d '2001-01-01' "$third/pkg/sub/__init__.py"
+  compile "$BATS_TEST_TMPDIR/third" 1
+  [ "$(inode "$third/$pyc")" != "$(inode "$first/$pyc")" ]
+  assert_equal "$(inode "$third/pkg/__pycache__/__init__.$tag.pyc")" "$(inode "$first/pkg/__pycache__/__init__.$tag.pyc")"
+  run "$BATS_TEST_TMPDIR/third/bin/python" -c 'import pkg.sub; print(pkg.sub.B)'
+  assert_equal "$output" 3
+}
+
+@test "compile_packages: the store of other locks is replaced by this one's" {
+  local site tag
+  site=$(venv only)
+  tag=$("$BATS_TEST_TMPDIR/only/bin/python" -c 'import sys; print(sys.implementation.cache_tag)')
+  mkdir -p "$STORE/oldhash-test-$tag" "$STORE/oldhash-runtime-$tag"
+  compile "$BATS_TEST_TMPDIR/only" 1
+  [ -f "$site/pkg/__pycache__/__init__.$tag.pyc" ]
+  assert_equal "$(ls "$STORE")" "lockhash-test-$tag"
+}
