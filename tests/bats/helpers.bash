@@ -91,25 +91,36 @@ awspy() {
 }
 
 make_bucket() {
-  awsm s3 mb "s3://${1:-$TEST_BUCKET}" >/dev/null
+  awspy 'aws("s3").create_bucket(Bucket=args[0])' "${1:-$TEST_BUCKET}"
 }
 
 # s3_put FILE KEY [BUCKET] / s3_get KEY [BUCKET] (object to stdout) / s3_exists KEY [BUCKET]
 s3_put() {
-  awsm s3 cp --only-show-errors "$1" "s3://${3:-$TEST_BUCKET}/$2"
+  awspy 'aws("s3").upload_file(args[0], args[2], args[1])' "$1" "$2" "${3:-$TEST_BUCKET}"
 }
 
 s3_get() {
-  awsm s3 cp --only-show-errors "s3://${2:-$TEST_BUCKET}/$1" -
+  awspy '
+import sys
+sys.stdout.buffer.write(aws("s3").get_object(Bucket=args[1], Key=args[0])["Body"].read())
+' "$1" "${2:-$TEST_BUCKET}"
 }
 
 s3_exists() {
-  awsm s3api head-object --bucket "${2:-$TEST_BUCKET}" --key "$1" >/dev/null 2>&1
+  awspy 'aws("s3").head_object(Bucket=args[1], Key=args[0])' "$1" "${2:-$TEST_BUCKET}" >/dev/null 2>&1
 }
 
-# ssm_secret NAME VALUE: a SecureString, as the controller writes per-instance secrets.
+# ssm_secrets NAME VALUE [NAME VALUE...]: SecureStrings, as the controller writes
+# per-instance secrets (one process for all of them).
+ssm_secrets() {
+  awspy '
+for name, value in zip(args[::2], args[1::2], strict=True):
+    aws("ssm").put_parameter(Name=name, Value=value, Type="SecureString", Overwrite=True)
+' "$@"
+}
+
 ssm_secret() {
-  awsm ssm put-parameter --type SecureString --overwrite --name "$1" --value "$2" >/dev/null
+  ssm_secrets "$1" "$2"
 }
 
 # put_bundle PREFIX INDEX OF NAME VALUE [NAME VALUE...]: this instance's INDEX-th secrets
@@ -118,11 +129,12 @@ put_bundle() {
   local param="$1/$INSTANCE_ID/secrets" index=$2 of=$3
   shift 3
   ((index == 0)) || param+=".$index"
-  ssm_secret "$param" "$(python3 -c '
-import json, sys
-args = sys.argv[2:]
-print(json.dumps({"of": int(sys.argv[1]), "secrets": dict(zip(args[::2], args[1::2]))}))
-' "$of" "$@")"
+  awspy '
+import json
+name, of, pairs = args[0], int(args[1]), args[2:]
+bundle = json.dumps({"of": of, "secrets": dict(zip(pairs[::2], pairs[1::2]))})
+aws("ssm").put_parameter(Name=name, Value=bundle, Type="SecureString", Overwrite=True)
+' "$param" "$of" "$@"
 }
 
 # Per test: a fresh LB_HOME and stub dir, nothing inherited. Exports TEST_ID (unique in
@@ -227,16 +239,3 @@ fake_sha() {
   printf '%s' "$BATS_TEST_FILENAME:$BATS_TEST_NUMBER:${1:-}" | sha1sum | cut -c1-40
 }
 
-# ssm_secrets NAME VALUE [NAME VALUE...]: several SecureStrings, written in parallel.
-ssm_secrets() {
-  local pids=() pid rc=0
-  while (($# >= 2)); do
-    ssm_secret "$1" "$2" 3>&- &
-    pids+=($!)
-    shift 2
-  done
-  for pid in "${pids[@]}"; do
-    wait "$pid" || rc=1
-  done
-  return "$rc"
-}
