@@ -4,12 +4,14 @@ prints stay out of the controller's output, and a load that hangs is cut off."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from ct_fleet.controller.planning import probe_process
 from ct_fleet.controller.planning.probe_process import FORKS, ProbeTimeout, run_probe
 
 TASK = """\
@@ -28,9 +30,13 @@ def shown():
 """
 
 
+LINUX = pytest.mark.skipif(not FORKS, reason="the probe forks on Linux only")
+
+
 def _probe(
     tmp_path: Path, fork: bool, timeout: float = 120, helper: str = "NAME = 'from the root'\n"
 ) -> tuple[int, dict | None, str]:
+    tmp_path.mkdir(exist_ok=True)
     image, roots = tmp_path / "image", tmp_path / "roots"
     image.mkdir(exist_ok=True)
     roots.mkdir(exist_ok=True)
@@ -46,7 +52,7 @@ def _probe(
     return status, parsed, log_path.read_text()
 
 
-@pytest.mark.skipif(not FORKS, reason="the probe forks on Linux only")
+@LINUX
 def test_a_forked_probe_sees_what_a_fresh_interpreter_sees(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -69,8 +75,17 @@ def test_a_forked_probe_sees_what_a_fresh_interpreter_sees(
     assert os.environ["CONTROLLER_ONLY"] == "the controller's own variable"  # the controller's is untouched
 
 
-@pytest.mark.parametrize("fork", [pytest.param(True, marks=pytest.mark.skipif(not FORKS, reason="Linux")), False])
-def test_a_load_that_hangs_is_cut_off_and_killed(tmp_path: Path, fork: bool) -> None:
+def _no_pidfd(pid: int) -> int:
+    raise OSError(errno.ENOSYS, "pidfd_open refused")  # a kernel before 5.3, or a seccomp profile
+
+
+@pytest.mark.parametrize("how", [pytest.param("fork", marks=LINUX), pytest.param("fork-poll", marks=LINUX), "spawn"])
+def test_a_load_that_hangs_is_cut_off_and_killed(tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fork = how != "spawn"
+    if how == "fork-poll":
+        monkeypatch.setattr(probe_process.os, "pidfd_open", _no_pidfd)
+        status, answer, log = _probe(tmp_path / "answered", fork)  # and one that ends is waited for
+        assert status == 0 and answer is not None, log
     pid_file = tmp_path / "pid"
     hang = f"import os, pathlib, time\npathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\ntime.sleep(600)\n"
     with pytest.raises(ProbeTimeout):

@@ -91,7 +91,14 @@ def _wait(pid: int, timeout: float) -> int | None:
     """PID's exit status (a negative one: the signal that ended it), or None once TIMEOUT
     seconds have passed with it still running."""
     deadline = time.monotonic() + timeout
-    pidfd = os.pidfd_open(pid)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # a kernel before 5.3, or a seccomp profile that refuses it: poll
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+        return os.waitstatus_to_exitcode(done[1])
     try:
         while not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
             if time.monotonic() >= deadline:
