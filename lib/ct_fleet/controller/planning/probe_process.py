@@ -9,8 +9,9 @@ and first import root, the worker-like environment, its own standard streams, de
 signal handlers. Elsewhere (macOS forbids much after fork() in a process that has used
 its system frameworks) it is that fresh interpreter.
 
-The controller forks while it plans, before it starts any thread: no lock the child
-inherits is held by a thread that the child does not have.
+The controller plans before it starts any thread, so no lock the child inherits is held
+by a thread the child does not have; should a thread be running, the probe is that fresh
+interpreter too.
 """
 
 from __future__ import annotations
