@@ -5,7 +5,6 @@ from the shared run of test_local_run.py."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import replace
@@ -13,48 +12,27 @@ from pathlib import Path
 
 import psutil
 
-from ct_fleet.protocol import WorkMessage, decode_reports, queue_names
+from ct_fleet.protocol import decode_reports, queue_names
 from ct_fleet.protocol.stop import MARKER_POLL, is_stop
 from ct_fleet.services import queues, session, stop, store
 from ct_fleet.worker.loop import Worker
 from ct_fleet.worker.settings import WorkerSettings
 from testkit.fleet import wait_for
+from testkit.workers import command_job, worker_settings
 
-REPO = Path(__file__).resolve().parents[2]
 BUCKET = "end-of-run-test"
 IDLE_TIMEOUT = 600  # far longer than any bound below: only the signal ends these workers
 
 
 def settings(fleet_id: str, n: int, tmp: Path) -> WorkerSettings:
-    return WorkerSettings(
-        fleet_id=fleet_id,
+    return worker_settings(
+        fleet_id,
+        tmp / f"w{n}",
         bucket=BUCKET,
         instance_id=f"i-{n}",
-        code_root=REPO,
-        max_concurrency=1,
         idle_timeout=IDLE_TIMEOUT,
-        visibility_timeout=60,
         heartbeat_interval=30,
         retry_backoff=1,
-        work_dir=tmp / f"w{n}",
-        environ=dict(os.environ),
-    )
-
-
-def command_job(fleet_id: str, job_id: str, command: str) -> WorkMessage:
-    return WorkMessage(
-        fleet_id=fleet_id,
-        job_id=job_id,
-        sample_id=f"s-{job_id}",
-        epoch=1,
-        task_spec="",
-        task_args={},
-        model="",
-        code_sha="",
-        result_key=f"{fleet_id}/{job_id}.eval",
-        time_limit=0,
-        kind="command",
-        command=command,
     )
 
 

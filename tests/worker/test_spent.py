@@ -7,7 +7,6 @@ carry it, for the report of an attempt whose whole worker was lost."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 import uuid
 from dataclasses import replace
@@ -20,13 +19,12 @@ from inspect_ai.model import ModelUsage
 from pydantic import TypeAdapter
 
 from ct_fleet.controller.fleet.lost import LostWorkers
-from ct_fleet.protocol import LOST_USAGE, DoneMessage, WorkMessage, decode_reports, encode_reports, lost_usage
+from ct_fleet.protocol import LOST_USAGE, DoneMessage, decode_reports, encode_reports, lost_usage
 from ct_fleet.worker import job_hook, spent
 from ct_fleet.worker.attempt import JobAttempts
-from ct_fleet.worker.settings import WorkerSettings
 from ct_fleet.worker.slots import UNREAD, Slots, job_output
+from testkit.workers import command_job, worker_settings
 
-REPO = Path(__file__).resolve().parents[2]
 CHECKPOINT = {
     "event": "checkpoint",
     "checkpoint_id": 1,
@@ -66,46 +64,16 @@ def test_the_job_hook_keeps_the_calls_since_the_last_committed_checkpoint(tmp_pa
         job_hook.finish(out)
 
 
-def _command_job(command: str) -> WorkMessage:
-    return WorkMessage(
-        fleet_id="spent",
-        job_id="j1",
-        sample_id="s1",
-        epoch=1,
-        task_spec="",
-        task_args={},
-        model="",
-        code_sha="",
-        result_key="spent/j1.eval",
-        time_limit=0,
-        kind="command",
-        command=command,
-    )
-
-
 def test_an_attempt_without_a_result_reports_what_it_paid_for(tmp_path: Path) -> None:
     """A command job may write the file too: this one does, as a killed Inspect job's hook
     would have, and fails."""
-    settings = WorkerSettings(
-        fleet_id="spent",
-        bucket="b",
-        instance_id="i-1",
-        code_root=REPO,
-        max_concurrency=1,
-        idle_timeout=60,
-        visibility_timeout=60,
-        heartbeat_interval=60,
-        retry_backoff=60,
-        work_dir=tmp_path,
-        environ=dict(os.environ),
-        warm_runner=False,
-    )
+    settings = worker_settings("spent", tmp_path, bucket="b", warm_runner=False)
     attempts = JobAttempts(settings, s3=None, warm=None, cancel=threading.Event())
     usage = {"openai/a": {"input_tokens": 40, "output_tokens": 2, "total_tokens": 42}}
     write = f"printf '%s' '{json.dumps(usage)}' > \"$CT_OUTPUT.spent.json\"; exit 3"
-    attempt = attempts.run(_command_job(write), tmp_path / "j1.eval")
+    attempt = attempts.run(command_job("spent", "j1", write), tmp_path / "j1.eval")
     assert attempt.outcome == "retry" and attempt.extra[LOST_USAGE] == usage
-    report = attempt.report(settings, "w", _command_job(write), received_at=1.0, receive_count=1)
+    report = attempt.report(settings, "w", command_job("spent", "j1", write), received_at=1.0, receive_count=1)
     assert lost_usage(report) == usage
     assert not spent.sidecar(tmp_path / "j1.eval").exists()
 

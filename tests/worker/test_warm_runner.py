@@ -22,9 +22,9 @@ from ct_fleet.protocol import WorkMessage
 from ct_fleet.services import queues, session
 from ct_fleet.worker.attempt import Attempt
 from ct_fleet.worker.loop import Worker
-from ct_fleet.worker.settings import WorkerSettings
 from ct_fleet.worker.supervise import supervise
 from ct_fleet.worker.warm import WarmJob, WarmRunner
+from testkit.workers import worker_settings
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = "examples/settings/toyarena/task.py@toyarena"
@@ -134,18 +134,14 @@ def worker(env: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Work
         mp.delenv("AWS_PROFILE", raising=False)
         session.reset()
         queues.ensure_queues(session.client("sqs"), "warmtest", visibility_timeout=60, max_receive_count=3)
-        settings = WorkerSettings(
-            fleet_id="warmtest",
-            bucket="unused",
+        settings = worker_settings(
+            "warmtest",
+            tmp / "jobs",
             instance_id="i-warmtest",
-            code_root=REPO,
             max_concurrency=2,
             idle_timeout=1,
-            visibility_timeout=60,
             heartbeat_interval=30,
             retry_backoff=1,
-            work_dir=tmp / "jobs",
-            environ=dict(os.environ),
             job_memory_mb=600,
             kill_grace=1,
         )

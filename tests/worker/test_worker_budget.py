@@ -19,6 +19,7 @@ from ct_fleet.services import queues, session, stop, store
 from ct_fleet.worker.budget import SOCKET
 from ct_fleet.worker.loop import Worker, WorkerSettings
 from testkit.fleet import wait_for
+from testkit.workers import worker_settings
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "worker-budget-test"
@@ -26,18 +27,14 @@ MODEL = "openai/budgeted"
 
 
 def settings(fleet_id: str, tmp: Path) -> WorkerSettings:
-    return WorkerSettings(
-        fleet_id=fleet_id,
+    return worker_settings(
+        fleet_id,
+        tmp / "w",
         bucket=BUCKET,
-        instance_id="i-1",
-        code_root=REPO,
         max_concurrency=4,
         idle_timeout=600,  # far longer than any bound below
-        visibility_timeout=60,
         heartbeat_interval=600,
         retry_backoff=600,  # a job that ends as a retry does not come back here
-        work_dir=tmp / "w",
-        environ=dict(os.environ),
         warm_runner=False,
     )
 
