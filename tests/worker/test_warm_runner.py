@@ -116,6 +116,53 @@ def test_warm_logs_equal_the_per_process_runners(env: None, tmp_path: Path) -> N
         assert log_content(tmp_path / f"{name}.eval") == expected
 
 
+CONTROLLED = """
+import os
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+from inspect_ai.solver import solver
+from inspect_ai._control.discovery import discovery_file_path
+
+@solver
+def looks():
+    async def solve(state, generate):
+        # Inspect's control server publishes this file for its process while the eval runs.
+        state.output.completion = f"control server: {discovery_file_path(os.getpid()).exists()}"
+        return state
+    return solve
+
+@task
+def controlled():
+    return Task(dataset=[Sample(id="s", input="x")], solver=looks())
+"""
+
+
+def test_a_job_runs_without_inspects_control_server(env: None, tmp_path: Path) -> None:
+    """The fleet refuses --ctl-server, and no `inspect ctl` client drives a fleet's job:
+    neither runner starts one (it cost every warm runner and cold job 0.45 s of CPU)."""
+    (tmp_path / "controlled.py").write_text(CONTROLLED)
+    the_job = job(task_spec="controlled.py@controlled", sample_id="s", task_args={})
+    environ = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
+    cold = tmp_path / "cold.eval"
+    subprocess.run(
+        [sys.executable, "-m", "ct_fleet.worker.runner", the_job.to_json(), str(cold)],
+        cwd=tmp_path,
+        env=environ,
+        check=True,
+    )
+    warm = WarmRunner(tmp_path, environ)
+    try:
+        ended = supervise(
+            warm.start(the_job, tmp_path / "warm.eval", tmp_path / "warm.log", {}), time_limit=300, memory_limit_mb=None
+        )
+        assert ended.code == 0, (tmp_path / "warm.log").read_text()
+    finally:
+        warm.close()
+    for path in (cold, tmp_path / "warm.eval"):
+        (sample,) = read_eval_log(str(path)).samples or []
+        assert sample.output.completion == "control server: False", path.name
+
+
 # -- faults: each takes down its own job only ---------------------------------------------
 
 

@@ -160,7 +160,7 @@ class ForkServer:
                 ),
                 model="mockllm/ct-fleet-warm-up",  # not a job's model: no cached model is shared
                 log_dir=log_dir,
-                display=runner.JOB_DISPLAY,
+                **runner.JOB_PROCESS,
             )
 
     def _import(self, names: list[str] | tuple[str, ...]) -> None:

@@ -114,12 +114,15 @@ def build_task(job: WorkMessage, extra: Path | None) -> Any:
     return tasks[0]
 
 
-# Inspect's display for a job: "log" draws nothing, and a task that fails logs its traceback
-# to the job's log. "none" is Inspect's rich display on a quiet console: it still lays out
+# How a job's process runs Inspect, whatever the job's options (the fleet refuses both as
+# options). The display: "log" draws nothing, and a task that fails logs its traceback to
+# the job's log. "none" is Inspect's rich display on a quiet console: it still lays out
 # its task panel at every refresh and throws it away, ~25 ms of CPU in a one-sample eval
-# of ~65 ms. The warm runner's server warms up with the same display (Inspect keeps the
-# display object it made first, and a forked job inherits it).
-JOB_DISPLAY: Final = "log"
+# of ~65 ms. No control server: no `inspect ctl` client drives a fleet's job (the fleet is
+# watched with `ct-fleet status`), and starting one (uvicorn and FastAPI) cost every warm
+# runner and every cold job 0.45 s of CPU. The warm runner's server warms up the same way
+# (Inspect keeps the display object it made first, and a forked job inherits it).
+JOB_PROCESS: Final[Mapping[str, Any]] = {"display": "log", "ctl_server": False}
 
 
 def run_inspect_job(
@@ -165,7 +168,7 @@ def run_inspect_job(
                 failed: str | None
                 try:
                     logs = eval_retry(
-                        prior, log_dir=str(log_dir), log_format="eval", display=JOB_DISPLAY, **_retry_options(options)
+                        prior, log_dir=str(log_dir), log_format="eval", **JOB_PROCESS, **_retry_options(options)
                     )
                 except Exception as exc:
                     failed = checkpoint_store.raised_in_resume(exc)
@@ -187,7 +190,7 @@ def run_inspect_job(
                     sample_id=[job.sample_id],
                     log_dir=str(log_dir),
                     log_format="eval",
-                    display=JOB_DISPLAY,
+                    **JOB_PROCESS,
                     **options,
                 )
         if not logs or not logs[0].location:
@@ -224,7 +227,7 @@ def _retry_options(options: dict[str, Any]) -> dict[str, Any]:
 
     from inspect_ai import eval_retry
 
-    taken = set(pyinspect.signature(eval_retry).parameters) - {"tasks", "log_dir", "log_format", "display"}
+    taken = set(pyinspect.signature(eval_retry).parameters) - {"tasks", "log_dir", "log_format", *JOB_PROCESS}
     return {k: v for k, v in options.items() if k in taken and v is not None}
 
 

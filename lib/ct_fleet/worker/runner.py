@@ -31,7 +31,7 @@ from ..protocol import WorkMessage
 from . import failures
 from .checkpoints import CHECKPOINTS_ENV
 from .inspect_job import (
-    JOB_DISPLAY,
+    JOB_PROCESS,
     build_task,
     command_env,
     extra_root,
@@ -45,7 +45,7 @@ from .inspect_job import (
 run_inspect = run_inspect_job
 __all__ = [
     "CHECKPOINTS_ENV",
-    "JOB_DISPLAY",
+    "JOB_PROCESS",
     "build_task",
     "extra_root",
     "job_log_dir",
