@@ -10,7 +10,7 @@
 #   LB_VENV              the job loop's virtualenv (default $LB_ROOT/.venv)
 #   LB_VENV_PROVIDED     1: LB_VENV is ready as it is (a local instance shares the
 #                        controller's venv), install-deps.sh leaves it alone
-#   LB_CODE_CACHE        this machine's shared code artifacts (fetch-code.sh)
+#   LB_CODE_CACHE        this machine's shared artifacts: the code, --extra-src trees (ct_unpack_artifact)
 #   LB_SITE_CACHE        this machine's shared installs of requirements (settings-pull.sh)
 #   LB_SHUTDOWN          the program that powers this instance off (default: shutdown,
 #                        through sudo when not root); locally a shim terminating it via EC2
@@ -79,4 +79,29 @@ ct_own_worker_docker_config() {
   local user=$1
   install -d -m 0700 "$LB_WORKER_DOCKER_CONFIG"
   chown -R "$user" "$LB_WORKER_DOCKER_CONFIG"
+}
+
+# ct_unpack_artifact KEY DIR: unpack the tarball s3://$BUCKET/KEY into DIR. KEY names its
+# content (the code's SHA, an --extra-src tree's digest), so a local instance (LB_CODE_CACHE
+# set) unpacks this machine's copy, downloaded by the first instance to need it: one AWS CLI
+# call per machine, not one per instance. A cached copy that does not unpack is replaced
+# with S3's; copies unused for a day are dropped.
+ct_unpack_artifact() {
+  local key=$1 dir=$2 cache=${LB_CODE_CACHE:-} tmp
+  local cached=${cache:+$cache/${key##*/}}
+  mkdir -p "$dir" ${cache:+"$cache"}
+  ct_mktemp tmp ${cache:+-p "$cache"} # beside the cache: a hard link stays on its file system
+  # A link to the cached copy, not its name, which another instance may replace meanwhile.
+  if [[ -n $cached ]] && ln -f "$cached" "$tmp" 2>/dev/null && tar -xzf "$tmp" -C "$dir"; then
+    touch "$tmp" # most recently used: the last to be dropped
+    ct_log "$key from this machine's cache ($cache)"
+  else
+    ct_aws s3 cp --only-show-errors "s3://$BUCKET/$key" "$tmp"
+    tar -xzf "$tmp" -C "$dir"
+    if [[ -n $cached ]]; then # cached whole, replacing a copy that did not unpack
+      ln -f "$tmp" "$cached"
+      find "$cache" -maxdepth 1 -type f -mmin +1440 -delete 2>/dev/null || true
+    fi
+  fi
+  rm -f "$tmp" # now: one tarball at a time on the disk
 }

@@ -11,13 +11,10 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
 
 unpack_extra_src() {
-  local key tmp
+  local key
   mkdir -p "$LB_EXTRA"
   for key in ${EXTRA_SRC_KEYS:-}; do
-    ct_mktemp tmp
-    ct_aws s3 cp --only-show-errors "s3://$BUCKET/$key" "$tmp"
-    tar -xzf "$tmp" -C "$LB_EXTRA"
-    rm -f "$tmp"  # now: one tarball at a time on the disk
+    ct_unpack_artifact "$key" "$LB_EXTRA"
     ct_log "unpacked $key"
   done
 }

@@ -27,8 +27,9 @@ def cache_dir(environ: Mapping[str, str]) -> Path:
 
 
 def code_artifacts_dir(environ: Mapping[str, str]) -> Path:
-    """Where local instances keep the code artifacts they fetched, one per code SHA, for
-    the next instance of this machine (worker/fetch-code.sh, LB_CODE_CACHE)."""
+    """Where local instances keep the artifacts they fetched (the code, one per SHA; the
+    --extra-src trees, one per digest) for the next instance of this machine
+    (worker/lib.sh ct_unpack_artifact, LB_CODE_CACHE)."""
     return cache_dir(environ) / "code"
 
 

@@ -86,7 +86,7 @@ setup() {
   cp "$FLEET_ENV" "$LB_HOME/etc/linuxbench/"
   run "$WORKER_DIR/fetch-code.sh"
   [ "$status" -eq 0 ]
-  assert_contains "$output" "artifact $SHA from this machine's cache"
+  assert_contains "$output" "artifacts/$SHA.tar.gz from this machine's cache"
   assert_equal "$(cat "$LB_HOME/opt/linuxbench/MARKER")" "code at $SHA"
   assert_equal "$(cat "$LB_HOME/opt/linuxbench/.code-sha")" "$SHA"
   # Nothing but the artifact is left in the cache.

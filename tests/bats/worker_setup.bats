@@ -71,6 +71,26 @@ setup() {
   assert_contains "$output" "extra-src/no-such.tar.gz"
 }
 
+@test "worker-setup: local instances share one download of each tree through LB_CODE_CACHE" {
+  export LB_CODE_CACHE="$BATS_TEST_TMPDIR/artifacts"
+  # A key named for its content, as the controller's are.
+  awsm s3 cp --only-show-errors "s3://$TEST_BUCKET/extra-src/tools-b.tar.gz" "s3://$TEST_BUCKET/artifacts/extra-tools-b-5eed.tar.gz"
+  fleet_env "EXTRA_SRC_KEYS=artifacts/extra-tools-b-5eed.tar.gz"
+  run "$WORKER_DIR/worker-setup.sh"
+  [ "$status" -eq 0 ]
+  refute_contains "$output" "from this machine's cache"
+  # Another instance of this machine, the tree gone from S3: unpacked from the cache.
+  awsm s3 rm --only-show-errors "s3://$TEST_BUCKET/artifacts/extra-tools-b-5eed.tar.gz"
+  export LB_HOME="$BATS_TEST_TMPDIR/second"
+  mkdir -p "$LB_HOME/etc/linuxbench"
+  cp "$FLEET_ENV" "$LB_HOME/etc/linuxbench/"
+  run "$WORKER_DIR/worker-setup.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "artifacts/extra-tools-b-5eed.tar.gz from this machine's cache"
+  assert_equal "$(cat "$LB_HOME/opt/linuxbench-extra/tools-b/data.txt")" b
+  assert_equal "$(ls -A "$LB_CODE_CACHE")" "extra-tools-b-5eed.tar.gz"
+}
+
 @test "worker-setup: an existing WORKER_USER joins docker, owns the code, is passed to the script" {
   fleet_env "WORKER_USER=nobody" "EXTRA_SRC_KEYS=extra-src/tools-a.tar.gz" "WORKER_SETUP=tools-a/bin/setup.sh"
   # The docker group exists on a worker AMI; here getent says so.

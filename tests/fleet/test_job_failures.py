@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.fleet import FAST, env_for, run_cli, stat
+from testkit.fleet import FAST, ONE_WORKER, env_for, fleet_dir, run_cli, stat
 
 TASK = """
 import os
@@ -64,7 +64,7 @@ def test_tasks_that_fail_to_load_on_workers_are_fatal_after_one_attempt_and_say_
     (laptop / "needs.py").write_text(TASK)
     (lab / "lab.py").write_text(RAISES)
     runs = tmp_path / "runs"
-    proc = ct_fleet(runs, "eval", f"{laptop / 'needs.py'}@needs_laptop", f"{lab / 'lab.py'}@broken", *FAST)
+    proc = ct_fleet(runs, "eval", f"{laptop / 'needs.py'}@needs_laptop", f"{lab / 'lab.py'}@broken", *FAST, *ONE_WORKER)
     out = " ".join(proc.stdout.split())
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert stat(out, "attempts") == 4 and stat(out, "redeliveries") == 0  # one attempt per job, not retried
@@ -195,7 +195,6 @@ def test_a_rerun_retries_errored_samples_unless_told_to_keep_them(tmp_path: Path
     from inspect_ai.log import read_eval_log
 
     from ct_fleet.controller.reporting import RunSummary
-    from testkit.fleet import ONE_WORKER, fleet_dir
 
     project = tmp_path / "project"  # its own tree: the task's directory ships (and is in the fleet id)
     project.mkdir()
