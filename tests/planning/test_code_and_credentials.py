@@ -52,6 +52,32 @@ def test_dirty_tree_ships_a_tree_sha_with_tracked_changes_only(repo: Path, tmp_p
     assert code.code_version(repo).sha != version.sha  # git add makes it ship
 
 
+def test_a_sha_is_archived_once_per_machine_and_a_cached_copy_that_does_not_unpack_is_replaced(
+    repo: Path, tmp_path: Path
+):
+    """The artifact cache local instances read (paths.code_artifacts_dir): the next fleet of
+    the same SHA links the cached archive instead of running git archive again."""
+    from ct_fleet.controller.planning.shipped import ShippedCode
+
+    cache = tmp_path / "cache"
+    sha = code.code_version(repo).sha
+    first = ShippedCode.build(repo, sha, [], cache=cache)
+    entry = cache / f"{sha}.tar.gz"
+    assert entry.stat().st_ino == first.code_tarball.stat().st_ino  # kept for the next one
+    (repo / "a.py").write_text("a = 9\n")  # what git archive of that SHA would not say
+    git(repo, "commit", "-qam", "two")
+    os.utime(entry, (0, 0))
+    second = ShippedCode.build(repo, sha, [], cache=cache)
+    assert second.code_tarball.stat().st_ino == entry.stat().st_ino  # linked, not archived again
+    assert entry.stat().st_mtime > 0  # used: the last one the workers' sweep drops
+    assert (second.image / "a.py").read_text() == "a = 1\n"
+    entry.write_bytes(b"\x1f\x8b not a whole gzip stream")
+    third = ShippedCode.build(repo, sha, [], cache=cache)
+    assert (third.image / "a.py").read_text() == "a = 1\n"
+    with tarfile.open(entry) as tar:  # the cache holds a whole archive again
+        assert tar.extractfile("a.py").read() == b"a = 1\n"
+
+
 def test_extra_src_leaves_out_caches_envs_builds_and_lockfiles(tmp_path: Path):
     src = tmp_path / "experiments"
     for rel in (

@@ -7,6 +7,7 @@ tarball is `git archive` of that commit or tree, so workers see exactly what git
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gzip
 import hashlib
@@ -73,6 +74,47 @@ def archive(repo: Path, sha: str, dest: Path) -> Path:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dest))  # said as a full disk, not git's
         raise BadInput(f"git archive {sha} failed: {said}")
     return dest
+
+
+def cached_archive(repo: Path, sha: str, dest: Path, cache: Path | None) -> tuple[Path, bool]:
+    """`archive`, through this machine's artifact cache (paths.code_artifacts_dir, which local
+    instances read too): the SHA names the content, so a cached copy is linked to `dest`
+    rather than archived again, and a fresh archive is kept there for the next fleet.
+    Returns the tarball and whether it came from the cache."""
+    entry = cache / f"{sha}.tar.gz" if cache else None
+    if entry is not None and _link_or_copy(entry, dest):
+        with contextlib.suppress(OSError):
+            os.utime(entry)  # most recently used: the last copy the workers' sweep drops
+        return dest, True
+    archive(repo, sha, dest)
+    if entry is not None:
+        with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            tmp = entry.with_name(f".{entry.name}.{os.getpid()}")
+            if _link_or_copy(dest, tmp):
+                os.replace(tmp, entry)  # whole or not at all, for another controller reading it
+    return dest, False
+
+
+def evict(cache: Path | None, sha: str) -> None:
+    """Drop the cached copy of `sha` (one that did not unpack)."""
+    if cache is not None:
+        (cache / f"{sha}.tar.gz").unlink(missing_ok=True)
+
+
+def _link_or_copy(src: Path, dest: Path) -> bool:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.unlink(missing_ok=True)
+    try:
+        os.link(src, dest)
+    except FileNotFoundError:
+        return False
+    except OSError:  # another file system, or links refused: a copy
+        try:
+            shutil.copyfile(src, dest)
+        except FileNotFoundError:
+            return False
+    return True
 
 
 def _reproducible(info: tarfile.TarInfo) -> tarfile.TarInfo:

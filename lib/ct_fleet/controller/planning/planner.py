@@ -20,7 +20,7 @@ from typing import Any
 from ... import connections
 from ...cloud import Cloud
 from ...cloud.prices import Price
-from ...paths import REPO_ROOT
+from ...paths import REPO_ROOT, code_artifacts_dir
 from ...protocol import START_CONCURRENCY, Ec2Config, knobs, sizing
 from ...services import secrets as fleet_secrets
 from ...settings import SettingSources
@@ -237,7 +237,7 @@ def _tasks(request: FleetRequest, asked: _Asked, inputs: _Inputs, trees: list[An
     )
     sources = SettingSources(extra_roots=tuple(extra))
     version = code.code_version(REPO_ROOT)
-    shipped = ShippedCode.build(REPO_ROOT, version.sha, extra)
+    shipped = ShippedCode.build(REPO_ROOT, version.sha, extra, cache=code_artifacts_dir(request.environ))
     if located:
         shipped.site = overlay.install(
             inputs.reqs, request.environ

@@ -10,8 +10,10 @@ an exclusion rule leaves out is refused here instead of failing on every worker.
 from __future__ import annotations
 
 import atexit
+import gzip
 import shutil
 import tarfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,14 +47,27 @@ class ShippedCode:
     notes: list[str] = field(default_factory=list)  # what each shipped tree left out, said to the user
 
     @classmethod
-    def build(cls, repo: Path, sha: str, extra_src: Sequence[Path]) -> ShippedCode:
+    def build(cls, repo: Path, sha: str, extra_src: Sequence[Path], cache: Path | None = None) -> ShippedCode:
+        """Pack and unpack what ships; the code archive through this machine's artifact cache
+        when one is given (code.cached_archive)."""
         work = owned_tempdir("shipped")  # a killed controller's is swept by the next one
         atexit.register(shutil.rmtree, work, True)
-        tarball = code.archive(repo, sha, work / "code.tar.gz")
         image, extra_dir = work / "code", work / "extra"
         image.mkdir()
         extra_dir.mkdir()
-        _unpack(tarball, image)
+        tarball, cached = code.cached_archive(repo, sha, work / "code.tar.gz", cache)
+        try:
+            _unpack(tarball, image)
+        except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile):
+            if not cached:
+                raise
+            # A cached copy that does not unpack (a disk that filled while it was written):
+            # replaced with a fresh archive.
+            code.evict(cache, sha)
+            shutil.rmtree(image)
+            image.mkdir()
+            tarball, _ = code.cached_archive(repo, sha, tarball, cache)
+            _unpack(tarball, image)
         trees, notes = [], []
         for source in extra_src:
             packed = work / f"extra-{source.name}.tar.gz"
