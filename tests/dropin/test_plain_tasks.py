@@ -86,6 +86,14 @@ def fleet_run(own_task: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
+def rerun(fleet_run, own_task: Path):
+    """The same command again, for scripts (--json): everything is done, nothing runs."""
+    runs, _ = fleet_run
+    args = [f"{own_task}@arith", "-T", "n=8", "-T", "offset=2", "--limit", "6", "--epochs", "2", "--json"]
+    return ct_fleet(runs, "eval", *args)
+
+
+@pytest.fixture(scope="module")
 def direct_log(own_task: Path, tmp_path_factory: pytest.TempPathFactory):
     import sys
 
@@ -162,7 +170,7 @@ def test_the_viewer_lists_only_the_merged_run(fleet_run):
 
 
 @pytest.mark.e2e
-def test_the_task_shipped_as_its_own_tree_and_resumes(fleet_run, own_task: Path):
+def test_the_task_shipped_as_its_own_tree_and_resumes(fleet_run, rerun):
     runs, proc = fleet_run
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((fleet_dir(runs) / "manifest.json").read_text())
@@ -170,9 +178,8 @@ def test_the_task_shipped_as_its_own_tree_and_resumes(fleet_run, own_task: Path)
     assert (task["task_root"], task["task_spec"]) == ("extra", "myevals/arith.py@arith")
     assert task["sample_ids"] == [1, 2, 3, 4, 5, 6] and task["task_args"] == {"n": 8, "offset": 2}
     assert [k.split("/")[-1].rsplit("-", 1)[0] for k in manifest["extra_src"]] == ["extra-myevals"]
-    again = ct_fleet(runs, "eval", f"{own_task}@arith", "-T", "n=8", "-T", "offset=2", "--limit", "6", "--epochs", "2")
-    assert again.returncode == 0, again.stderr
-    assert "12 jobs (12 already done), 0 workers" in " ".join(again.stdout.split())
+    assert rerun.returncode == 0, rerun.stderr
+    assert "12 jobs (12 already done), 0 workers" in " ".join(rerun.stderr.split())
 
 
 @pytest.mark.e2e
@@ -228,14 +235,12 @@ def test_a_piped_run_prints_whole_lines(fleet_run):
 
 
 @pytest.mark.e2e
-def test_json_prints_the_outcome_for_scripts(fleet_run, own_task: Path):
+def test_json_prints_the_outcome_for_scripts(fleet_run, rerun):
     from ct_fleet.controller.reporting import RunSummary
 
     runs, proc = fleet_run
     assert proc.returncode == 0, proc.stderr
-    again = ct_fleet(
-        runs, "eval", f"{own_task}@arith", "-T", "n=8", "-T", "offset=2", "--limit", "6", "--epochs", "2", "--json"
-    )
+    again = rerun
     assert again.returncode == 0, again.stderr
     summary = RunSummary.model_validate_json(again.stdout)  # stdout holds the JSON and nothing else
     assert (summary.schema_version, summary.outcome, summary.exit_status, summary.problems) == (1, "success", 0, [])

@@ -65,23 +65,23 @@ CLI_CASES = [
     (["{broken}"], "No module named 'nonexistent_module_xyz'"),
     (["{good}", "--model", "openai/gpt-4o-mini"], "OPENAI_API_KEY is not set"),
     (["-e", "nosuchsetting:web"], "setting 'nosuchsetting' found in no source"),
+    # Found by loading the task (the probe): through the CLI, whose probe is forked from its
+    # controller; in-process (pytest-xdist's worker runs a thread) it is a fresh interpreter.
+    (["{good}", "--model", "groq/llama-3.1-8b"], "missing SDK: Groq API requires optional dependencies"),
+    (["{good}", "--model", "openai-api/acme/m1"], "ACME_API_KEY is not set"),
+    (["{good}", "--model", "nowhere/x"], "unknown provider 'nowhere'"),
+    (["{good}", "--model", "openai/gpt-4o-mini", "-M", "api_key=sk-x"], "never goes on the command line"),
+    (["{good}", "--ec2-arg", "forward_env=CT_TEST_UNSET_VAR"], "CT_TEST_UNSET_VAR is not set"),
+    (["{good}", "--sample-id", "nope"], "No matches in dataset"),
 ]
 
-# The same checks in-process (plan_fleet raises BadInput before anything exists): faster.
+# The checks made before the task is loaded, in-process (plan_fleet raises BadInput before
+# anything exists): faster.
 PLAN_CASES = [
     ({"tasks": ["{missing}"]}, "no such file"),
-    ({"tasks": ["{good}"], "models": ["groq/llama-3.1-8b"]}, "missing SDK: Groq API requires optional dependencies"),
-    ({"tasks": ["{good}"], "models": ["openai-api/acme/m1"]}, "ACME_API_KEY is not set"),
-    ({"tasks": ["{good}"], "models": ["nowhere/x"]}, "unknown provider 'nowhere'"),
-    (
-        {"tasks": ["{good}"], "models": ["openai/gpt-4o-mini"], "model_args": ["api_key=sk-x"]},
-        "never goes on the command line",
-    ),
-    ({"tasks": ["{good}"], "ec2_args": ["forward_env=CT_TEST_UNSET_VAR"]}, "CT_TEST_UNSET_VAR is not set"),
     ({"tasks": ["{good}"], "policy": "honest"}, "--policy applies to settings"),
     ({"tasks": ["{good}"], "limit": "2", "sample_ids": ["1"]}, "either --limit or --sample-id"),
     ({"tasks": ["{good}"], "limit": "0"}, "--limit 0: write a count"),
-    ({"tasks": ["{good}"], "sample_ids": ["nope"]}, "No matches in dataset"),
     ({"envs": ["web"], "task_args": ["x=1"]}, "toyarena has no task argument x"),
     ({"task_file": "smoke", "policy": f"tests.{UNTRACKED}:pol"}, "neither tracked in this repo"),
     ({"envs": ["os:path"]}, "setting 'os' found in no source"),  # importable, but not a setting
@@ -142,7 +142,8 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path: Path, projec
     runs = tmp_path / "runs"
     runs.mkdir()
     env = env_for(runs)
-    env.pop("OPENAI_API_KEY", None)
+    for key in ("OPENAI_API_KEY", "ACME_API_KEY", "CT_TEST_UNSET_VAR", "GROQ_API_KEY"):
+        env.pop(key, None)
     proc = run_cli(["eval", *[a.format(**project) for a in args]], env=env, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [
