@@ -99,8 +99,14 @@ def supervise(
 
 
 def _kill(job: JobProcess, why: str, detail: str) -> Ended:
-    if job.pid is not None:
-        kill_tree(job.pid)
+    # A warm job has no pid until its server has forked it, once the server's warm-up is
+    # done: wait for the pid (seconds), not for the job to end by itself (a spot notice
+    # during the first job's start waited out the job's whole time limit).
+    while job.pid is None:
+        code = job.wait(POLL)
+        if code is not None:
+            return Ended(code, why, detail)
+    kill_tree(job.pid)
     code = job.wait(None)
     return Ended(code if code is not None else -signal.SIGKILL, why, detail)
 
