@@ -1,7 +1,6 @@
 #!/usr/bin/env bats
 # bin/ensure-venv's compile_packages: a fresh venv takes the bytecode of the last one built
-# from the same locks out of this machine's store, and compiles only what is stale; and
-# pick_python, the Python a new venv is made with.
+# from the same locks out of this machine's store, and compiles only what is stale.
 
 load helpers
 
@@ -65,27 +64,4 @@ inode() { stat -c %i "$1"; }
   compile "$BATS_TEST_TMPDIR/only" 1
   [ -f "$site/pkg/__pycache__/__init__.$tag.pyc" ]
   assert_equal "$(ls "$STORE")" "lockhash-test-$tag"
-}
-
-# python_stub NAME CODE: an executable NAME that exits CODE (its answer to the version check).
-python_stub() {
-  mkdir -p "$BATS_TEST_TMPDIR/bin"
-  printf '#!/bin/sh\nexit %s\n' "$2" >"$BATS_TEST_TMPDIR/bin/$1"
-  chmod +x "$BATS_TEST_TMPDIR/bin/$1"
-}
-
-pick() {
-  bash -c 'source "$1"; SYSTEM_PYTHON=$2; pick_python' x "$REPO_ROOT/bin/ensure-venv" "$@"
-}
-
-@test "pick_python: the distribution's python3 when it is 3.11 or newer, else PATH's; CT_FLEET_PYTHON wins" {
-  python_stub system-new 0
-  python_stub system-old 1
-  python_stub python3.11 0
-  export PATH="$BATS_TEST_TMPDIR/bin:$PATH"
-  unset CT_FLEET_PYTHON
-  assert_equal "$(pick "$BATS_TEST_TMPDIR/bin/system-new")" "$BATS_TEST_TMPDIR/bin/system-new"
-  assert_equal "$(pick "$BATS_TEST_TMPDIR/bin/system-old")" "$BATS_TEST_TMPDIR/bin/python3.11"
-  assert_equal "$(pick "$BATS_TEST_TMPDIR/no-such-python")" "$BATS_TEST_TMPDIR/bin/python3.11"
-  assert_equal "$(CT_FLEET_PYTHON=/opt/py/bin/python3 pick "$BATS_TEST_TMPDIR/bin/system-new")" /opt/py/bin/python3
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import click
@@ -22,7 +23,6 @@ from ..evallog import read_header, sample_error
 from ..paths import REPO_ROOT, WORKER_SCRIPTS, runs_dir
 from ..protocol import Manifest, run_layout
 from ..protocol.keys import extra_src_basename
-from ..tarballs import unpack
 from ..worker.inspect_job import command_env
 from .console import console, err
 
@@ -45,7 +45,8 @@ def _unpack_extra(run_dir: Path, keys: list[str], dest: Path) -> None:
         tarball = run_layout.extra_tarball(run_dir, extra_src_basename(key))
         if not tarball.exists():
             raise BadInput(f"{tarball} is missing: rerun the fleet from this checkout to rebuild it")
-        unpack(tarball, dest)
+        with tarfile.open(tarball) as tar:
+            tar.extractall(dest, filter="data")
 
 
 @click.command(name="run-job")

@@ -10,12 +10,14 @@ an exclusion rule leaves out is refused here instead of failing on every worker.
 from __future__ import annotations
 
 import atexit
+import gzip
 import shutil
+import tarfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...tarballs import BadTarball, unpack
 from ...tempdirs import owned_tempdir
 from . import code
 from .extra_src import scan_tree
@@ -55,8 +57,8 @@ class ShippedCode:
         extra_dir.mkdir()
         tarball, cached = code.cached_archive(repo, sha, work / "code.tar.gz", cache)
         try:
-            unpack(tarball, image)
-        except BadTarball:
+            _unpack(tarball, image)
+        except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile):
             if not cached:
                 raise
             # A cached copy that does not unpack (a disk that filled while it was written):
@@ -65,13 +67,13 @@ class ShippedCode:
             shutil.rmtree(image)
             image.mkdir()
             tarball, _ = code.cached_archive(repo, sha, tarball, cache)
-            unpack(tarball, image)
+            _unpack(tarball, image)
         trees, notes = [], []
         for source in extra_src:
             packed = work / f"extra-{source.name}.tar.gz"
             scanned = scan_tree(source)
             digest = code.pack_tree(scanned, packed)
-            unpack(packed, extra_dir)
+            _unpack(packed, extra_dir)
             trees.append(ExtraTree(source, packed, digest))
             notes += [note] if (note := scanned.note()) else []
         return cls(sha, tarball, image, extra_dir, trees, notes=notes)
@@ -102,3 +104,8 @@ class ShippedCode:
             if path.is_relative_to(tree.source.resolve()):
                 return tree
         return None
+
+
+def _unpack(tarball: Path, dest: Path) -> None:
+    with tarfile.open(tarball) as tar:
+        tar.extractall(dest, filter="data")
