@@ -335,3 +335,30 @@ def test_every_shipped_tree_says_what_it_left_out(tmp_path: Path):
     version = code.code_version(REPO)
     shipped = ShippedCode.build(REPO, version.sha, [task_dir])
     assert any(str(task_dir) in note and ".env" in note for note in shipped.notes), shipped.notes
+
+
+def test_a_cached_archive_that_would_write_outside_its_destination_is_refused_and_replaced(repo: Path, tmp_path: Path):
+    """The cache is a directory anyone with the account may write: its copy is unpacked
+    with tarfile's data filter, like everything that ships, and one that would write
+    through a link out of the destination is replaced with a fresh archive."""
+    import io
+
+    from ct_fleet.controller.planning.shipped import ShippedCode
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    sha = code.code_version(repo).sha
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with tarfile.open(cache / f"{sha}.tar.gz", "w:gz") as tar:
+        link = tarfile.TarInfo("link")
+        link.type, link.linkname = tarfile.SYMTYPE, str(outside)
+        tar.addfile(link)
+        planted = tarfile.TarInfo("link/planted.txt")
+        planted.size = 3
+        tar.addfile(planted, io.BytesIO(b"bad"))
+    shipped = ShippedCode.build(repo, sha, [], cache=cache)
+    assert list(outside.iterdir()) == []
+    assert (shipped.image / "a.py").read_text() == "a = 1\n" and not (shipped.image / "link").exists()
+    with tarfile.open(cache / f"{sha}.tar.gz") as tar:
+        assert tar.getnames() == ["a.py"]
