@@ -61,8 +61,8 @@ class ShippedCode:
         except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile):
             if not cached:
                 raise
-            # A cached copy that does not unpack (a disk that filled while it was written):
-            # replaced with a fresh archive.
+            # A cached copy that does not unpack (cut short by a full disk, or one the data
+            # filter refuses: the cache is a directory the account may write) is replaced.
             code.evict(cache, sha)
             shutil.rmtree(image)
             image.mkdir()
