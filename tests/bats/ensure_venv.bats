@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # bin/ensure-venv's compile_packages: a fresh venv takes the bytecode of the last one built
-# from the same locks out of this machine's store, and compiles only what is stale.
+# from the same locks out of this machine's store, and compiles only what is stale; and
+# check_python, which refuses a Python without tarfile's data filter.
 
 load helpers
 
@@ -64,4 +65,22 @@ inode() { stat -c %i "$1"; }
   compile "$BATS_TEST_TMPDIR/only" 1
   [ -f "$site/pkg/__pycache__/__init__.$tag.pyc" ]
   assert_equal "$(ls "$STORE")" "lockhash-test-$tag"
+}
+
+
+check() {
+  bash -c 'source "$1"; check_python "$2" && echo accepted' x "$REPO_ROOT/bin/ensure-venv" "$1"
+}
+
+@test "check_python: a Python before 3.11.4 (no tarfile data filter) is refused in one line, exit 2" {
+  mkdir -p "$BATS_TEST_TMPDIR/bin"
+  printf '#!/bin/sh\nexit 1\n' >"$BATS_TEST_TMPDIR/bin/python3.11"
+  chmod +x "$BATS_TEST_TMPDIR/bin/python3.11"
+  run check "$BATS_TEST_TMPDIR/bin/python3.11"
+  [ "$status" -eq 2 ]
+  [ "${#lines[@]}" -eq 1 ]
+  assert_contains "$output" "is not Python 3.11.4 or newer (tarfile's data filter): set CT_FLEET_PYTHON"
+  run check "$TEST_VENV/bin/python"
+  [ "$status" -eq 0 ]
+  assert_equal "$output" accepted
 }
