@@ -81,9 +81,7 @@ setup() {
   [ -f "$LB_CODE_CACHE/$SHA.tar.gz" ]
   # Another instance of this machine, the artifact gone from S3: unpacked from the cache.
   awsm s3 rm --only-show-errors "s3://$TEST_BUCKET/artifacts/$SHA.tar.gz"
-  export LB_HOME="$BATS_TEST_TMPDIR/second"
-  mkdir -p "$LB_HOME/etc/linuxbench"
-  cp "$FLEET_ENV" "$LB_HOME/etc/linuxbench/"
+  another_instance
   run "$WORKER_DIR/fetch-code.sh"
   [ "$status" -eq 0 ]
   assert_contains "$output" "artifacts/$SHA.tar.gz from this machine's cache"

@@ -163,6 +163,14 @@ fleet_env() {
   done
 }
 
+# another_instance: LB_HOME becomes a second instance of this machine, with the same
+# fleet.env and none of the first instance's files.
+another_instance() {
+  export LB_HOME="$BATS_TEST_TMPDIR/second"
+  mkdir -p "$LB_HOME/etc/linuxbench"
+  cp "$FLEET_ENV" "$LB_HOME/etc/linuxbench/"
+}
+
 # make_stub NAME [CODE]: a recording stub first on PATH. It appends its argv (one line)
 # to $STUB_DIR/NAME.calls, then runs CODE (default: exit 0). CODE is shell text run by
 # the stub, e.g. 'cat >>"$STUB_DIR/docker.stdin"' or 'exit 3'.

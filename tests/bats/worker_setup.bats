@@ -81,9 +81,7 @@ setup() {
   refute_contains "$output" "from this machine's cache"
   # Another instance of this machine, the tree gone from S3: unpacked from the cache.
   awsm s3 rm --only-show-errors "s3://$TEST_BUCKET/artifacts/extra-tools-b-5eed.tar.gz"
-  export LB_HOME="$BATS_TEST_TMPDIR/second"
-  mkdir -p "$LB_HOME/etc/linuxbench"
-  cp "$FLEET_ENV" "$LB_HOME/etc/linuxbench/"
+  another_instance
   run "$WORKER_DIR/worker-setup.sh"
   [ "$status" -eq 0 ]
   assert_contains "$output" "artifacts/extra-tools-b-5eed.tar.gz from this machine's cache"
