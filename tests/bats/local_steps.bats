@@ -141,6 +141,55 @@ EOF
   [ -f "$VENV_DIR/.ct-fleet-lock" ]
 }
 
+# unpack_code DIR: DIR/lib from the same tarball every time (sources keep its times, as
+# fetch-code's unpacking does), stamped with the code's SHA.
+unpack_code() {
+  local tarball="$BATS_TEST_TMPDIR/code.tar"
+  if [[ ! -f $tarball ]]; then
+    mkdir -p "$BATS_TEST_TMPDIR/src/lib/pkg"
+    printf 'X = 1\n' >"$BATS_TEST_TMPDIR/src/lib/pkg/__init__.py"
+    printf 'Y = 2\n' >"$BATS_TEST_TMPDIR/src/lib/pkg/mod.py"
+    touch -d '2020-01-01' "$BATS_TEST_TMPDIR"/src/lib/pkg/*.py
+    tar -cf "$tarball" -C "$BATS_TEST_TMPDIR/src" lib
+  fi
+  mkdir -p "$1"
+  tar -xf "$tarball" -C "$1"
+  echo 1234abcd >"$1/.code-sha"
+}
+
+@test "install-deps: the next instance of the same code on this machine takes its bytecode; an edited source compiles afresh" {
+  local tag pyc
+  tag=$("$TEST_VENV/bin/python" -c 'import sys; print(sys.implementation.cache_tag)')
+  pyc="lib/pkg/__pycache__/mod.$tag.pyc"
+  export LB_VENV="$TEST_VENV" LB_VENV_PROVIDED=1 LB_CODE_CACHE="$BATS_TEST_TMPDIR/cache"
+  fleet_env CODE_SHA=1234abcd
+  unpack_code "$LB_ROOT_DIR"
+  run "$WORKER_DIR/install-deps.sh"
+  [ "$status" -eq 0 ]
+  assert_contains "$output" "bytecode of $LB_ROOT_DIR/lib kept"
+  local store="$LB_CODE_CACHE/bytecode-1234abcd-$tag"
+  cmp "$LB_ROOT_DIR/$pyc" "$store/pkg/__pycache__/mod.$tag.pyc"
+  # The store's bytecode, marked by its time: a copy keeps it, compiling would not.
+  touch -d '2001-01-01' "$store/pkg/__pycache__/mod.$tag.pyc"
+
+  another_instance
+  local second="$LB_HOME/opt/linuxbench"
+  unpack_code "$second"
+  LB_ROOT="$second" run "$WORKER_DIR/install-deps.sh"
+  [ "$status" -eq 0 ]
+  [[ $output != *"bytecode of"* ]]
+  assert_equal "$(date -r "$second/$pyc" +%Y)" 2001
+  assert_equal "$(cd "$second/lib" && "$TEST_VENV/bin/python" -B -c 'import pkg.mod; print(pkg.mod.Y)')" 2
+
+  # A source edited on this instance: its own bytecode, the store left as it was.
+  printf 'Y = 30\n' >"$second/lib/pkg/mod.py"
+  LB_ROOT="$second" run "$WORKER_DIR/install-deps.sh"
+  [ "$status" -eq 0 ]
+  [ "$(date -r "$second/$pyc" +%Y)" != 2001 ]
+  assert_equal "$(date -r "$store/pkg/__pycache__/mod.$tag.pyc" +%Y)" 2001
+  assert_equal "$(cd "$second/lib" && "$TEST_VENV/bin/python" -B -c 'import pkg.mod; print(pkg.mod.Y)')" 30
+}
+
 # --- settings-pull.sh ---------------------------------------------------------------
 
 # The real ct_fleet package and settings, plus a setting that exists only in $LB_ROOT:
