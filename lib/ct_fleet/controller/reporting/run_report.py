@@ -284,8 +284,12 @@ def _workers(run_dir: Path, events: list[dict[str, Any]], attempts: list[dict[st
     workers = []
     for instance_id, w in found.items():
         boot = _boot(run_dir, instance_id, t0)
-        if boot.get("booted") is not None and w.get("launched") is not None:
-            boot["booted"] = max(boot["booted"], w["launched"])  # the log's times are whole seconds
+        # The log's times are whole seconds, cut down: a worker that boots and starts its
+        # loop within the second of its launch logs both before the launch.
+        floor = w.get("launched")
+        for key in ("booted", "ready"):
+            if boot.get(key) is not None and floor is not None:
+                boot[key] = floor = max(boot[key], floor)
         workers.append(Worker(**w, **boot))
     return sorted(workers, key=lambda w: (w.launched is None, w.launched or 0.0, w.instance_id))
 
