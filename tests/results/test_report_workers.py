@@ -41,3 +41,11 @@ def test_a_worker_ready_within_the_second_of_its_launch_is_not_ready_before_it(t
     assert workers[fast].ready == workers[fast].launched
     # A later stamp is kept as it is: whole seconds after the run's start.
     assert workers[slow].ready == int(LAUNCHED + 2) - T0
+
+
+def test_an_adopted_worker_keeps_its_logs_times(tmp_path: Path) -> None:
+    """A worker an earlier controller launched has no launch here: its boot is its log's."""
+    _boot_log(tmp_path, "i-old", _stamp(T0 - 30), _stamp(T0 - 20))
+    attempts = [{"instance_id": "i-old"}]
+    (w,) = _workers(tmp_path, [], attempts, T0)
+    assert (w.launched, w.booted, w.ready) == (None, -30.0, -20.0)

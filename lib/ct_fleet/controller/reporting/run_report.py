@@ -255,8 +255,9 @@ def _utc(stamp: str) -> float:
     return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
-def _boot(run_dir: Path, instance_id: str, t0: float) -> dict[str, Any]:
-    """When the worker's bootstrap began and its job loop started, from its log's step lines."""
+def _boot(run_dir: Path, instance_id: str, t0: float, launched: float | None) -> dict[str, Any]:
+    """When the worker's bootstrap began and its job loop started, from its log's step lines: whole
+    seconds, cut down, so neither is put before what it follows (one may log its launch's second)."""
     path = run_dir / run_layout.BOOT_LOGS / f"{instance_id}-bootstrap.log"
     if not path.exists():
         return {}
@@ -264,9 +265,11 @@ def _boot(run_dir: Path, instance_id: str, t0: float) -> dict[str, Any]:
     lines = [line for line in map(steplog.parse_line, text.splitlines()) if line is not None]
     ready = [s for s in steplog.steps(text.splitlines()) if s.name == "run-worker" and s.event == "start"]
     failure = steplog.first_failure(text)
+    floor = float("-inf") if launched is None else launched
+    booted = max(_utc(lines[0].time) - t0, floor) if lines else None
     return {
-        "booted": _utc(lines[0].time) - t0 if lines else None,
-        "ready": _utc(ready[0].time) - t0 if ready else None,
+        "booted": booted,
+        "ready": max(_utc(ready[0].time) - t0, floor if booted is None else booted) if ready else None,
         "failed_step": failure.step.name if failure else None,
     }
 
@@ -283,14 +286,7 @@ def _workers(run_dir: Path, events: list[dict[str, Any]], attempts: list[dict[st
         found.setdefault(a["instance_id"], {"instance_id": a["instance_id"], "slots": 0})
     workers = []
     for instance_id, w in found.items():
-        boot = _boot(run_dir, instance_id, t0)
-        # The log's times are whole seconds, cut down: a worker that boots and starts its
-        # loop within the second of its launch logs both before the launch.
-        floor = w.get("launched")
-        for key in ("booted", "ready"):
-            if boot.get(key) is not None and floor is not None:
-                boot[key] = floor = max(boot[key], floor)
-        workers.append(Worker(**w, **boot))
+        workers.append(Worker(**w, **_boot(run_dir, instance_id, t0, w.get("launched"))))
     return sorted(workers, key=lambda w: (w.launched is None, w.launched or 0.0, w.instance_id))
 
 
