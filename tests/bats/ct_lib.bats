@@ -33,6 +33,19 @@ ct() {
   assert_equal "$output" ""
 }
 
+@test "ct_log: the time is UTC whatever the local zone, and the zone stays the script's" {
+  local before after
+  before=$(date -u +%s)
+  run env TZ=Pacific/Kiritimati bash -c 'source "$1"; CT_TAG=t ct_log hi 2>&1; date +%z' my-script "$CT_LIB"
+  after=$(date -u +%s)
+  [ "$status" -eq 0 ]
+  [[ ${lines[0]} =~ ^($TIME_RE)\ \[t\]\ hi$ ]]
+  local logged
+  logged=$(date -u -d "${BASH_REMATCH[1]}" +%s)
+  ((logged >= before - 1 && logged <= after))
+  assert_equal "${lines[1]}" +1400 # the script's own zone, not UTC, after the log line
+}
+
 @test "ct_step: set -e stops a failing step at once; its FAILED line and the script's status follow" {
   run ct 'f() { echo before; false; echo still-in-f; }; ct_step demo f; echo not-reached'
   [ "$status" -eq 1 ]
