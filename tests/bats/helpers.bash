@@ -48,14 +48,25 @@ free_port() {
 }
 
 # Start a moto server on a free loopback port; exports MOTO_PID, MOTO_URL, AWS_ENDPOINT_URL.
+# Under the suite's server (setup_suite.bash) a file gets that one, emptied (moto's reset),
+# instead: each file's own cost 1.5 s of CPU (moto's import, then each service's models),
+# and a reset server answers as a new one would. MOTO_PID is then unset: the file's
+# stop_moto leaves the suite's server running.
 start_moto() {
   aws_test_env
+  if [[ -n ${CT_BATS_SUITE_MOTO_URL:-} ]]; then
+    unset MOTO_PID
+    export MOTO_URL=$CT_BATS_SUITE_MOTO_URL AWS_ENDPOINT_URL=$CT_BATS_SUITE_MOTO_URL
+    curl -sf -X POST -o /dev/null "$MOTO_URL/moto-api/reset" && return 0
+    echo "the suite's moto server at $MOTO_URL does not answer" >&2
+    return 1
+  fi
   # Found, not imported: importing it costs half a second per file.
   python -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("moto.server") is None)' 2>/dev/null || {
     echo "moto is not importable by $(command -v python): run bin/ensure-venv test" >&2
     return 1
   }
-  local log="$BATS_FILE_TMPDIR/moto.log" port attempt
+  local log="${BATS_FILE_TMPDIR:-$BATS_SUITE_TMPDIR}/moto.log" port attempt
   for attempt in 1 2 3; do
     port=$(free_port)
     # fd 3 closed: bats waits for it, and a background server would hold it open.
