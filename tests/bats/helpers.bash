@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Shared by the bats tests of the worker scripts (worker/*.sh, lib/ct_fleet/cloud/shims/shutdown).
 #
-# - One real moto server per .bats file (start_moto in setup_file, stop_moto in
-#   teardown_file); the real AWS CLI talks to it over HTTP. Nothing AWS is faked.
+# - A real moto server, empty for each .bats file (start_moto in setup_file, stop_moto in
+#   teardown_file): the whole run's one (setup_suite.bash), reset, or the file's own
+#   otherwise. The real AWS CLI talks to it over HTTP. Nothing AWS is faked.
 # - A fresh LB_HOME per test (worker_setup in setup), so tests never share files.
 # - Only what cannot run here (shutdown, docker, apt-get, useradd, usermod, sudo...) is
 #   replaced by recording stubs on PATH: each appends its argv, one line per call, to
