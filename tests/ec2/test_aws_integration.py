@@ -18,6 +18,7 @@ from ct_fleet.protocol import Ec2Config, FleetEnv, Manifest, ManifestJob, Manife
 from ct_fleet.protocol.user_data import USER_DATA_LIMIT, render_user_data
 from ct_fleet.services import instances as fleet
 from ct_fleet.services import launching, queues, secrets, session, store
+from testkit.faultproxy import FaultProxy, FaultRule
 from testkit.fleet import launch_workers
 
 
@@ -69,6 +70,22 @@ def test_batched_send_receive_delete_moves_every_message_once(aws_client):
     assert queues.find_queues(sqs, q.work.rsplit("lb-fleet-", 1)[1][:-5]) == q
     queues.delete_queues(sqs, q)
     assert queues.find_queues(sqs, "nonexistent0") is None
+
+
+def test_a_depth_answer_without_its_figures_is_no_count(aws_client, moto_server):
+    """GetQueueAttributes may answer without Attributes (AWS omits members with no value; a
+    moto that lost the request's body did so once under a suspended controller, and the run
+    crashed on it): that queue has no depth this time, not a depth of 0 (an empty work queue
+    tells workers the run's tail has come)."""
+    sqs = aws_client("sqs")
+    q = queues.ensure_queues(sqs, _fid(), visibility_timeout=30, max_receive_count=3)
+    queues.send_batch(sqs, q.work, ["job"])
+    rule = FaultRule("sqs:GetQueueAttributes", "empty", rate=1.0, limit=1)
+    with FaultProxy(moto_server.endpoint_url, [rule]) as proxy:
+        blank = session.client("sqs", endpoint_url=proxy.endpoint_url, region_name="us-east-1")
+        assert queues.depths(blank, q, roles=("work",)) == {}
+        assert queues.depths(blank, q, roles=("work",)) == {"work": 1, "work_in_flight": 0}
+    queues.delete_queues(sqs, q)
 
 
 def test_result_listing_pages_and_ignores_logs(aws_client, tmp_path: Path):

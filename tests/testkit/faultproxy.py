@@ -64,7 +64,9 @@ try:
 except ModuleNotFoundError:  # run as a script: its own folder is on sys.path
     import ec2_answers  # type: ignore[no-redef]
 
-KINDS = ("throttle", "5xx", "capacity", "quota")  # the last two: ec2_answers.py
+KINDS = ("throttle", "5xx", "capacity", "quota", "empty")  # capacity, quota: ec2_answers.py
+# "empty": a JSON-protocol answer with no members (`{}`), as AWS sends when none has a value
+# (GetQueueAttributes omits Attributes), and moto when a request's body went missing.
 WHENS = ("before", "after")
 CONTROL_PREFIX = "/__faultproxy__/"
 
@@ -85,7 +87,7 @@ HOP_BY_HOP = {
 @dataclass
 class FaultRule:
     action: str  # fnmatch pattern over "<service>:<Operation>": "sqs:SendMessageBatch", "s3:*", "*"
-    kind: str  # "throttle" | "5xx"
+    kind: str  # one of KINDS
     when: str = "before"  # "before": fault instead of forwarding; "after": forward, then fault
     rate: float = 0.1  # probability per matching request
     limit: int | None = None  # stop injecting after this many
@@ -447,6 +449,9 @@ class _Handler(BaseHTTPRequestHandler):
         rule = proxy._decide(info.action)
         if rule is not None and rule.kind in ("capacity", "quota"):
             self._answer(rule, target, body)
+            return
+        if rule is not None and rule.kind == "empty":
+            self._send_plain(200, b"{}", "application/x-amz-json-1.0")
             return
         if rule is not None and rule.when == "before":
             self._send_fault(info, rule.kind)

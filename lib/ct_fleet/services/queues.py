@@ -155,8 +155,10 @@ def depths(sqs: SQSClient, queues: FleetQueues, roles: tuple[str, ...] = ("work"
         try:
             a = sqs.get_queue_attributes(
                 QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-            )["Attributes"]
+            ).get("Attributes")
         except ClientError:
+            continue
+        if a is None:  # an answer without the figures (AWS omits what has no value): no count, not 0
             continue
         out[role] = int(a.get("ApproximateNumberOfMessages", 0))
         out[f"{role}_in_flight"] = int(a.get("ApproximateNumberOfMessagesNotVisible", 0))
