@@ -29,7 +29,7 @@ CT_EXIT_STATUS=0
 CT_TEMPS=()
 
 # The time and the tag without a subshell or a `date`: scripts log every step, and two
-# processes per line were a fifth of the processes a local fleet's workers started.
+# processes per line were over a quarter of the processes a local fleet test started.
 ct_log() {
   local now
   TZ=UTC0 printf -v now '%(%Y-%m-%dT%H:%M:%SZ)T' -1
