@@ -73,10 +73,10 @@ def test_batched_send_receive_delete_moves_every_message_once(aws_client):
 
 
 def test_a_depth_answer_without_its_figures_is_no_count(aws_client, moto_server):
-    """GetQueueAttributes may answer without Attributes (AWS omits members with no value; a
-    moto that lost the request's body did so once under a suspended controller, and the run
-    crashed on it): that queue has no depth this time, not a depth of 0 (an empty work queue
-    tells workers the run's tail has come)."""
+    """GetQueueAttributes may answer without Attributes (AWS omits members with no value; the
+    embedded cloud's moto answered so once, to a controller just resumed from SIGSTOP on a
+    loaded machine, and the run crashed on it): that queue has no depth this time, not a
+    depth of 0 (an empty work queue tells workers the run's tail has come)."""
     sqs = aws_client("sqs")
     q = queues.ensure_queues(sqs, _fid(), visibility_timeout=30, max_receive_count=3)
     queues.send_batch(sqs, q.work, ["job"])

@@ -66,7 +66,7 @@ except ModuleNotFoundError:  # run as a script: its own folder is on sys.path
 
 KINDS = ("throttle", "5xx", "capacity", "quota", "empty")  # capacity, quota: ec2_answers.py
 # "empty": a JSON-protocol answer with no members (`{}`), as AWS sends when none has a value
-# (GetQueueAttributes omits Attributes), and moto when a request's body went missing.
+# (GetQueueAttributes omits Attributes), and as moto does when it finds no AttributeNames.
 WHENS = ("before", "after")
 CONTROL_PREFIX = "/__faultproxy__/"
 
