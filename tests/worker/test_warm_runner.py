@@ -19,7 +19,7 @@ from inspect_ai.log import read_eval_log
 
 from ct_fleet.cloud.moto_server import EMBEDDED_ACCESS_KEY, EMBEDDED_SECRET_KEY, MotoServer
 from ct_fleet.protocol import WorkMessage
-from ct_fleet.services import queues, session
+from ct_fleet.services import queues, session, stop, store
 from ct_fleet.worker.attempt import Attempt
 from ct_fleet.worker.loop import Worker
 from ct_fleet.worker.supervise import supervise
@@ -198,6 +198,36 @@ def worker(env: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Work
         assert w.warm is not None
         w.warm.close()
     session.reset()
+
+
+def test_a_worker_that_gets_no_job_starts_no_warm_runner(aws_env: dict[str, str], tmp_path: Path) -> None:
+    """The warm-up is seconds of CPU: a worker that finds the fleet's tail at once (a late
+    replacement, the last of a scaled fleet) leaves without paying it."""
+    session.reset()
+    s3, sqs = session.client("s3"), session.client("sqs")
+    store.ensure_bucket(s3, "warm-idle", create=True)
+    queues.ensure_queues(sqs, "warmidle", visibility_timeout=60, max_receive_count=2)
+    stop.mark_tail(s3, "warm-idle", "warmidle", True)
+    w = Worker(worker_settings("warmidle", tmp_path / "w", bucket="warm-idle", idle_timeout=3))
+    assert w.warm is not None
+    thread = threading.Thread(target=w.run, daemon=True)
+    thread.start()
+    servers: list[str] = []
+    while thread.is_alive():
+        servers += [c for c in _command_lines() if "ct_fleet.worker.forkserver" in c]
+        thread.join(timeout=0.02)
+    assert w.left_because == "the queue's tail"
+    assert servers == []
+
+
+def _command_lines() -> list[str]:
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            found.append(" ".join(child.cmdline()))
+        except psutil.Error:
+            continue  # gone already
+    return found
 
 
 def gone(pid: int, within: float = 60) -> bool:

@@ -240,9 +240,6 @@ class Worker:
         if self._marker(stop.is_done, DONE_MARKER):  # booted after the end: nothing to do
             self.end_of_run("the fleet-done marker, at start")
             return 0
-        if self.warm is not None:
-            # inspect_ai's import and the warm-up eval overlap the first receive
-            self.warm.prestart()
         s = self.settings
         self.budget = budget.start(
             self.s3, s.bucket, s.fleet_id, s.instance_id, s.work_dir, self.heartbeat, self.stopping

@@ -1,8 +1,11 @@
 """The warm runner, worker side: a fork server per worker, one connection per job.
 
-The worker starts worker/forkserver.py as it starts (fleet.env's WARM_RUNNER, which the
-controller sets only for fleets of Inspect jobs), from the code root with its own environment, and talks to it over a Unix socket in a
-private temporary directory. Each job is one connection: a request, then the forked
+The worker starts worker/forkserver.py at its first job (fleet.env's WARM_RUNNER, which the
+controller sets only for fleets of Inspect jobs), from the code root with its own
+environment, and talks to it over a Unix socket in a private temporary directory. Not at
+the worker's own start: the server's warm-up is seconds of CPU, which a worker that finds
+the queue empty (the fleet's tail, a replacement launched late) would spend for nothing,
+while a worker that gets a job at once waits for the same warm-up either way. Each job is one connection: a request, then the forked
 child's pid, then its exit status. The worker keeps doing what it does for a subprocess:
 it enforces the time limit and the memory cap and kills the job's tree (supervise.py).
 
@@ -113,10 +116,6 @@ class WarmRunner:
                 stdin=subprocess.PIPE,
             )
             return self._dir / SOCKET_NAME, self._proc
-
-    def prestart(self) -> None:
-        """Start the server now rather than at the first job."""
-        self._server()
 
     def start(self, job: WorkMessage, out: Path, log_path: Path, env: dict[str, str]) -> WarmJob:
         path, proc = self._server()
