@@ -5,9 +5,11 @@ controller sets only for fleets of Inspect jobs), from the code root with its ow
 environment, and talks to it over a Unix socket in a private temporary directory. Not at
 the worker's own start: the server's warm-up is seconds of CPU, which a worker that finds
 the queue empty (the fleet's tail, a replacement launched late) would spend for nothing,
-while a worker that gets a job at once waits for the same warm-up either way. Each job is one connection: a request, then the forked
-child's pid, then its exit status. The worker keeps doing what it does for a subprocess:
-it enforces the time limit and the memory cap and kills the job's tree (supervise.py).
+while a worker that gets a job at once waits for the same warm-up either way.
+
+Each job is one connection: a request, then the forked child's pid, then its exit status.
+The worker keeps doing what it does for a subprocess: it enforces the time limit and the
+memory cap and kills the job's tree (supervise.py).
 
 If the server dies, the jobs it was running end as infrastructure errors (retried) and
 the next job starts a new server.
