@@ -1,7 +1,8 @@
 """ct-fleet's command line: thin click commands over the controller, and what a person sees.
 
 - main: the command group, error handling
-- eval_cmd, merge_cmd, run_job_cmd, fleet_cmds, build_ami: one module per command (group)
+- eval_cmd, merge_cmd, run_job_cmd, build_ami: one module per command
+- fleet_cmds: the small commands that look at fleets (status, fleets, report, logs, ssh)
 - display: tables and the live progress panel
 
 `cli` and `main` load on first use, so `python -m ct_fleet.cli.build_ami` (bin/build-ami)

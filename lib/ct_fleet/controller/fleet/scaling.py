@@ -1,6 +1,6 @@
 """When to launch more workers: replacements and scale-up. Pure decisions.
 
-After its first launch (planning/estimate.py's first_launch_count) a fleet replaces
+After its first launch (protocol/sizing.py's first_launch_count) a fleet replaces
 workers that died while work waits, up to max_replacements, and adds one worker at a time
 while heartbeats say the fleet is CPU-bound, up to max_workers, unless the model API is
 the limit: a model budget (--max-connections) whose whole total is granted, or rate-limit
