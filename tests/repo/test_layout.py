@@ -57,7 +57,7 @@ def _imports_of(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     base = module.split(".") if is_package else module.split(".")[:-1]
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node) and not type_only:
+        if isinstance(node, ast.If) and _is_type_checking(node):
             for child in node.orelse:
                 visit(child)
             return
