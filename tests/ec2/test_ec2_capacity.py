@@ -8,7 +8,12 @@ only what these tests launch, and ends with nothing lost and nothing left behind
 
 from __future__ import annotations
 
+import os
+import pty
+import re
+import select
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,7 +24,17 @@ from ct_fleet.controller.fleet.launcher import PoolLauncher
 from ct_fleet.services import launching
 from ct_fleet.services.launching import Launched, Outcome, Pool, PoolError
 from testkit.faultproxy import FaultRule, spawn_proxy
-from testkit.fleet import ec2_account, fleet_instances, fleet_secrets_left, run_ec2, start_ec2, wait_for
+from testkit.fleet import (
+    REPO,
+    ec2_account,
+    ec2_defaults,
+    ec2_env,
+    fleet_instances,
+    fleet_secrets_left,
+    run_ec2,
+    start_ec2,
+    wait_for,
+)
 
 TYPES = "c6i.4xlarge,c5.4xlarge,m6i.4xlarge"  # 16 vCPUs each
 
@@ -167,6 +182,38 @@ def test_a_quota_no_worker_fits_is_refused_before_anything_exists(account):
     (line,) = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert "L-1216C47A" in line and "is 8" in line and "request-service-quota-increase" in line, line
     assert asked.returncode == 2 and asked.stderr.strip() == line, asked.stdout + asked.stderr
+    assert _account_state(account) == before
+
+
+@pytest.mark.e2e
+def test_the_cost_question_names_the_first_launch_and_the_most_the_fleet_may_grow_to(account):
+    """Scaling may grow a fleet past its first launch: the question a person answers says
+    both, and a "no" leaves the account as it was."""
+    before = _account_state(account)
+    master, slave = pty.openpty()
+    args = ec2_defaults(
+        {"bucket": account["bucket"], "ami_param": account["param"], "auto_confirm": "false"},
+        ["--ec2-arg", "max_workers=5", "--ec2-arg", "concurrency_per_worker=1", *FRESH],
+    )
+    env = {**ec2_env(account), "COLUMNS": "200"}
+    cmd = [str(REPO / "bin" / "ct-fleet"), "eval", "--ec2", "--task-file", "smoke", "-T", "sandbox=local", *args]
+    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=REPO)
+    os.close(slave)
+    seen = b""
+    try:
+        while b"[y/N]" not in seen:
+            ready, _, _ = select.select([master], [], [], 120)
+            assert ready, seen.decode(errors="replace")
+            seen += os.read(master, 4096)
+        os.write(master, b"n\n")
+        code = proc.wait(timeout=120)
+    finally:
+        os.close(master)
+    question = " ".join(seen.decode(errors="replace").split())
+    assert re.search(r"launch 4 \S+ worker\(s\), growing to at most 5 as the queue needs, for about \$", question), (
+        question
+    )
+    assert code == 0
     assert _account_state(account) == before
 
 

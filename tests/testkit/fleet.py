@@ -277,13 +277,10 @@ def start_ec2(account: dict, *args: str, **extra: str) -> Run:
     return launch(["eval", "--ec2", *ec2_defaults(defaults, args)], env=env)
 
 
-def run_ec2(
-    account, *args: str, extra_env: dict[str, str] | None = None, endpoint: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The smoke task file (-T sandbox=local) with `bin/ct-fleet eval --ec2` against the account's
-    moto server, or `endpoint` (a fault proxy in front of it); small defaults a test's args replace."""
+def ec2_env(account: dict, endpoint: str | None = None) -> dict[str, str]:
+    """This process's environment, pointed at the account's moto server (or `endpoint`, a
+    fault proxy in front of it) and its runs directory."""
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE",)}
-    env.update(extra_env or {})
     env.update(
         AWS_ENDPOINT_URL=endpoint or account["kw"]["endpoint_url"],
         AWS_ACCESS_KEY_ID="testing",
@@ -293,6 +290,15 @@ def run_ec2(
         CT_FLEET_RUNS=str(account["runs"]),
         CT_FLEET_DOTENV=str(account["runs"] / ".env"),
     )
+    return env
+
+
+def run_ec2(
+    account, *args: str, extra_env: dict[str, str] | None = None, endpoint: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The smoke task file (-T sandbox=local) with `bin/ct-fleet eval --ec2` against the account's
+    moto server, or `endpoint` (a fault proxy in front of it); small defaults a test's args replace."""
+    env = {**ec2_env(account, endpoint), **(extra_env or {})}
     cmd = [
         "eval",
         "--ec2",
