@@ -210,21 +210,24 @@ def test_a_worker_that_gets_no_job_starts_no_warm_runner(aws_env: dict[str, str]
     stop.mark_tail(s3, "warm-idle", "warmidle", True)
     w = Worker(worker_settings("warmidle", tmp_path / "w", bucket="warm-idle", idle_timeout=3))
     assert w.warm is not None
+    others = _servers()  # another test's, in this process: not this worker's
     thread = threading.Thread(target=w.run, daemon=True)
     thread.start()
-    servers: list[str] = []
+    started: set[int] = set()
     while thread.is_alive():
-        servers += [c for c in _command_lines() if "ct_fleet.worker.forkserver" in c]
+        started |= _servers() - others
         thread.join(timeout=0.02)
     assert w.left_because == "the queue's tail"
-    assert servers == []
+    assert started == set()
 
 
-def _command_lines() -> list[str]:
-    found = []
+def _servers() -> set[int]:
+    """This process's descendants that are warm runners' servers."""
+    found = set()
     for child in psutil.Process().children(recursive=True):
         try:
-            found.append(" ".join(child.cmdline()))
+            if "ct_fleet.worker.forkserver" in child.cmdline():
+                found.add(child.pid)
         except psutil.Error:
             continue  # gone already
     return found
