@@ -223,17 +223,17 @@ MAY_IMPORT = {
 }
 
 
-def _from_targets(module: str, type_only: bool = False) -> set[str]:
+def _from_targets(module: str, with_types: bool = False) -> set[str]:
     """The modules a module's import statements name (`from X import y` names X, or X.y when
     y is a module), at module level and in functions; type-only imports (under
-    TYPE_CHECKING) left out unless TYPE_ONLY."""
+    TYPE_CHECKING) only when with_types is true."""
     path = MODULES[module]
     tree = ast.parse(path.read_text(), str(path))
     base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node) and not type_only:
+        if isinstance(node, ast.If) and _is_type_checking(node) and not with_types:
             for child in node.orelse:
                 visit(child)
             return
@@ -274,7 +274,7 @@ def test_each_part_imports_only_the_parts_below_it(module: str) -> None:
 
 def test_no_import_circle() -> None:
     """Type-only imports count: two modules that need each other's types are one part."""
-    graph = {m: {t for t in _from_targets(m, type_only=True) if t in MODULES and t != m} for m in MODULES}
+    graph = {m: {t for t in _from_targets(m, with_types=True) if t in MODULES and t != m} for m in MODULES}
     circles = []
     state: dict[str, int] = {}  # 1: on the path, 2: done
 
