@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import pty
 import re
-import select
 import signal
 import subprocess
 from pathlib import Path
@@ -31,6 +30,7 @@ from testkit.fleet import (
     ec2_env,
     fleet_instances,
     fleet_secrets_left,
+    read_until,
     run_ec2,
     start_ec2,
     wait_for,
@@ -199,12 +199,8 @@ def test_the_cost_question_names_the_first_launch_and_the_most_the_fleet_may_gro
     cmd = [str(REPO / "bin" / "ct-fleet"), "eval", "--ec2", "--task-file", "smoke", "-T", "sandbox=local", *args]
     proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=REPO)
     os.close(slave)
-    seen = b""
     try:
-        while b"[y/N]" not in seen:
-            ready, _, _ = select.select([master], [], [], 120)
-            assert ready, seen.decode(errors="replace")
-            seen += os.read(master, 4096)
+        seen = read_until(master, b"[y/N]")
         os.write(master, b"n\n")
         code = proc.wait(timeout=120)
     finally:

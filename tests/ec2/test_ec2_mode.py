@@ -16,7 +16,7 @@ import psutil
 import pytest
 from inspect_ai.log import read_eval_log
 
-from testkit.fleet import ec2_account, launch_workers, run_cli, run_ec2
+from testkit.fleet import account_aws, ec2_account, launch_workers, run_cli, run_ec2
 
 REPO = Path(__file__).resolve().parents[2]
 CANARY = "canary-" + uuid.uuid4().hex
@@ -178,10 +178,7 @@ def test_bad_ec2_input_exits_2_before_launching(account, args, message, extra_en
 def ct(account, *args: str, runs: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE",)}
     env.update(
-        AWS_ENDPOINT_URL=account["kw"]["endpoint_url"],
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_REGION="us-east-1",
+        account_aws(account),
         CT_FLEET_RUNS=str(runs or account["runs"]),
         CT_FLEET_DOTENV=str(account["runs"] / ".env"),
         COLUMNS="200",

@@ -8,7 +8,6 @@ import json
 import os
 import pty
 import re
-import select
 import signal
 import subprocess
 import time
@@ -31,6 +30,7 @@ from testkit.fleet import (
     merged_pairs,
     paused_at,
     processes_in,
+    read_until,
     start,
     stat,
     wait_for,
@@ -147,11 +147,7 @@ def test_results_that_arrive_at_the_prompt_are_kept_and_a_hang_up_is_an_answer(t
         jobs = len(json.loads((run_dir / "manifest.json").read_text())["jobs"])
         assert jobs > 2
         proc.send_signal(signal.SIGINT)
-        seen = b""
-        while b"[stop/leave]" not in seen:
-            ready, _, _ = select.select([master], [], [], 120)
-            assert ready, seen.decode(errors="replace")
-            seen += os.read(master, 4096)
+        read_until(master, b"[stop/leave]")
         gate.touch()  # the other jobs run now, while the question waits
         wait_for(lambda: len(_results_put(run_dir)) == jobs, timeout=300)
     finally:

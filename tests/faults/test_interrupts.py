@@ -20,6 +20,7 @@ import pytest
 from testkit.fleet import (
     LOCAL,
     REPO,
+    account_aws,
     assert_nothing_running,
     ec2_account,
     env_for,
@@ -133,12 +134,7 @@ def test_secrets_of_a_killed_controller_are_swept_once_its_workers_are_gone(acco
     wait_for(lambda: not fleet_instances(account, fleet_id), timeout=300)
     wait_for(lambda: not processes_in(account["runs"]), timeout=60)
     env = env_for(account["runs"])
-    env.update(
-        AWS_ENDPOINT_URL=account["kw"]["endpoint_url"],
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_REGION="us-east-1",
-    )
+    env.update(account_aws(account))
     status = run_cli(["cloud", "status", "--clean"], env=env, timeout=120)
     assert status.returncode == 0, status.stdout + status.stderr
     assert f"deleted {len(left)} secret(s) of fleet {fleet_id}" in status.stdout
@@ -178,12 +174,7 @@ def test_leave_running_keeps_workers_and_secrets_for_the_resume(account):
 
     master, slave = pty.openpty()
     env = env_for(account["runs"], CT_FLEET_PAUSE_AT="tracking")
-    env.update(
-        AWS_ENDPOINT_URL=account["kw"]["endpoint_url"],
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_REGION="us-east-1",
-    )
+    env.update(account_aws(account))
     # Its worker must still be there when the resume starts, however slow the machine: it
     # waits for the end-of-run signal, not for 3 idle seconds after its one job.
     staying = [a.replace("idle_timeout=3", "idle_timeout=600") for a in ONE_JOB]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -165,6 +166,17 @@ def kill(proc: psutil.Process) -> None:
         pass
 
 
+def read_until(fd: int, marker: bytes, timeout: float = 120) -> bytes:
+    """What a terminal's master `fd` shows up to and including `marker`; fails with what it
+    showed if nothing more comes for `timeout` seconds."""
+    seen = b""
+    while marker not in seen:
+        ready, _, _ = select.select([fd], [], [], timeout)
+        assert ready, seen.decode(errors="replace")
+        seen += os.read(fd, 4096)
+    return seen
+
+
 def text_of(path: Path) -> str:
     """A file's text, "" while it does not exist yet (a log its process has still to open)."""
     try:
@@ -265,28 +277,28 @@ def ec2_defaults(defaults: dict[str, str], args: Sequence[str]) -> list[str]:
 
 def start_ec2(account: dict, *args: str, **extra: str) -> Run:
     """`bin/ct-fleet eval --ec2` against the account's moto server; instances run locally."""
-    env = env_for(account["runs"], **extra)
-    env.update(
-        AWS_ENDPOINT_URL=account["kw"]["endpoint_url"],
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_REGION="us-east-1",
-        AWS_DEFAULT_REGION="us-east-1",
-    )
+    env = {**env_for(account["runs"], **extra), **account_aws(account)}
     defaults = {"bucket": account["bucket"], "ami_param": account["param"], "auto_confirm": "true"}
     return launch(["eval", "--ec2", *ec2_defaults(defaults, args)], env=env)
 
 
+def account_aws(account: dict, endpoint: str | None = None) -> dict[str, str]:
+    """The AWS variables that point a process at the account's moto server, or at `endpoint`
+    (a fault proxy in front of it)."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint or account["kw"]["endpoint_url"],
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+
+
 def ec2_env(account: dict, endpoint: str | None = None) -> dict[str, str]:
-    """This process's environment, pointed at the account's moto server (or `endpoint`, a
-    fault proxy in front of it) and its runs directory."""
+    """This process's environment, pointed at the account (account_aws) and its runs directory."""
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE",)}
     env.update(
-        AWS_ENDPOINT_URL=endpoint or account["kw"]["endpoint_url"],
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_REGION="us-east-1",
-        AWS_DEFAULT_REGION="us-east-1",
+        account_aws(account, endpoint),
         CT_FLEET_RUNS=str(account["runs"]),
         CT_FLEET_DOTENV=str(account["runs"] / ".env"),
     )
