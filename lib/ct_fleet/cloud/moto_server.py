@@ -315,7 +315,7 @@ def _import_moto() -> None:
         from moto.server import main  # noqa: F401
 
         for service in SERVICES:
-            get_backend(service)  # type: ignore[call-overload]
+            get_backend(service)
     finally:
         gc.freeze()
         gc.enable()
