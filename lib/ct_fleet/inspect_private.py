@@ -6,6 +6,8 @@ public name). What each group is for:
 
 - the task loader and `slice_dataset`: a task built, and samples selected, exactly as
   `inspect eval SPEC -T ... --limit/--sample-id` does (worker jobs, the controller probe);
+  `task_files` and `parse_decorators`: the task files `inspect eval DIR` or `GLOB` finds
+  (planning/tasks.py);
 - `PrerequisiteError`: what get_model raises when a provider's SDK is missing (preflight);
 - Inspect's zip support: importing it registers zstd (method 93, multi-frame) with the
   stdlib zipfile; `.eval` entries are written with its settings and frame cap (evallog);
@@ -40,6 +42,7 @@ from typing import Any
 from inspect_ai._cli.eval import eval_command as inspect_eval_command
 from inspect_ai._cli.eval import merge_run_config_params, parse_comma_separated, parse_run_config
 from inspect_ai._cli.util import parse_cli_config, parse_model_role_cli_args, parse_sandbox
+from inspect_ai._eval.list import task_files as inspect_task_files
 from inspect_ai._eval.loader import load_tasks
 from inspect_ai._eval.score import metrics_from_log_header, reducers_from_log_header, resolve_scorers_info
 from inspect_ai._eval.task.results import (
@@ -55,6 +58,7 @@ from inspect_ai._eval.task.util import slice_dataset, task_file, task_run_dir
 from inspect_ai._sentinel._config import sentinel_with_args
 from inspect_ai._util.config import parse_cli_args, resolve_args
 from inspect_ai._util.constants import get_deserializing_context
+from inspect_ai._util.decorator import parse_decorators
 from inspect_ai._util.error import PrerequisiteError
 from inspect_ai._util.file import filesystem
 from inspect_ai._util.generate_config_args import config_from_locals
@@ -88,11 +92,13 @@ __all__ = [
     "config_from_locals",
     "create_reducers",
     "inspect_eval_command",
+    "inspect_task_files",
     "merge_run_config_params",
     "parse_checkpoint",
     "parse_cli_args",
     "parse_cli_config",
     "parse_comma_separated",
+    "parse_decorators",
     "parse_model_role_cli_args",
     "parse_run_config",
     "parse_sandbox",

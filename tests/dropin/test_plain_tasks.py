@@ -4,6 +4,7 @@
 file ships to workers as an import root of its own; the merged log must read like a
 direct `inspect_ai.eval` of the same selection (metrics, sample ids with their types,
 epochs, task args) and merging the same results again must give the same ids and order.
+Naming the directory instead (`bin/ct-fleet eval /elsewhere`) is the same fleet.
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ def fleet_run(own_task: Path, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def rerun(fleet_run, own_task: Path):
-    """The same command again, for scripts (--json): everything is done, nothing runs."""
+    """The same run again, for scripts (--json), naming the task's directory as `inspect eval
+    DIR` takes it: its one task file is found, the same fleet resumes, nothing runs."""
     runs, _ = fleet_run
-    args = [f"{own_task}@arith", "-T", "n=8", "-T", "offset=2", "--limit", "6", "--epochs", "2", "--json"]
+    args = [str(own_task.parent), "-T", "n=8", "-T", "offset=2", "--limit", "6", "--epochs", "2", "--json"]
     return ct_fleet(runs, "eval", *args)
 
 

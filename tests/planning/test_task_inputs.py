@@ -106,7 +106,7 @@ PLAN_CASES = [
     ({"envs": ["web"], "ec2_args": ["setting_requirements=*"]}, "setting requirement *: not a pip requirement"),
     ({"envs": ["web"], "ec2_args": ["setting_requirements=foo$(id)"]}, "foo$(id): not a pip requirement"),
     ({"envs": ["web"], "ec2_args": ['setting_requirements=foo;os_name=="nt"']}, "no URLs or markers"),
-    ({"tasks": ["{dir}"]}, "is a directory; name a task file in it"),
+    ({"tasks": ["{dir}"]}, "fifo.py is not a regular file"),  # a directory holding it: never read
     ({"tasks": ["{fifo}"]}, "is not a regular file"),
     ({"tasks": ["{syntax}"]}, "SyntaxError: invalid syntax (syntax.py, line 6)"),
     ({"tasks": ["{type_clash}"]}, "sample id 1 is in clash's dataset as 1 and as '1'"),

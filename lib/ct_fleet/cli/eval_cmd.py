@@ -161,9 +161,10 @@ def eval_command(
     """Run tasks x models x epochs as one fleet and merge the results: one Inspect log per task x model.
 
     Takes what `inspect eval` takes: TASK... (file.py, file.py@name, a registered name
-    pkg/task) and every `inspect eval` option, with Inspect's meaning; the options below
-    marked [fleet] mean that on a fleet, those marked [refused] configure one process and
-    are refused. A task file outside this repo ships to workers with its directory.
+    pkg/task, a directory or glob of task files) and every `inspect eval` option, with
+    Inspect's meaning; the options below marked [fleet] mean that on a fleet, those marked
+    [refused] configure one process and are refused. A task file outside this repo ships
+    to workers with its directory (or the directory given).
     Without TASK, a setting's tasks run under a policy (--task-file, or -e [setting:]env
     with -t/-s).
 

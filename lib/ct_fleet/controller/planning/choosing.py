@@ -40,14 +40,28 @@ def _locate_task(
         raise BadInput("--policy applies to settings; a plain task takes its solver from -T arguments")
     located = tasks.locate(task, REPO_ROOT, extra)
     if located.implicit_tree is not None:
-        clash = next((p for p in extra if p.name == located.implicit_tree.name), None)
-        if clash is not None:
-            raise BadInput(
-                f"task {task}: its directory {located.implicit_tree} would ship under the same name as "
-                f"--extra-src {clash}: pass its directory with --extra-src instead"
-            )
-        extra = [*extra, located.implicit_tree]
+        extra = _with_tree(task, located.implicit_tree, extra)
     return located, extra
+
+
+def _with_tree(task: str, tree: Path, extra: list[Path]) -> list[Path]:
+    clash = next((p for p in extra if p.name == tree.name), None)
+    if clash is not None:
+        raise BadInput(
+            f"task {task}: its directory {tree} would ship under the same name as "
+            f"--extra-src {clash}: pass its directory with --extra-src instead"
+        )
+    return [*extra, tree]
+
+
+def _directory_tree(task: str, extra: list[Path]) -> list[Path]:
+    """A directory TASK outside what ships goes as one tree: its task files in subdirectories
+    stay where they are relative to each other (each still imports beside itself, as in Inspect)."""
+    directory = Path(task).expanduser().resolve()
+    if not directory.is_dir() or any(directory.is_relative_to(p.resolve()) for p in [REPO_ROOT, *extra]):
+        return extra
+    tasks.check_tree_size(task, directory)
+    return _with_tree(task, directory, extra)
 
 
 def _locate_solver(asked: InspectRequest, extra: list[Path]) -> list[Path]:
@@ -144,11 +158,16 @@ def locate(
     extra: list[Path],
     setting_envs: list[str],
 ) -> tuple[list[tuple[str, tasks.Located]], list[Path]]:
-    """Each TASK located (a setting's tasks when there is none), and the trees that ship with them."""
+    """Each TASK located (a directory or glob: each task file under it; a setting's tasks when
+    there is no TASK), and the trees that ship with them."""
     located: list[tuple[str, tasks.Located]] = []
-    for task in list(request.tasks) or split_list(defaults.get("task")) or asked.run_tasks:
-        where, extra = _locate_task(request, task, defaults, extra, setting_envs)
-        located.append((task, where))
+    for given in list(request.tasks) or split_list(defaults.get("task")) or asked.run_tasks:
+        files = tasks.task_files(given)
+        if files is not None:
+            extra = _directory_tree(given, extra)
+        for task in [given] if files is None else [tasks.cwd_relative(f) for f in files]:
+            where, extra = _locate_task(request, task, defaults, extra, setting_envs)
+            located.append((task, where))
     return located, _locate_solver(asked, extra)
 
 

@@ -1,19 +1,22 @@
 """Plain Inspect tasks: TASK as `inspect eval` takes it, located in what ships, loaded once.
 
-TASK is `file.py`, `file.py@name` or a registered name. A file inside this repo ships
-with the code archive (it must be tracked); a file elsewhere ships inside the --extra-src
-tree that holds it, or else its own directory becomes an extra tree. The controller then
+TASK is `file.py`, `file.py@name`, a registered name, or a directory or glob, which
+stands for the task files under it as `inspect eval` finds them. A file inside this repo
+ships with the code archive (it must be tracked); a file elsewhere ships inside the
+--extra-src tree that holds it, or else its own directory (or the directory given)
+becomes an extra tree. The controller then
 loads the task once, in a process set up like a worker (probe.py, probe_process.py), to list
 its sample ids under the selection; jobs are those ids x epochs.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,11 +78,55 @@ def _split(spec: str) -> tuple[str, str | None]:
     return (path, name) if sep and path else (spec, None)
 
 
-def _cwd_relative(path: Path) -> str:
+def cwd_relative(path: Path) -> str:
     try:
         return path.relative_to(Path.cwd()).as_posix()
     except ValueError:
         return path.as_posix()
+
+
+def task_files(task: str) -> list[Path] | None:
+    """TASK as a directory or a glob, expanded as `inspect eval` expands it (Inspect's own
+    walk: .py and .ipynb files, leaving out names that start with . or _, and env/, venv/
+    and tests/ below the directory given), keeping the files with an @task, in the order
+    Inspect runs them. None when TASK is neither (a file, file@name or registered name)."""
+    path = Path(task).expanduser()
+    if "@" in task or not (path.is_dir() or (glob.has_magic(task) and not path.exists())):
+        return None
+    from ...inspect_private import inspect_task_files, parse_decorators
+
+    # Inspect globs relative to a root directory; an absolute TASK is globbed from "/".
+    root = Path(path.anchor) if path.is_absolute() else Path.cwd()
+    pattern = path.relative_to(root) if path.is_absolute() else path
+    found = inspect_task_files([] if path.resolve() == root.resolve() else [pattern.as_posix()], root)
+    files = sorted({Path(os.path.abspath(p)) for p in found}, key=lambda p: p.as_posix())
+    odd = next((p for p in files if not p.is_file()), None)
+    if odd is not None:  # a FIFO named .py would hang the reader, and Inspect with it
+        raise BadInput(f"task {task}: {cwd_relative(odd)} is not a regular file")
+    files = [p for p in files if _has_task(task, p, parse_decorators)]
+    if not files:
+        raise BadInput(
+            f"task {task}: no task file there (Inspect looks for @task in .py and .ipynb files, "
+            "leaving out names that start with _ or . and env/, venv/, tests/)"
+        )
+    return files
+
+
+def _has_task(task: str, path: Path, parse_decorators: Callable[[Path, str], list[Any]]) -> bool:
+    """Whether the file has an @task, read as Inspect reads it (a file that does not parse has none)."""
+    try:
+        return bool(parse_decorators(path, "task"))
+    except (ValueError, OSError) as exc:  # ValueError: not UTF-8
+        raise BadInput(f"task {task}: {cwd_relative(path)} cannot be read: {exc}") from None
+
+
+def check_tree_size(task: str, directory: Path) -> None:
+    """Refuse to ship, as the tree of TASK, a directory over IMPLICIT_TREE_MAX_FILES."""
+    if sum(len(files) for _, _, files in os.walk(directory)) > IMPLICIT_TREE_MAX_FILES:
+        raise BadInput(
+            f"task {task}: its directory {directory} holds over {IMPLICIT_TREE_MAX_FILES} files; "
+            "put the task in a project directory and ship that with --extra-src DIR"
+        )
 
 
 def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
@@ -94,15 +141,11 @@ def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
         return Located("registry", task, task, None)
     if not path.exists():
         raise BadInput(f"task {task}: no such file {path}")
-    if path.is_dir():
-        # Inspect runs every task of every file under a directory, but a job names one
-        # file; which ran would be a guess, so the user names it.
-        raise BadInput(f"task {task}: is a directory; name a task file in it ({file_part.rstrip('/')}/FILE.py[@NAME])")
     if not path.is_file():
         raise BadInput(f"task {task}: {path} is not a regular file")
     path = path.resolve()
     suffix = f"@{name}" if name else ""
-    display = _cwd_relative(path)
+    display = cwd_relative(path)
     if path.is_relative_to(repo.resolve()):
         rel = path.relative_to(repo.resolve()).as_posix()
         return Located("code", rel + suffix, rel + suffix, display, path=path)
@@ -112,11 +155,7 @@ def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
             rel = (Path(tree.name) / path.relative_to(tree)).as_posix()
             return Located("extra", rel + suffix, rel + suffix, display, path=path)
     directory = path.parent
-    if sum(len(files) for _, _, files in os.walk(directory)) > IMPLICIT_TREE_MAX_FILES:
-        raise BadInput(
-            f"task {task}: its directory {directory} holds over {IMPLICIT_TREE_MAX_FILES} files; "
-            "put the task in a project directory and ship that with --extra-src DIR"
-        )
+    check_tree_size(task, directory)
     rel = (Path(directory.name) / path.relative_to(directory)).as_posix()
     return Located("extra", rel + suffix, rel + suffix, display, implicit_tree=directory, path=path)
 

@@ -1,0 +1,87 @@
+"""A directory or glob as TASK: the task files `inspect eval` would run, found as Inspect finds them.
+
+`inspect eval evals/` runs every task of every task file under evals/; ct-fleet expands the
+same TASK into the same files (Inspect's own list_tasks) before anything ships, and each
+file is then located and probed as if it had been named. The fleet run of a directory is
+in tests/dropin/test_plain_tasks.py (its rerun names the task's directory).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ct_fleet.controller.planning import FleetRequest, plan_fleet
+from ct_fleet.controller.planning.tasks import task_files
+from ct_fleet.errors import BadInput
+from ct_fleet.inspect_private import load_tasks, task_file
+
+
+def _task(*names: str, imports: str = "") -> str:
+    body = "".join(f"\n\n@task\ndef {name}():\n    return Task(dataset=[Sample(input='x')])\n" for name in names)
+    return f"from inspect_ai import Task, task\nfrom inspect_ai.dataset import Sample\n{imports}{body}"
+
+
+@pytest.fixture
+def evals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """evals/ with two task files Inspect runs, and files it leaves out by its rules."""
+    root = tmp_path / "evals"
+    files = {
+        "a.py": _task("alpha", "beta"),
+        "sub/b.py": _task("gamma", imports="from helper import VALUE  # beside b.py, as Inspect imports it\n"),
+        "sub/helper.py": "VALUE = 1\n",  # no @task
+        "syntax.py": "from inspect_ai import task\n@task\ndef broken(:\n",  # unparsable: Inspect skips it
+        "_private.py": _task("private"),
+        ".hidden/h.py": _task("hidden"),
+        "tests/t.py": _task("tested"),
+        "venv/v.py": _task("vendored"),
+        "docs/notes.txt": "@task\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    return root
+
+
+def test_a_directory_is_the_files_whose_tasks_inspect_loads(evals: Path):
+    got = task_files("evals")
+    assert got == [evals / "a.py", evals / "sub" / "b.py"]
+    # What Inspect's own loader runs for the same TASK: the same files, in the same order.
+    loaded = [Path(task_file(t, relative=False) or "") for t in load_tasks(["evals"])]
+    assert list(dict.fromkeys(loaded)) == got
+    assert task_files(str(evals)) == got  # absolute, which Inspect's glob cannot take
+    assert task_files("evals/") == task_files("./evals") == got
+    # tests/ is left out below the directory given, not when it is the one given (Inspect's rule)
+    assert task_files("evals/tests") == [evals / "tests" / "t.py"]
+
+
+def test_a_glob_is_the_task_files_it_matches(evals: Path):
+    assert task_files("evals/*.py") == [evals / "a.py"]
+    assert task_files("evals/**/b.py") == [evals / "sub" / "b.py"]
+
+
+@pytest.mark.parametrize("task", ["evals/a.py", "evals/a.py@alpha", "inspect_evals/gsm8k", "evals/nothere.py"])
+def test_a_file_or_a_name_is_not_expanded(evals: Path, task: str):
+    assert task_files(task) is None
+
+
+@pytest.mark.parametrize("task", ["evals/docs", "evals/sub/helper*", "evals/none*"])
+def test_a_directory_or_glob_without_a_task_file_is_refused(evals: Path, task: str):
+    with pytest.raises(BadInput, match=r"no task file there \(Inspect looks for @task"):
+        task_files(task)
+
+
+def test_a_file_inspect_cannot_read_is_named(evals: Path):
+    (evals / "latin1.py").write_bytes(b"# caf\xe9\n")
+    with pytest.raises(BadInput, match=r"task evals: evals/latin1.py cannot be read: 'utf-8' codec"):
+        task_files("evals")
+
+
+def test_the_planner_refuses_it_before_anything_exists(evals: Path, tmp_path: Path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with pytest.raises(BadInput, match="task evals/docs: no task file there"):
+        plan_fleet(FleetRequest(runs_dir=runs, dotenv=tmp_path / "no.env", tasks=["evals/docs"]))
+    assert list(runs.iterdir()) == []
