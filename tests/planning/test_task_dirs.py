@@ -1,4 +1,5 @@
-"""A directory or glob as TASK: the task files `inspect eval` would run, found as Inspect finds them.
+"""A directory or glob as TASK: the task files `inspect eval` would run, found as Inspect
+finds them; and each task of a file named as Inspect's loader finds it.
 
 `inspect eval evals/` runs every task of every task file under evals/; ct-fleet expands the
 same TASK into the same files (Inspect's own list_tasks) before anything ships, and each
@@ -85,3 +86,35 @@ def test_the_planner_refuses_it_before_anything_exists(evals: Path, tmp_path: Pa
     with pytest.raises(BadInput, match="task evals/docs: no task file there"):
         plan_fleet(FleetRequest(runs_dir=runs, dotenv=tmp_path / "no.env", tasks=["evals/docs"]))
     assert list(runs.iterdir()) == []
+
+
+NAMED = """
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+
+
+@task
+def by_function():
+    return Task(name="shown_name", dataset=[Sample(input="x")])
+
+
+@task(name="by_decorator")
+def second():
+    return Task(dataset=[Sample(input="y")])
+"""
+
+
+def test_each_task_of_a_file_is_loaded_by_the_name_it_is_registered_under(tmp_path: Path, monkeypatch):
+    """Task(name=...) names a task in its log, but Inspect's loader finds it by its @task
+    name: a job given `file.py@shown_name` failed on every worker."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "named.py").write_text(NAMED)
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    plan = plan_fleet(FleetRequest(runs_dir=runs, dotenv=tmp_path / "no.env", tasks=["proj"], models=["mockllm/model"]))
+    got = sorted((t.name, t.task_spec) for t in plan.spec.tasks)
+    assert got == [("by_decorator", "proj/named.py@by_decorator"), ("shown_name", "proj/named.py@by_function")]
+    assert [t.name for t in load_tasks(["proj/named.py@by_function"])] == ["shown_name"]
+    with pytest.raises(Exception, match="shown_name"):
+        load_tasks(["proj/named.py@shown_name"])

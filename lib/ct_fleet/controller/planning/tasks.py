@@ -260,7 +260,9 @@ def probe(
         if located.root == "registry":
             one = located.spec
         else:
-            one = f"{base}@{answer['name'] if len(answers) > 1 or not name else name}"
+            # By the name it is registered under (the @task function's, or @task(name=...)):
+            # Task(name=...) names the task in its log, but a loader cannot find it by that.
+            one = f"{base}@{answer.get('registry_name') or answer['name'] if len(answers) > 1 or not name else name}"
         found.append(
             ProbedTask(
                 answer["name"],
