@@ -344,6 +344,15 @@ def test_models_split_and_repeat_as_inspect_takes_them():
     assert inspect_request.models((), None, None) == ["mockllm/model"]
 
 
+def test_the_model_none_is_named_as_inspects_logs_name_it():
+    """`--model none` (a task that calls no model): each job's log names none/none, so the
+    fleet must expect that, or every result reads as another model's and is rerun to death."""
+    from inspect_ai.model import get_model
+
+    assert inspect_request.models(("none",), None, None) == [str(get_model("none"))] == ["none/none"]
+    assert inspect_request.models(("none,mockllm/model",), None, None) == ["none/none", "mockllm/model"]
+
+
 # -- the Python API: eval()'s arguments ------------------------------------------------
 
 

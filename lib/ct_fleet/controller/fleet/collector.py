@@ -197,11 +197,13 @@ class ResultCollector:
         self.bad_results[job_id] = self.bad_results.get(job_id, 0) + 1
         self.s3.delete_object(Bucket=self.bucket, Key=result_key(self.spec.fleet_id, job_id))
         count = self.bad_results[job_id]
+        wrong = said or f"is unreadable ({why})"
         if count > self.spec.config.max_receive_count:
-            self.warn(f"result of job {job_id} unreadable {count} times ({why}); giving up on it")
-            self.state.abandon(job_id, "infra", f"result unreadable {count} times: {why}")
+            # What was wrong, not only that it was: a log of another model or task says why.
+            self.warn(f"result of job {job_id} {wrong}, {count} times; giving up on it")
+            self.state.abandon(job_id, "infra", f"its result {wrong}, {count} times")
             return
-        self.warn(f"result of job {job_id} {said or f'is unreadable ({why})'}; running it again")
+        self.warn(f"result of job {job_id} {wrong}; running it again")
         self.send_again(job_id)
 
     def intact(self) -> bool:

@@ -113,7 +113,9 @@ def _run_config(content: Any) -> dict[str, Any]:
 def models(given: Sequence[str], config_model: Any, run_model: str | None) -> list[str]:
     """The fleet's models: --model (a,b or repeated), else the run configs', else mockllm."""
     chosen = split_list(given) or split_list(config_model) or split_list(run_model) or [DEFAULT_MODEL]
-    return list(dict.fromkeys(chosen))
+    # Inspect's get_model reads "none" (a task that calls no model) as none/none, which its
+    # logs record: the fleet expects each job's log of the model the log will name.
+    return list(dict.fromkeys("none/none" if model == "none" else model for model in chosen))
 
 
 def split_envs(values: Sequence[str]) -> tuple[list[str], dict[str, str]]:
