@@ -3,10 +3,10 @@
 TASK is `file.py`, `file.py@name`, a registered name, or a directory or glob, which
 stands for the task files under it as `inspect eval` finds them. A file inside this repo
 ships with the code archive (it must be tracked); a file elsewhere ships inside the
---extra-src tree that holds it, or else its own directory (or the directory given)
-becomes an extra tree. The controller then
-loads the task once, in a process set up like a worker (probe.py, probe_process.py), to list
-its sample ids under the selection; jobs are those ids x epochs.
+--extra-src tree that holds it, or else its own directory (or the directory given) becomes
+an extra tree. The controller then loads the task once, in a process set up like a worker
+(probe.py, probe_process.py), to list its sample ids under the selection; jobs are those
+ids x epochs.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,7 +93,7 @@ def task_files(task: str) -> list[Path] | None:
     path = Path(task).expanduser()
     if "@" in task or not (path.is_dir() or (glob.has_magic(task) and not path.exists())):
         return None
-    from ...inspect_private import inspect_task_files, parse_decorators
+    from ...inspect_private import inspect_task_files
 
     # Inspect globs relative to a root directory; an absolute TASK is globbed from "/".
     root = Path(path.anchor) if path.is_absolute() else Path.cwd()
@@ -103,7 +103,7 @@ def task_files(task: str) -> list[Path] | None:
     odd = next((p for p in files if not p.is_file()), None)
     if odd is not None:  # a FIFO named .py would hang the reader, and Inspect with it
         raise BadInput(f"task {task}: {cwd_relative(odd)} is not a regular file")
-    files = [p for p in files if _has_task(task, p, parse_decorators)]
+    files = [p for p in files if _has_task(task, p)]
     if not files:
         raise BadInput(
             f"task {task}: no task file there (Inspect looks for @task in .py and .ipynb files, "
@@ -112,8 +112,10 @@ def task_files(task: str) -> list[Path] | None:
     return files
 
 
-def _has_task(task: str, path: Path, parse_decorators: Callable[[Path, str], list[Any]]) -> bool:
+def _has_task(task: str, path: Path) -> bool:
     """Whether the file has an @task, read as Inspect reads it (a file that does not parse has none)."""
+    from ...inspect_private import parse_decorators
+
     try:
         return bool(parse_decorators(path, "task"))
     except (ValueError, OSError) as exc:  # ValueError: not UTF-8
