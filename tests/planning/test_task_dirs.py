@@ -118,3 +118,37 @@ def test_each_task_of_a_file_is_loaded_by_the_name_it_is_registered_under(tmp_pa
     assert [t.name for t in load_tasks(["proj/named.py@by_function"])] == ["shown_name"]
     with pytest.raises(Exception, match="shown_name"):
         load_tasks(["proj/named.py@shown_name"])
+
+
+PINNED = """
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+
+
+@task
+def pinned():
+    return Task(dataset=[Sample(input="x")], model="none")
+
+
+@task
+def free():
+    return Task(dataset=[Sample(input="y")])
+"""
+
+
+def test_a_task_that_names_its_own_model_runs_with_it_once(tmp_path: Path, monkeypatch):
+    """Inspect runs a task with the model it names for itself, whatever --model says, and its
+    log names that model: the fleet plans its jobs so (before, each result read as another
+    model's and was rerun until the fleet gave up on it)."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "tasks.py").write_text(PINNED)
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    models = ["mockllm/model", "mockllm/other"]
+    plan = plan_fleet(FleetRequest(runs_dir=runs, dotenv=tmp_path / "no.env", tasks=["proj"], models=models))
+    got = sorted((t.name, t.model) for t in plan.spec.manifest().tasks)
+    assert got == [("free", "mockllm/model"), ("free", "mockllm/other"), ("pinned", "none/none")]
+    (task,) = load_tasks(["proj/tasks.py@pinned"])
+    assert str(task.model) == "none/none"  # what Inspect runs it with, and its log says
+    assert len(plan.spec.jobs) == 3

@@ -109,6 +109,7 @@ def plain_tasks(
                 task_file=where.task_file,
                 limit=limit,
                 sample_id=sample_id,
+                model=p.model or "",
             )
             for p in probed
         )

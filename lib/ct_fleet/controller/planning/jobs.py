@@ -55,7 +55,7 @@ class FleetTask:
     limit: int | list[int] | None = None
     sample_id: list[str] | None = None
     selection: list[TaskSpec] = field(default_factory=list)
-    model: str = ""  # each task x model of a fleet is a task of its own
+    model: str = ""  # each task x model of a fleet is a task of its own; set before: the task's own model
 
     @property
     def key(self) -> str:

@@ -133,8 +133,9 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     inputs = _inputs(request, asked)
     tasks = _tasks(request, asked, inputs, trees)
     dotenv = credentials.read_dotenv(request.dotenv)
-    secret_names = _secrets(asked.cfg, env, dotenv, asked.models, inputs.model_args, asked.job_env, tasks.chosen)
-    grid = [replace(task, model=model) for task in tasks.chosen.fleet_tasks for model in asked.models]
+    grid = _grid(tasks.chosen.fleet_tasks, asked.models)
+    grid_models = list(dict.fromkeys(task.model for task in grid))
+    secret_names = _secrets(asked.cfg, env, dotenv, grid_models, inputs.model_args, asked.job_env, tasks.chosen)
     fleet_jobs = jobs.make_jobs(grid, tasks.epochs, code_sha=tasks.version.sha, model_args=inputs.model_args)
     fleet_id = _fleet_id(request, asked, inputs, tasks, grid)
     if asked.cfg.resume:
@@ -159,6 +160,13 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
         notes=notes,
         capacity=fit,
     )
+
+
+def _grid(fleet_tasks: list[FleetTask], models: list[str]) -> list[FleetTask]:
+    """Every task x model. A task that names its own model (Task(model=...)) runs with it
+    whatever --model says, as in Inspect (its log names that model): once, not once per model."""
+    grid = [replace(task, model=task.model or model) for task in fleet_tasks for model in models]
+    return list({task.key: task for task in grid}.values())
 
 
 @dataclass(frozen=True)
@@ -298,7 +306,7 @@ def _spec(
         fleet_id=fleet_id,
         tasks=grid,
         jobs=fleet_jobs,
-        model=",".join(asked.models),
+        model=",".join(dict.fromkeys(task.model for task in grid)),  # what runs: a task may name its own
         model_args=inputs.model_args,
         inspect_options=asked.inspect.job_options,
         epochs=tasks.epochs,

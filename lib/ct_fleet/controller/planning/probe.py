@@ -10,8 +10,9 @@ in that throwaway process, not in the controller.
 
 Request: {"spec": ..., "task_args": {...}, "limit": N | [start, stop] | null,
 "sample_id": [patterns] | null, "shuffle": true | seed | null}. Answer, written to the file named on the command line:
-{"tasks": [{"name", "sample_ids", "epochs", "registry_name", "sandbox_types", "compose_files",
-"id_clash"}]} with each task's selected ids in dataset order, with their types, the compose
+{"tasks": [{"name", "sample_ids", "epochs", "registry_name", "model", "sandbox_types",
+"compose_files", "id_clash"}]} with each task's selected ids in dataset order, with their
+types, the model the task names for itself (Task(model=...), else null), the compose
 files its Docker sandboxes use (absolute paths, found as Inspect finds them), and the first
 two ids of its dataset that are the same id (1 and "1" too: Inspect refuses such a dataset); or
 {"error": one line}, with exit status 1. The answer has a file of its own because the
@@ -98,6 +99,7 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
                 "sample_ids": [s.id for s in chosen],
                 "epochs": task.epochs,
                 "registry_name": task.registry_name,
+                "model": str(task.model) if task.model is not None else None,
                 "sandbox_types": sorted({t for t in map(_sandbox_type, [task, *chosen]) if t}),
                 "compose_files": _compose_files(task, [task, *chosen]),
                 "id_clash": clash,

@@ -207,6 +207,7 @@ class ProbedTask:
     epochs: int | None
     sandbox_types: list[str] = field(default_factory=list)  # the sandboxes its task and samples name
     compose_files: list[str] = field(default_factory=list)  # its Docker sandboxes' compose files (absolute)
+    model: str | None = None  # the model the task names for itself, which Inspect runs it with
 
 
 def _worker_like_env(shipped: ShippedCode) -> dict[str, str]:
@@ -273,6 +274,7 @@ def probe(
                 answer["epochs"],
                 answer.get("sandbox_types", []),
                 answer.get("compose_files", []),
+                answer.get("model"),
             )
         )
     return found
