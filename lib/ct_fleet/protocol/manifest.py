@@ -47,6 +47,9 @@ class ManifestTask:
     # of its own (one merged log each). Empty in manifests written before the grid: the
     # manifest's model.
     model: str = ""
+    # Its own epochs (Task(epochs=...)) where the fleet's tasks name different ones and no
+    # --epochs overrides them, as Inspect runs each; None: the manifest's epochs.
+    epochs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ class Manifest:
         stray = next((j for j in manifest.jobs if j.task not in keys), None)
         if stray is not None:
             raise BadManifest(f"malformed fleet manifest: job {stray.job_id} names no task of the fleet")
-        if manifest.epochs < 1:
+        if manifest.epochs < 1 or any(t.epochs is not None and t.epochs < 1 for t in manifest.tasks):
             raise BadManifest("malformed fleet manifest: epochs must be at least 1")
         return manifest
 

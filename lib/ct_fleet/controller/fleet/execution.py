@@ -153,8 +153,10 @@ def _upload_inputs(planned: PlannedFleet) -> tuple[list[str], list[str]]:
 def _announce(planned: PlannedFleet, fit: Capacity, hooks: RunHooks) -> None:
     spec, cloud, cfg = planned.spec, planned.cloud, planned.spec.config
     what = f"policy {spec.policy}" if spec.policy else f"model {spec.model}"
+    own = sorted({task.epochs for task in spec.tasks if task.epochs})  # tasks of their own epochs
+    epochs = f"{own[0]}-{own[-1]}" if own else str(spec.epochs)
     hooks.info(
-        f"fleet {spec.fleet_id}: {len(spec.jobs)} jobs ({_describe_tasks(spec)} x {spec.epochs} epochs), "
+        f"fleet {spec.fleet_id}: {len(spec.jobs)} jobs ({_describe_tasks(spec)} x {epochs} epochs), "
         f"{what}, {cloud.kind} cloud, up to {fit.max_workers} workers x {cfg.concurrency_per_worker}"
     )
     link = cloud.console_link(spec.fleet_id)

@@ -5,7 +5,7 @@ too, as they ship and resolve as tasks do."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,15 +110,20 @@ def plain_tasks(
                 limit=limit,
                 sample_id=sample_id,
                 model=p.model or "",
+                epochs=p.epochs or 1,
             )
             for p in probed
         )
     if len({t.key for t in fleet_tasks}) < len(fleet_tasks):
         raise BadInput("a task is named twice: give each TASK once")
-    task_epochs = {p.epochs for p in probed_all if p.epochs}
+    # Inspect runs each task its own epochs (1 where it names none): the fleet's when they are
+    # all the same, else each task's own (with the most as the fleet's, its upper bound).
+    task_epochs = {task.epochs or 1 for task in fleet_tasks}
+    if len(task_epochs) == 1:
+        fleet_tasks = [replace(task, epochs=None) for task in fleet_tasks]
     return ChosenTasks(
         fleet_tasks,
-        default_epochs=task_epochs.pop() if len(task_epochs) == 1 else 1,
+        default_epochs=max(task_epochs, default=1),
         plain_sandboxes={kind for p in probed_all for kind in p.sandbox_types},
         plain_compose={path for p in probed_all for path in p.compose_files},
     )

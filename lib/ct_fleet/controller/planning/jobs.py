@@ -56,6 +56,7 @@ class FleetTask:
     sample_id: list[str] | None = None
     selection: list[TaskSpec] = field(default_factory=list)
     model: str = ""  # each task x model of a fleet is a task of its own; set before: the task's own model
+    epochs: int | None = None  # its own, where the fleet's tasks differ (ManifestTask.epochs)
 
     @property
     def key(self) -> str:
@@ -74,6 +75,7 @@ class FleetTask:
             limit=self.limit,
             sample_id=self.sample_id,
             model=self.model,
+            epochs=self.epochs,
         )
 
 
@@ -201,15 +203,16 @@ def make_jobs(tasks: Sequence[FleetTask], epochs: int, *, code_sha: str, model_a
     if epochs < 1:
         raise BadInput(f"--epochs must be at least 1 (got {epochs})")
     samples = sum(len(task.sample_ids) for task in tasks)
-    if samples * epochs > MAX_JOBS:
+    total = sum(len(task.sample_ids) * (task.epochs or epochs) for task in tasks)
+    if total > MAX_JOBS:
         raise BadInput(
-            f"{samples:,} samples x {epochs:,} epochs = {samples * epochs:,} jobs is over the limit of "
+            f"{samples:,} samples x {epochs:,} epochs = {total:,} jobs is over the limit of "
             f"{MAX_JOBS:,}: lower --epochs or split the task set"
         )
     jobs = []
     for task in tasks:
         for sample_id in task.sample_ids:
-            for epoch in range(1, epochs + 1):
+            for epoch in range(1, (task.epochs or epochs) + 1):
                 job_id = _short_hash(code_sha, task.key, task.model, model_args, sample_id, epoch)
                 jobs.append(Job(job_id, task.key, sample_id, epoch))
     return jobs
@@ -218,5 +221,5 @@ def make_jobs(tasks: Sequence[FleetTask], epochs: int, *, code_sha: str, model_a
 def fleet_id(code_sha: str, tasks: Sequence[FleetTask], epochs: int, **extra: object) -> str:
     """Same code, tasks (spec, arguments, selection), epochs and extra identity -> same fleet."""
     identity = {k: v for k, v in sorted(extra.items()) if v is not None}
-    described = [[t.key, t.sample_ids, t.limit, t.sample_id] for t in tasks]
+    described = [[t.key, t.sample_ids, t.limit, t.sample_id, *([t.epochs] if t.epochs else [])] for t in tasks]
     return _short_hash(code_sha, described, epochs, identity, length=12)

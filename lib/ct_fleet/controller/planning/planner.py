@@ -258,7 +258,11 @@ def _tasks(request: FleetRequest, asked: _Asked, inputs: _Inputs, trees: list[An
             request, shipped, sources, inputs.task_args, asked.defaults, inputs.requirements, asked.setting_envs
         )
     epochs = request.epochs if request.epochs is not None else asked.inspect.run_epochs
-    epochs = epochs if epochs is not None else int(asked.defaults.get("epochs", chosen.default_epochs))
+    if epochs is None and "epochs" in asked.defaults:
+        epochs = int(asked.defaults["epochs"])
+    if epochs is not None:  # --epochs (or a run config's) overrides every task's own, as in Inspect
+        chosen = replace(chosen, fleet_tasks=[replace(task, epochs=None) for task in chosen.fleet_tasks])
+    epochs = epochs if epochs is not None else chosen.default_epochs
     sandbox = choosing.sandbox(request, asked.inspect, chosen, located, shipped)
     return _Tasks(extra, sources, version, shipped, chosen, epochs, sandbox)
 

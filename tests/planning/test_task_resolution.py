@@ -1,14 +1,13 @@
-"""A directory or glob as TASK: the task files `inspect eval` would run, found as Inspect
-finds them; and each task of a file named as Inspect's loader finds it.
-
-`inspect eval evals/` runs every task of every task file under evals/; ct-fleet expands the
-same TASK into the same files (Inspect's own list_tasks) before anything ships, and each
-file is then located and probed as if it had been named. The fleet run of a directory is
-in tests/dropin/test_plain_tasks.py (its rerun names the task's directory).
+"""TASK as Inspect reads it, before anything ships: a directory or glob is the task files
+`inspect eval` would run (found by Inspect's own walk); each task of a file is loaded by the
+name it is registered under, runs with the model it names for itself, and runs its own epochs
+unless --epochs overrides them. The fleet run of a directory is in
+tests/dropin/test_plain_tasks.py (its rerun names the task's directory).
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,17 @@ from ct_fleet.controller.planning import FleetRequest, plan_fleet
 from ct_fleet.controller.planning.tasks import task_files
 from ct_fleet.errors import BadInput
 from ct_fleet.inspect_private import load_tasks, task_file
+
+
+@pytest.fixture(autouse=True)
+def _forget_task_modules(tmp_path: Path):
+    """Inspect's loader imports the task files here and what they import (sub/b.py's
+    `helper`): left in sys.modules, a later probe forked from this process would find
+    this `helper` instead of its own."""
+    yield
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
+            del sys.modules[name]
 
 
 def _task(*names: str, imports: str = "") -> str:
@@ -152,3 +162,57 @@ def test_a_task_that_names_its_own_model_runs_with_it_once(tmp_path: Path, monke
     (task,) = load_tasks(["proj/tasks.py@pinned"])
     assert str(task.model) == "none/none"  # what Inspect runs it with, and its log says
     assert len(plan.spec.jobs) == 3
+
+
+EPOCHS = """
+from inspect_ai import Epochs, Task, task
+from inspect_ai.dataset import Sample
+
+
+@task
+def two():
+    return Task(dataset=[Sample(input="x")], epochs=2)
+
+
+@task
+def three():
+    return Task(dataset=[Sample(input="y")], epochs=Epochs(3, "max"))
+
+
+@task
+def plain():
+    return Task(dataset=[Sample(input="z")])
+"""
+
+
+def _jobs_per_task(plan) -> dict[str, list[int]]:
+    manifest = plan.spec.manifest()
+    names = {t.key: t.name for t in manifest.tasks}
+    got: dict[str, list[int]] = {}
+    for job in manifest.jobs:
+        got.setdefault(names[job.task], []).append(job.epoch)
+    return {name: sorted(epochs) for name, epochs in got.items()}
+
+
+def test_tasks_of_their_own_epochs_run_them_unless_epochs_is_given(tmp_path: Path, monkeypatch):
+    """Inspect runs each task its own epochs (1 where it names none); --epochs overrides them
+    all. Before, tasks of different epochs in one fleet all ran one."""
+    from ct_fleet.protocol import Manifest
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "tasks.py").write_text(EPOCHS)
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+
+    def plan(**extra):
+        return plan_fleet(FleetRequest(runs_dir=runs, dotenv=tmp_path / "no.env", tasks=["proj"], **extra))
+
+    own = plan()
+    assert _jobs_per_task(own) == {"two": [1, 2], "three": [1, 2, 3], "plain": [1]}
+    assert [t.epochs for t in load_tasks(["proj"])] == [2, 3, None]  # Inspect's own reading of the file
+    manifest = own.spec.manifest()
+    assert Manifest.from_json(manifest.to_json()).tasks == manifest.tasks  # read back by the merge
+    given = plan(epochs=2)
+    assert _jobs_per_task(given) == {"two": [1, 2], "three": [1, 2], "plain": [1, 2]}
+    assert given.spec.fleet_id != own.spec.fleet_id
