@@ -55,7 +55,9 @@ class FleetTask:
     limit: int | list[int] | None = None
     sample_id: list[str] | None = None
     selection: list[TaskSpec] = field(default_factory=list)
-    model: str = ""  # each task x model of a fleet is a task of its own; set before: the task's own model
+    # Each task x model of a fleet is a task of its own; before the grid, the model the task
+    # names for itself (Task(model=...)), if any.
+    model: str = ""
     epochs: int | None = None  # its own, where the fleet's tasks differ (ManifestTask.epochs)
 
     @property
@@ -205,8 +207,9 @@ def make_jobs(tasks: Sequence[FleetTask], epochs: int, *, code_sha: str, model_a
     samples = sum(len(task.sample_ids) for task in tasks)
     total = sum(len(task.sample_ids) * (task.epochs or epochs) for task in tasks)
     if total > MAX_JOBS:
+        each = "their own epochs" if any(task.epochs for task in tasks) else f"{epochs:,} epochs"
         raise BadInput(
-            f"{samples:,} samples x {epochs:,} epochs = {total:,} jobs is over the limit of "
+            f"{samples:,} samples x {each} = {total:,} jobs is over the limit of "
             f"{MAX_JOBS:,}: lower --epochs or split the task set"
         )
     jobs = []
