@@ -86,8 +86,10 @@ def plain_tasks(
     task_args: dict[str, Any],
     defaults: dict[str, Any],
     shuffle: bool | int | None,
+    epochs: int | None = None,
 ) -> ChosenTasks:
-    """Plain Inspect tasks, each loaded once as a worker would: their samples under the selection."""
+    """Plain Inspect tasks, each loaded once as a worker would: their samples under the
+    selection, and their own epochs unless `epochs` (--epochs) overrides them."""
     limit = tasks.parse_limit(request.limit or defaults.get("limit"))
     sample_id = tasks.parse_sample_ids([*request.sample_ids, *split_list(defaults.get("sample_id"))])
     if limit is not None and sample_id is not None:
@@ -119,7 +121,7 @@ def plain_tasks(
     # Inspect runs each task its own epochs (1 where it names none): the fleet's when they are
     # all the same, else each task's own (with the most as the fleet's, its upper bound).
     task_epochs = {task.epochs or 1 for task in fleet_tasks}
-    if len(task_epochs) == 1:
+    if epochs is not None or len(task_epochs) == 1:
         fleet_tasks = [replace(task, epochs=None) for task in fleet_tasks]
     return ChosenTasks(
         fleet_tasks,

@@ -246,22 +246,21 @@ def _tasks(request: FleetRequest, asked: _Asked, inputs: _Inputs, trees: list[An
     sources = SettingSources(extra_roots=tuple(extra))
     version = code.code_version(REPO_ROOT)
     shipped = ShippedCode.build(REPO_ROOT, version.sha, extra, cache=code_artifacts_dir(request.environ))
+    # --epochs (or a run config's) overrides every task's own, as in Inspect.
+    epochs = request.epochs if request.epochs is not None else asked.inspect.run_epochs
+    if epochs is None and "epochs" in asked.defaults:
+        epochs = int(asked.defaults["epochs"])
     if located:
         shipped.site = overlay.install(
             inputs.reqs, request.environ
         )  # the probe loads the task with them, as workers will
         chosen = choosing.plain_tasks(
-            request, located, shipped, inputs.task_args, asked.defaults, asked.inspect.sample_shuffle
+            request, located, shipped, inputs.task_args, asked.defaults, asked.inspect.sample_shuffle, epochs
         )
     else:
         chosen = choosing.settings_tasks(
             request, shipped, sources, inputs.task_args, asked.defaults, inputs.requirements, asked.setting_envs
         )
-    epochs = request.epochs if request.epochs is not None else asked.inspect.run_epochs
-    if epochs is None and "epochs" in asked.defaults:
-        epochs = int(asked.defaults["epochs"])
-    if epochs is not None:  # --epochs (or a run config's) overrides every task's own, as in Inspect
-        chosen = replace(chosen, fleet_tasks=[replace(task, epochs=None) for task in chosen.fleet_tasks])
     epochs = epochs if epochs is not None else chosen.default_epochs
     sandbox = choosing.sandbox(request, asked.inspect, chosen, located, shipped)
     return _Tasks(extra, sources, version, shipped, chosen, epochs, sandbox)

@@ -24,13 +24,7 @@ from ...settings import DEFAULT_SETTING, Setting, SettingSources, find_setting
 from .jobs import FleetTask, TaskSpec, dedupe, load_task_file, resolve_task_file, select_tasks, validate_tasks
 from .shipped import ShippedCode
 from .task_args import merge_policy
-
-
-def _cwd_relative(path: Path) -> str:
-    try:
-        return path.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return path.as_posix()
+from .tasks import cwd_relative
 
 
 def split_env_args(envs: Sequence[str], default: str = DEFAULT_SETTING) -> list[tuple[str, str]]:
@@ -213,7 +207,7 @@ def setting_tasks(
         root, spec = task_ref(setting, shipped)
         name = spec.rpartition("@")[2] if "@" in spec else setting_name
         # Workers record the file where they unpacked it; the merged header names it as here.
-        task_file = _cwd_relative(setting.package_dir / spec.rpartition("@")[0]) if root == "setting" else None
+        task_file = cwd_relative(setting.package_dir / spec.rpartition("@")[0]) if root == "setting" else None
         tasks.append(
             FleetTask(
                 name=name,
