@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,28 @@ def test_status_shows_each_task_x_model_with_its_own_model_and_merged_metrics(tm
     assert row(lines, "sums", B) == ["sums", B, "2", "2", "0", "error", "match accuracy 0.5, stderr 0.5"]
     assert row(lines, "squares", A) == ["squares", A, "2", "1", "1", "-", "-"]
     assert "policy" not in row(lines, "jobs")  # the fleet's row no longer passes the model off as a policy
+
+
+def test_tasks_of_their_own_epochs_show_them_and_the_fleet_their_range(tmp_path: Path) -> None:
+    run_dir = grid_fleet(tmp_path)
+    path = run_dir / run_layout.MANIFEST
+    manifest = Manifest.from_json(path.read_text())
+    # As the planner writes it: each task's own where they differ, the most as the fleet's.
+    manifest.epochs = 3
+    manifest.tasks = [replace(t, epochs=own) for t, own in zip(manifest.tasks, (2, 3, 1), strict=True)]
+    path.write_text(manifest.to_json())
+    status = local_status(run_dir)
+    assert [(t.task, t.model, t.epochs) for t in status.tasks] == [("sums", A, 2), ("sums", B, 3), ("squares", A, 1)]
+    assert status.epochs == 3
+    assert FleetStatus.model_validate_json(status.model_dump_json()) == status
+
+    lines = rendered(run_status_view(status))
+    rows = table_rows(lines)
+    fleet_header = rows.index(["jobs", "results", "left", "work", "in flight", "dead", "workers", "epochs"])
+    assert rows[fleet_header + 1][-1] == "1-3"
+    assert row(lines, "task") == ["task", "model", "epochs", "jobs", "results", "left", "merged", "metrics"]
+    assert row(lines, "sums", B)[:4] == ["sums", B, "3", "2"]
+    assert row(lines, "squares", A)[:4] == ["squares", A, "1", "2"]
 
 
 def test_a_setting_run_shows_its_policy_in_a_column_of_its_own(tmp_path: Path) -> None:

@@ -252,26 +252,45 @@ def run_status_view(st: Any) -> RenderableType:
         str(q.get("work_in_flight", "-")),
         str(q.get("dlq", "-")),
         "-" if st.workers is None else str(st.workers),
-        str(st.epochs),
+        epochs_text(st),
     )
     if st.merged:
         table.caption = "merged: " + ", ".join(st.merged)
     return Group(table, task_table(st.tasks))
 
 
+def epochs_text(st: Any) -> str:
+    """The fleet's epochs, or their range where its tasks run their own (Task(epochs=...))."""
+    each = {t.epochs for t in st.tasks} or {st.epochs}
+    return str(st.epochs) if len(each) == 1 else f"{min(each)}-{max(each)}"
+
+
 def task_table(tasks: Sequence[Any]) -> Table:
     """Each task x model of a fleet (status.TaskProgress): its model, its policy (setting
-    runs), its progress, and the metrics of its merged log (the results so far while it runs)."""
+    runs), its progress, its epochs where tasks run different ones, and the metrics of its
+    merged log (the results so far while it runs)."""
     policies = any(t.policy for t in tasks)
+    own_epochs = len({t.epochs for t in tasks}) > 1
     table = Table(title="per task x model", header_style="bold")
-    columns = ("task", "model", *(("policy",) if policies else ()), "jobs", "results", "left", "merged", "metrics")
+    columns = (
+        "task",
+        "model",
+        *(("policy",) if policies else ()),
+        *(("epochs",) if own_epochs else ()),
+        "jobs",
+        "results",
+        "left",
+        "merged",
+        "metrics",
+    )
     for column in columns:
-        table.add_column(column, justify="right" if column in ("jobs", "results", "left") else "left")
+        table.add_column(column, justify="right" if column in ("epochs", "jobs", "results", "left") else "left")
     for t in tasks:
         table.add_row(
             t.task,
             t.model,
             *((t.policy or "-",) if policies else ()),
+            *((str(t.epochs),) if own_epochs else ()),
             str(t.jobs),
             str(t.results),
             str(t.jobs - t.results),

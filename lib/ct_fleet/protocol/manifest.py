@@ -97,6 +97,9 @@ class Manifest:
     def model_of(self, task: ManifestTask) -> str:
         return task.model or self.model
 
+    def epochs_of(self, task: ManifestTask) -> int:
+        return task.epochs or self.epochs
+
     @property
     def models(self) -> list[str]:
         """The fleet's models, in the order of its tasks."""

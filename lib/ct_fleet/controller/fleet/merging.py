@@ -133,7 +133,7 @@ class FleetMerge:
             results = merger.write(
                 self.out_dir,
                 sample_ids=task.sample_ids,
-                epochs=task.epochs or self.manifest.epochs,
+                epochs=self.manifest.epochs_of(task),
                 name=names[task.key],
                 # Ids of the fleet's own: another fleet of the same inputs (new_fleet=true)
                 # is another run; a merge again of this one keeps them.

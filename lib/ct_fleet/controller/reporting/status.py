@@ -41,6 +41,7 @@ class TaskProgress(BaseModel):
     model: str = Field(description="the model this task runs with")
     policy: str | None = Field(default=None, description="setting runs: the policy the task runs under")
     jobs: int = Field(description="samples x epochs")
+    epochs: int = Field(description="the epochs each of its samples runs: its own (Task(epochs=...)) or the fleet's")
     results: int
     status: str | None = Field(
         default=None,
@@ -69,7 +70,9 @@ class FleetStatus(BaseModel):
     model: str = Field(description="the manifest's model: the fleet's first; each task's own is tasks[].model")
     models: list[str] = Field(default=[], description="every model of the fleet, in the order of its tasks")
     policy: str | None = Field(default=None, description="setting runs: the policy their tasks run under")
-    epochs: int
+    epochs: int = Field(
+        description="the fleet's epochs; where its tasks run their own, the most of any (tasks[].epochs)"
+    )
     created_at: float | None = Field(
         default=None, description="epoch seconds its manifest was last written: when its last run enqueued its jobs"
     )
@@ -107,6 +110,7 @@ def _progress(
                 model=manifest.model_of(task),
                 policy=policy_of(manifest, task.setting),
                 jobs=jobs[task.key],
+                epochs=manifest.epochs_of(task),
                 results=results[task.key],
                 status=log.status if log else None,
                 metrics=log.metrics if log else None,
