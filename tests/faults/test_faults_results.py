@@ -153,6 +153,12 @@ def other_task_log(good: Path, where: Path) -> Path:
     return with_task_args(good, where / "other-task.eval", policy="attack")
 
 
+def _sample_of(log: Path) -> str:
+    """The one sample of a job's log, by its entry's name (samples/{id}_epoch_{n}.json)."""
+    (entry,) = [n for n in zipfile.ZipFile(log).namelist() if n.startswith("samples/")]
+    return entry.removeprefix("samples/").rsplit("_epoch_", 1)[0]
+
+
 def _zombie(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -195,7 +201,9 @@ def bomb(good: Path, dest: Path) -> Path:
 @pytest.mark.faults
 def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, tmp_path: Path):
     """A junk log is dead-lettered and named; a log in many zstd frames counts; a bomb is
-    refused by the worker, whose next attempt counts; no attempt leaves its log behind."""
+    refused by the worker, whose next attempt counts; a log that reads in full but is always
+    another job's is run again until the fleet gives up on it, saying what was wrong with it;
+    no attempt leaves its log behind."""
     runs = tmp_path / "runs"
     logs = sorted(good_results.glob("*.evaljob"))
     junk = malformed_log(logs[0], tmp_path / "junk.eval")
@@ -204,6 +212,8 @@ def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, 
     overrides.mkdir()
     in_frames(others[0], overrides / f"{others[0].stem}.always")
     bomb(others[1], overrides / f"{others[1].stem}.first")
+    (victim,) = [p for p in logs if p not in others and _sample_of(p) != "web:fix_login"]
+    (overrides / f"{victim.stem}.always").write_bytes(others[0].read_bytes())
     # Every attempt also starts a process in a session of its own, which must go with it
     command = (
         f"setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! >>{overrides}/setsid.pids; "
@@ -230,11 +240,17 @@ def test_a_malformed_finished_log_never_counts_and_is_named(good_results: Path, 
     code, out, err = finish(proc)
     assert code == 1, out + err
     assert "Traceback" not in out + err
-    assert "1 job(s) missing from the merged run:" in err
+    assert "2 job(s) missing from the merged run:" in err
     line = next(line for line in err.splitlines() if line.strip().startswith("web:fix_login epoch 1:"))
     assert "dead-lettered" in line and "does not read in full" in line and "bin/ct-fleet run-job" in line
+    # max_receive_count=2: run twice more, then given up on the third, with what was wrong.
+    gave_up = f"result of job {victim.stem} is not the job's: it holds sample"
+    assert err.count(f"{gave_up}") == 3 and err.count("; running it again") >= 2, err
+    assert re.search(re.escape(gave_up) + r".*, 3 times; giving up on it", err), err
+    line = next(line for line in err.splitlines() if line.strip().startswith(f"{_sample_of(victim)} epoch 1:"))
+    assert "is not the job's: it holds sample" in line and "3 times" in line, line
     pairs = merged_pairs(runs)
-    assert len(pairs) == 3 and ("web:fix_login", 1) not in pairs
+    assert len(pairs) == 2 and ("web:fix_login", 1) not in pairs and (_sample_of(victim), 1) not in pairs
     assert not list(overrides.glob("*.first"))  # the bomb was run, and refused: its job ran again
     assert "inflation bomb" in (fleet_dir(runs) / "attempts.jsonl").read_text()
     assert not list(fleet_dir(runs).glob("instances/*/var/lib/linuxbench/jobs/*.eval"))  # no attempt's log left
