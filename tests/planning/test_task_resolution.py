@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ct_fleet.controller.planning import FleetRequest, plan_fleet
+from ct_fleet.controller.planning import FleetRequest, plan_fleet, sizes
 from ct_fleet.controller.planning.tasks import task_files
 from ct_fleet.errors import BadInput
 from ct_fleet.inspect_private import load_tasks, task_file
+from ct_fleet.protocol import Manifest, ManifestJob, ManifestTask
 
 
 @pytest.fixture(autouse=True)
@@ -216,3 +217,22 @@ def test_tasks_of_their_own_epochs_run_them_unless_epochs_is_given(tmp_path: Pat
     given = plan(epochs=2)
     assert _jobs_per_task(given) == {"two": [1, 2], "three": [1, 2], "plain": [1, 2]}
     assert given.spec.fleet_id != own.spec.fleet_id
+
+
+def test_the_manifest_size_counts_each_tasks_own_epochs():
+    """The manifest's size is estimated (erring large) before anything exists: a task of
+    many samples and one epoch beside a task of one sample and fifty costs its own one
+    epoch, not the fleet's fifty, so such a run is not refused as too large."""
+    many = ManifestTask(
+        key="k1", name="many", task_spec="t.py@many", task_args={}, sample_ids=list(range(2000)), epochs=1
+    )
+    once = ManifestTask(key="k2", name="once", task_spec="t.py@once", task_args={}, sample_ids=["x"], epochs=50)
+    manifest = Manifest(fleet_id="f0", model="mockllm/model", epochs=50, code_sha="x", tasks=[many, once], jobs=[])
+    manifest.jobs = [
+        ManifestJob(job_id=f"{n:016x}", task=task.key, sample_id=sample, epoch=epoch)
+        for n, (task, sample, epoch) in enumerate(
+            (t, s, e) for t in (many, once) for s in t.sample_ids for e in range(1, manifest.epochs_of(t) + 1)
+        )
+    ]
+    real = len(manifest.to_json().encode())
+    assert real <= sizes.manifest_bytes(manifest) <= 3 * real

@@ -35,15 +35,22 @@ def check_sizes(manifest: Manifest) -> None:
                 f"task {task.name}: one job's work message would be {size:,} bytes, over SQS's "
                 f"{MAX_MESSAGE_BYTES:,}-byte limit: shorten the -T/-M arguments (have the task read big inputs from a file)"
             )
-    # Serialising 200,000 jobs takes seconds: the manifest is measured without its jobs
-    # and id lists, which are counted from the ids' JSON.
-    bare = replace(manifest, jobs=[], tasks=[replace(t, sample_ids=[]) for t in manifest.tasks])
-    size = len(bare.to_json().encode())
-    for task in manifest.tasks:
-        ids = len(json.dumps(task.sample_ids).encode()) + ID_LINE_BYTES * len(task.sample_ids)
-        size += ids * (1 + manifest.epochs) + JOB_ENTRY_BYTES * len(task.sample_ids) * manifest.epochs
+    size = manifest_bytes(manifest)
     if size > MAX_MANIFEST_BYTES:
         raise BadInput(
             f"the fleet's manifest would be about {size:,} bytes, over the {MAX_MANIFEST_BYTES:,}-byte limit: "
             "shorten the -T/-M arguments or split the run"
         )
+
+
+def manifest_bytes(manifest: Manifest) -> int:
+    """About what the manifest's JSON weighs, erring large. Serialising 200,000 jobs takes
+    seconds: it is measured without its jobs and id lists, which are counted from the ids'
+    JSON, a job per sample and epoch of each task (its own epochs where it has them)."""
+    bare = replace(manifest, jobs=[], tasks=[replace(t, sample_ids=[]) for t in manifest.tasks])
+    size = len(bare.to_json().encode())
+    for task in manifest.tasks:
+        epochs = manifest.epochs_of(task)
+        ids = len(json.dumps(task.sample_ids).encode()) + ID_LINE_BYTES * len(task.sample_ids)
+        size += ids * (1 + epochs) + JOB_ENTRY_BYTES * len(task.sample_ids) * epochs
+    return size
