@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # bin/ensure-venv's compile_packages: a fresh venv takes the bytecode of the last one built
 # from the same locks out of this machine's store, and compiles only what is stale; and
-# check_python, which refuses a Python without tarfile's data filter.
+# check_python, which refuses a Python without tarfile's data filter; and stamp_hash, which
+# says when a venv must be rebuilt.
 
 load helpers
 
@@ -83,4 +84,25 @@ check() {
   run check "$TEST_VENV/bin/python"
   [ "$status" -eq 0 ]
   assert_equal "$output" accepted
+}
+
+@test "stamp_hash: ruff, mypy and pytest settings rebuild no venv; what installs does" {
+  local root="$BATS_TEST_TMPDIR/root" before
+  mkdir -p "$root"
+  printf '[metadata]\nname = x\n' >"$root/setup.cfg"
+  echo 'a==1' >"$root/requirements.lock"
+  printf '[build-system]\nrequires = ["setuptools>=68"]\n\n[tool.mypy]\nstrict = true\n\n[[tool.mypy.overrides]]\nmodule = ["a.*"]\n' >"$root/pyproject.toml"
+  stamp() { bash -c 'source "$1"; stamp_hash "$2"' x "$REPO_ROOT/bin/ensure-venv" "$root"; }
+  before=$(stamp)
+  sed -i 's/strict = true/strict = false/; s/"a.\*"/"b.*"/' "$root/pyproject.toml"
+  printf '\n[tool.ruff]\nline-length = 99\n' >>"$root/pyproject.toml"
+  assert_equal "$(stamp)" "$before"
+  printf '\n[project]\nname = "x"\n' >>"$root/pyproject.toml" # a table after the tool ones counts
+  [ "$(stamp)" != "$before" ]
+  before=$(stamp)
+  sed -i 's/setuptools>=68/setuptools>=69/' "$root/pyproject.toml"
+  [ "$(stamp)" != "$before" ]
+  before=$(stamp)
+  echo 'a==2' >"$root/requirements.lock"
+  [ "$(stamp)" != "$before" ]
 }
