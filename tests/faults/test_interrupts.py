@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ct_fleet.cloud.local_instances import SECRETS_FILE, TMPDIR_FILE
 from testkit.fleet import (
     LOCAL,
     REPO,
@@ -143,8 +144,14 @@ def test_secrets_of_a_killed_controller_are_swept_once_its_workers_are_gone(acco
 
 @pytest.mark.faults
 def test_the_next_eval_of_any_fleet_sweeps_secrets_of_dead_fleets(account):
+    """In SSM, and on this machine: what its local instances fetched (their secrets.env) and
+    their temporary directories, which a fleet that is never run again would keep."""
     proc = start_ec2(account, *ONE_JOB, *NEW, CT_FLEET_PAUSE_AT="tracking")
     fleet_id = paused_fleet(account, "tracking")
+    homes = list(account["runs"].glob(f"{fleet_id}/instances/*/"))
+    fetched = wait_for(lambda: [h for h in homes if (h / SECRETS_FILE).is_file()], timeout=180)
+    temps = [Path((home / TMPDIR_FILE).read_text()) for home in homes]
+    assert temps and all(t.is_dir() for t in temps)
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     assert fleet_secrets_left(account, fleet_id)
@@ -165,6 +172,8 @@ def test_the_next_eval_of_any_fleet_sweeps_secrets_of_dead_fleets(account):
     out, err = other.communicate(timeout=180)
     assert "left by stopped fleet(s)" in err and fleet_id in err, err
     assert fleet_secrets_left(account, fleet_id) == []
+    assert [h for h in fetched if (h / SECRETS_FILE).exists()] == []
+    assert [t for t in temps if t.exists()] == []
     assert_nothing_running(account["runs"])
 
 

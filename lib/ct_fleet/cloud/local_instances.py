@@ -77,9 +77,12 @@ class LocalInstanceRunner:
             pid = _recorded(pid_file)
             if pid is not None and _alive(pid):
                 self.procs[pid_file.parent.name] = pid
-        # Instances of a run that was killed with its workers: nobody removed what they left.
-        for home in instances_dir.glob("*/"):
-            if home.name not in self.procs:
+        # Instances of a run that was killed with its workers, of this fleet or of any other
+        # in this runs directory (a fleet that is never run again): nobody removed what they
+        # left, their secrets among it. Another fleet's instance only once its processes are gone.
+        for home in instances_dir.parent.parent.glob(f"*/{instances_dir.name}/*/"):
+            own = home.parent.parent.name == instances_dir.parent.name  # runs/<fleet>/instances/<id>
+            if (own and home.name not in self.procs) or (not own and _ended(home)):
                 _gone(home)
 
     def start(self, instance_ids: list[str]) -> None:
@@ -192,6 +195,25 @@ def _wipe(home: Path) -> None:
         return
     shutil.rmtree(tmp, ignore_errors=True)
     (home / TMPDIR_FILE).unlink(missing_ok=True)
+
+
+def _ended(home: Path) -> bool:
+    """An instance started here whose processes are all gone: none left in its process group
+    but zombies, which its killed controller is no longer there to reap. (One with no pid
+    file was killed before its user-data started: it fetched nothing.)"""
+    pid_file = home / "pid"
+    if not pid_file.is_file():
+        return False
+    pid = _recorded(pid_file)
+    if pid is None or not _alive(pid):
+        return True
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pid and proc.status() != psutil.STATUS_ZOMBIE:
+                return False
+        except (OSError, psutil.Error):
+            continue
+    return True
 
 
 def _leader_is_another_program(pid: int, instance_id: str) -> bool:
