@@ -199,8 +199,8 @@ def _wipe(home: Path) -> None:
 
 def _ended(home: Path) -> bool:
     """An instance started here whose processes are all gone: none left in its process group
-    but zombies, which its killed controller is no longer there to reap. (One with no pid
-    file was killed before its user-data started: it fetched nothing.)"""
+    but zombies, which its killed controller is no longer there to reap. One with no pid file
+    is left alone: it was killed before its user-data started, so it fetched nothing."""
     pid_file = home / "pid"
     if not pid_file.is_file():
         return False
