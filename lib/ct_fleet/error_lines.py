@@ -1,5 +1,6 @@
 """Values and error messages said in one line: a value as an error may show it (`shown`),
-a message clipped (`clipped`), many similar messages grouped by kind (`grouped`, `one_line`).
+tasks' epochs (`epoch_range`), a message clipped (`clipped`), many similar messages grouped
+by kind (`grouped`, `one_line`).
 
 Forty samples failing the same way are one problem, not forty; a reader needs the kinds
 and how many of each, the most common first, and not the same repr twenty times over.
@@ -22,6 +23,12 @@ def shown(raw: Any) -> str:
     if not text.isprintable():
         text = repr(text)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def epoch_range(each: Iterable[int]) -> str:
+    """Tasks' epochs in one word: "3", or "1-3" where tasks run different ones."""
+    values = sorted(set(each))
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
 
 
 def clipped(message: str, width: int = WIDTH) -> str:

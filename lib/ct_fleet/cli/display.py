@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ..controller.reporting import Progress, merged_model, metrics_text, total_tokens
-from ..error_lines import clipped
+from ..error_lines import clipped, epoch_range
 
 
 def _duration(seconds: float | None) -> str:
@@ -252,17 +252,11 @@ def run_status_view(st: Any) -> RenderableType:
         str(q.get("work_in_flight", "-")),
         str(q.get("dlq", "-")),
         "-" if st.workers is None else str(st.workers),
-        epochs_text(st),
+        epoch_range([t.epochs for t in st.tasks] or [st.epochs]),
     )
     if st.merged:
         table.caption = "merged: " + ", ".join(st.merged)
     return Group(table, task_table(st.tasks))
-
-
-def epochs_text(st: Any) -> str:
-    """The fleet's epochs, or their range where its tasks run their own (Task(epochs=...))."""
-    each = {t.epochs for t in st.tasks} or {st.epochs}
-    return str(st.epochs) if len(each) == 1 else f"{min(each)}-{max(each)}"
 
 
 def task_table(tasks: Sequence[Any]) -> Table:

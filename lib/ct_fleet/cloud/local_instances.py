@@ -81,6 +81,8 @@ class LocalInstanceRunner:
         # in this runs directory (a fleet that is never run again): nobody removed what they
         # left, their secrets among it. Another fleet's instance only once its processes are gone.
         for home in instances_dir.parent.parent.glob(f"*/{instances_dir.name}/*/"):
+            if (home / GONE_FILE).exists():
+                continue  # the runs dir's history: one stat each, not a look at its processes
             own = home.parent.parent.name == instances_dir.parent.name  # runs/<fleet>/instances/<id>
             if (own and home.name not in self.procs) or (not own and _ended(home)):
                 _gone(home)

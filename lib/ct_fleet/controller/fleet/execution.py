@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...cloud import Cloud
+from ...error_lines import epoch_range
 from ...errors import BadInput
 from ...protocol import FleetEnv, run_layout
 from ...services.secrets import parameter_exists
@@ -153,8 +154,7 @@ def _upload_inputs(planned: PlannedFleet) -> tuple[list[str], list[str]]:
 def _announce(planned: PlannedFleet, fit: Capacity, hooks: RunHooks) -> None:
     spec, cloud, cfg = planned.spec, planned.cloud, planned.spec.config
     what = f"policy {spec.policy}" if spec.policy else f"model {spec.model}"
-    own = sorted({task.epochs for task in spec.tasks if task.epochs})  # tasks of their own epochs
-    epochs = f"{own[0]}-{own[-1]}" if own else str(spec.epochs)
+    epochs = epoch_range(task.epochs or spec.epochs for task in spec.tasks)  # tasks may run their own
     hooks.info(
         f"fleet {spec.fleet_id}: {len(spec.jobs)} jobs ({_describe_tasks(spec)} x {epochs} epochs), "
         f"{what}, {cloud.kind} cloud, up to {fit.max_workers} workers x {cfg.concurrency_per_worker}"

@@ -134,8 +134,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     tasks = _tasks(request, asked, inputs, trees)
     dotenv = credentials.read_dotenv(request.dotenv)
     grid = _grid(tasks.chosen.fleet_tasks, asked.models)
-    grid_models = list(dict.fromkeys(task.model for task in grid))
-    secret_names = _secrets(asked.cfg, env, dotenv, grid_models, inputs.model_args, asked.job_env, tasks.chosen)
+    secret_names = _secrets(asked.cfg, env, dotenv, _models(grid), inputs.model_args, asked.job_env, tasks.chosen)
     fleet_jobs = jobs.make_jobs(grid, tasks.epochs, code_sha=tasks.version.sha, model_args=inputs.model_args)
     fleet_id = _fleet_id(request, asked, inputs, tasks, grid)
     if asked.cfg.resume:
@@ -167,6 +166,11 @@ def _grid(fleet_tasks: list[FleetTask], models: list[str]) -> list[FleetTask]:
     whatever --model says, as in Inspect (its log names that model): once, not once per model."""
     grid = [replace(task, model=task.model or model) for task in fleet_tasks for model in models]
     return list({task.key: task for task in grid}.values())
+
+
+def _models(grid: list[FleetTask]) -> list[str]:
+    """The models that run, in the grid's order: a task may name its own, not --model's."""
+    return list(dict.fromkeys(task.model for task in grid))
 
 
 @dataclass(frozen=True)
@@ -309,7 +313,7 @@ def _spec(
         fleet_id=fleet_id,
         tasks=grid,
         jobs=fleet_jobs,
-        model=",".join(dict.fromkeys(task.model for task in grid)),  # what runs: a task may name its own
+        model=",".join(_models(grid)),
         model_args=inputs.model_args,
         inspect_options=asked.inspect.job_options,
         epochs=tasks.epochs,
