@@ -339,9 +339,20 @@ def test_a_sandbox_config_must_be_beside_the_task(tmp_path: Path):
 
 
 def test_models_split_and_repeat_as_inspect_takes_them():
-    assert inspect_request.models(("a/x,b/y", "c/z", "a/x"), None, None) == ["a/x", "b/y", "c/z"]
-    assert inspect_request.models((), "q/r", None) == ["q/r"]
-    assert inspect_request.models((), None, None) == ["mockllm/model"]
+    assert inspect_request.models(("a/x,b/y", "c/z", "a/x"), None, None, plain=True) == ["a/x", "b/y", "c/z"]
+    assert inspect_request.models((), "q/r", None, plain=True) == ["q/r"]
+
+
+def test_without_a_model_a_plain_task_gets_inspects_default_and_a_setting_the_mock(monkeypatch):
+    """`inspect eval task.py` with no --model and no INSPECT_EVAL_MODEL runs the none model
+    (a task that calls generate fails): a fleet of the same command must not quietly mock it."""
+    from inspect_ai.model import get_model
+
+    monkeypatch.delenv("INSPECT_EVAL_MODEL", raising=False)
+    with pytest.raises(ValueError):
+        get_model()  # Inspect's own default is no model at all, which its eval() runs as "none"
+    assert inspect_request.models((), None, None, plain=True) == [str(get_model("none"))]
+    assert inspect_request.models((), None, None, plain=False) == ["mockllm/model"]
 
 
 def test_the_model_none_is_named_as_inspects_logs_name_it():
@@ -349,8 +360,8 @@ def test_the_model_none_is_named_as_inspects_logs_name_it():
     fleet must expect that, or every result reads as another model's and is rerun to death."""
     from inspect_ai.model import get_model
 
-    assert inspect_request.models(("none",), None, None) == [str(get_model("none"))] == ["none/none"]
-    assert inspect_request.models(("none,mockllm/model",), None, None) == ["none/none", "mockllm/model"]
+    assert inspect_request.models(("none",), None, None, plain=True) == [str(get_model("none"))] == ["none/none"]
+    assert inspect_request.models(("none,mockllm/model",), None, None, plain=True) == ["none/none", "mockllm/model"]
 
 
 # -- the Python API: eval()'s arguments ------------------------------------------------

@@ -100,10 +100,10 @@ def direct_log(own_task: Path, tmp_path_factory: pytest.TempPathFactory):
     import sys
 
     sys.path.insert(0, str(own_task.parent))
+    # No model, as the fleet is given none: Inspect's own default (none/none) for both.
     (log,) = inspect_eval(
         f"{own_task}@arith",
         task_args={"n": 8, "offset": 2},
-        model="mockllm/model",
         limit=6,
         epochs=2,
         log_dir=str(tmp_path_factory.mktemp("direct")),
@@ -124,7 +124,7 @@ def test_own_task_merges_like_a_direct_run(fleet_run, direct_log):
     _, fleet_log = _merged(runs)
     assert fleet_log.status == "success"
     ev, want = fleet_log.eval, direct_log.eval
-    assert (ev.task, ev.task_args, ev.model, ev.config.epochs) == ("arith", {"n": 8, "offset": 2}, "mockllm/model", 2)
+    assert (ev.task, ev.task_args, ev.model, ev.config.epochs) == ("arith", {"n": 8, "offset": 2}, "none/none", 2)
     assert (ev.task, ev.task_args, ev.model, ev.config.epochs) == (want.task, want.task_args, want.model, 2)
     assert ev.dataset.sample_ids == want.dataset.sample_ids == [1, 2, 3, 4, 5, 6]
     assert ev.config.limit == want.config.limit == 6

@@ -80,7 +80,8 @@ OWN_ENVVARS = ("model", "m", "t", "limit", "sample_id", "epochs")
     "models",
     multiple=True,
     metavar="MODEL[,MODEL...]",
-    help="Inspect model(s), provider/model (default mockllm/model, or none for a task that calls no model); "
+    help="Inspect model(s), provider/model, or none for a task that calls no model (the default for "
+    "TASK, as in inspect eval; a setting's default is mockllm/model); "
     "several (a,b or repeated) run every task with each: one merged log per task x model",
 )
 @click.option("--command", "command", help="run each job as this shell command; it must write one .eval to $CT_OUTPUT")

@@ -159,6 +159,11 @@ def settings_tasks(
     return ChosenTasks(fleet_tasks, policy=policy)
 
 
+def given_tasks(request: FleetRequest, asked: InspectRequest, defaults: dict[str, Any]) -> list[str]:
+    """The plain Inspect tasks asked for: TASK, else a run config's; none for a setting's."""
+    return list(request.tasks) or split_list(defaults.get("task")) or asked.run_tasks
+
+
 def locate(
     request: FleetRequest,
     asked: InspectRequest,
@@ -169,7 +174,7 @@ def locate(
     """Each TASK located (a directory or glob: each task file under it; a setting's tasks when
     there is no TASK), and the trees that ship with them."""
     located: list[tuple[str, tasks.Located]] = []
-    for given in list(request.tasks) or split_list(defaults.get("task")) or asked.run_tasks:
+    for given in given_tasks(request, asked, defaults):
         files = tasks.task_files(given)
         if files is not None:
             extra = _directory_tree(given, extra)

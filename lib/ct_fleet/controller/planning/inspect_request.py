@@ -17,7 +17,10 @@ from typing import Any
 from ... import inspect_options
 from ...errors import BadInput
 
-DEFAULT_MODEL = "mockllm/model"
+# Without a model, a plain task runs as `inspect eval` runs it: with none/none (a task that
+# calls generate then fails, as directly). A setting's policies default to the mock model.
+PLAIN_DEFAULT_MODEL = "none/none"
+SETTING_DEFAULT_MODEL = "mockllm/model"
 
 # Job options that change how fast a job runs or what it prints, not its result: they
 # stay out of the fleet id, so that a rerun with another --max-connections resumes.
@@ -110,9 +113,11 @@ def _run_config(content: Any) -> dict[str, Any]:
         raise BadInput(f"--run-config: {said[:300]}") from None
 
 
-def models(given: Sequence[str], config_model: Any, run_model: str | None) -> list[str]:
-    """The fleet's models: --model (a,b or repeated), else the run configs', else mockllm."""
-    chosen = split_list(given) or split_list(config_model) or split_list(run_model) or [DEFAULT_MODEL]
+def models(given: Sequence[str], config_model: Any, run_model: str | None, *, plain: bool) -> list[str]:
+    """The fleet's models: --model (a,b or repeated), else the run configs', else none/none
+    for plain tasks (Inspect's own default) and mockllm/model for a setting's."""
+    default = PLAIN_DEFAULT_MODEL if plain else SETTING_DEFAULT_MODEL
+    chosen = split_list(given) or split_list(config_model) or split_list(run_model) or [default]
     # Inspect's get_model reads "none" (a task that calls no model) as none/none, which its
     # logs record: the fleet expects each job's log of the model the log will name.
     return list(dict.fromkeys("none/none" if model == "none" else model for model in chosen))

@@ -190,7 +190,8 @@ class _Asked:
 def _asked(request: FleetRequest, env: dict[str, str]) -> _Asked:
     defaults, config_args = load_run_config(request.config_path, request.attack)
     asked = inspect_request.read(request.inspect_options)
-    fleet_models = inspect_request.models(request.models, defaults.get("model"), asked.run_model)
+    plain = bool(choosing.given_tasks(request, asked, defaults))
+    fleet_models = inspect_request.models(request.models, defaults.get("model"), asked.run_model, plain=plain)
     setting_envs, job_env = inspect_request.split_envs(request.envs)
     env.update(job_env)  # they reach jobs as the fleet's other secrets do: through SSM
     cfg, cloud, user_args = cloud_choice.knobs_and_cloud(request, defaults, config_args)
