@@ -399,6 +399,15 @@ def test_eval_arguments_plan_what_the_same_command_line_plans(tmp_path: Path):
     assert kwargs["model_roles"] == {"grader": "openai/g"} and kwargs["score"] is False
 
 
+def test_eval_arguments_without_a_model_take_inspects_model_variable():
+    """eval(task) with no model runs INSPECT_EVAL_MODEL's model (Inspect's resolve_models), else none."""
+    from ct_fleet.controller.planning import from_eval_args
+
+    given = from_eval_args(["a.py"], None, fleet={"environ": {"INSPECT_EVAL_MODEL": "openai/a,openai/b"}})
+    assert given.models == ["openai/a", "openai/b"]
+    assert from_eval_args(["a.py"], None, fleet={"environ": {}}).models == []  # planning's default: none/none
+
+
 def test_a_task_object_is_named_by_its_file_and_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from ct_fleet.controller.planning import from_eval_args
 

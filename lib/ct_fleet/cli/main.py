@@ -28,6 +28,7 @@ from rich.markup import escape
 
 from ..cloud import login_hint
 from ..controller.fleet import stop_signals
+from ..controller.planning import apply_inspect_variables, project_dotenv
 from ..errors import BadInput
 from ..protocol import BadManifest
 from ..services import session
@@ -133,12 +134,17 @@ class CtFleetGroup(click.Group):
 
 @click.group(cls=CtFleetGroup)
 @click.version_option(package_name="ct-fleet")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Run Inspect AI evaluations on a fleet of workers.
 
     Without --ec2 the fleet runs on this machine against an embedded AWS (a moto server
     on loopback) with local worker processes: no account needed. With --ec2 it runs on EC2.
     """
+    if ctx.invoked_subcommand == "eval":
+        # Before eval's options are read: INSPECT_EVAL_MODEL and the like from the .env
+        # `inspect eval` would read here count as they do for it.
+        apply_inspect_variables(project_dotenv(), os.environ)
     session.configure(session.ClientSettings.from_environ(os.environ))
 
 

@@ -7,7 +7,14 @@ nothing is created, launched or uploaded.
 from .capacity import Capacity, survey
 from .cloud_choice import use_ec2
 from .code import upload_extra_src, upload_wheel
-from .credentials import launched_by, read_dotenv, secret_values, worker_secrets
+from .credentials import (
+    apply_inspect_variables,
+    launched_by,
+    project_dotenv,
+    read_dotenv,
+    secret_values,
+    worker_secrets,
+)
 from .docker_needs import DockerNeeds
 from .estimate import Estimate, record_durations
 from .eval_args import fleet_fields, from_eval_args
@@ -30,6 +37,7 @@ __all__ = [
     "Job",
     "PlannedFleet",
     "TaskSpec",
+    "apply_inspect_variables",
     "docker_auth_params",
     "docker_registry",
     "dotenv_path",
@@ -43,6 +51,7 @@ __all__ = [
     "launched_by",
     "model_needs",
     "plan_fleet",
+    "project_dotenv",
     "read_dotenv",
     "secret_values",
     "survey",

@@ -8,11 +8,12 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError, NoCredentialsError, SSOError, TokenRetrievalError
+from dotenv import find_dotenv
 from dotenv.parser import parse_stream
 
 from ...errors import BadInput
@@ -47,6 +48,35 @@ def read_dotenv(path: Path) -> dict[str, str]:
             raise BadInput(f"{path}:{line}: {binding.key!r} is not a variable name (letters, digits and _)")
         values[binding.key] = binding.value
     return values
+
+
+def project_dotenv() -> Path | None:
+    """The .env `inspect eval` reads when started here: the first one from the working directory up."""
+    found = find_dotenv(usecwd=True)
+    return Path(found) if found else None
+
+
+def read_dotenvs(own: Path, project: Path | None) -> dict[str, str]:
+    """ct-fleet's .env (CT_FLEET_DOTENV), and what the project's .env (project_dotenv) adds to
+    it: a direct `inspect eval` there reads its model keys from it. A key both set is ct-fleet's
+    own, so that a project's file never changes which AWS account the fleet runs in."""
+    values = read_dotenv(project) if project is not None else {}
+    values.update(read_dotenv(own))
+    return values
+
+
+def apply_inspect_variables(project: Path | None, environ: MutableMapping[str, str]) -> None:
+    """The project .env's INSPECT_* lines set in `environ` where the shell has not set them, as
+    `inspect eval` sets them before it reads its options (INSPECT_EVAL_MODEL, ...); a relative
+    INSPECT_LOG_DIR there is relative to the file, as Inspect takes it."""
+    if project is None:
+        return
+    for name, value in read_dotenv(project).items():
+        if not name.startswith("INSPECT_") or name in environ:
+            continue
+        if name == "INSPECT_LOG_DIR" and "://" not in value and not Path(value).is_absolute():
+            value = (project.parent / value).resolve().as_posix()
+        environ[name] = value
 
 
 def launched_by(sts: Any, profile: str | None = None) -> str:

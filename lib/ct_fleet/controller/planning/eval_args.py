@@ -11,12 +11,14 @@ file (workers rebuild them from that file and the task's arguments).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from ...errors import BadInput
+from .inspect_request import split_list
 from .request import FleetRequest
 
 # eval() keywords a fleet request takes as fields of its own
@@ -77,8 +79,10 @@ def _tasks(tasks: Any) -> tuple[list[str], dict[str, Any]]:
     return specs, args or {}
 
 
-def _models(model: Any) -> list[str]:
-    given = model if isinstance(model, list | tuple) else ([] if model is None else [model])
+def _models(model: Any, environ: Mapping[str, str]) -> list[str]:
+    if model is None:  # eval() given no model runs INSPECT_EVAL_MODEL's (Inspect's resolve_models)
+        return split_list(environ.get("INSPECT_EVAL_MODEL"))
+    given = model if isinstance(model, list | tuple) else [model]
     out = []
     for one in given:
         if not isinstance(one, str):
@@ -175,7 +179,7 @@ def from_eval_args(
         options[name] = value
     return FleetRequest(
         tasks=specs,
-        models=_models(model),
+        models=_models(model, (fleet or {}).get("environ") or os.environ),
         task_args=_kv(task_args),
         model_args=_kv(model_args),
         sample_ids=sample_ids,

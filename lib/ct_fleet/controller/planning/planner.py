@@ -132,7 +132,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     trees = _preflight(request, asked.inspect, asked.cloud, env)
     inputs = _inputs(request, asked)
     tasks = _tasks(request, asked, inputs, trees)
-    dotenv = credentials.read_dotenv(request.dotenv)
+    dotenv = credentials.read_dotenvs(request.dotenv, credentials.project_dotenv())
     grid = _grid(tasks.chosen.fleet_tasks, asked.models)
     secret_names = _secrets(asked.cfg, env, dotenv, _models(grid), inputs.model_args, asked.job_env, tasks.chosen)
     fleet_jobs = jobs.make_jobs(grid, tasks.epochs, code_sha=tasks.version.sha, model_args=inputs.model_args)
