@@ -37,7 +37,7 @@ def answer():
 
 
 @task
-def sums():
+def sums(grader: str = ""):
     return Task(dataset=[Sample(id=i, input="2 + 2?", target="4") for i in range(1, 10)], solver=answer(), scorer=includes())
 """
 
@@ -99,6 +99,15 @@ def test_ct_fleet_eval_takes_its_model_and_the_models_key(project: Path, tmp_pat
     own = tmp_path / "own.env"
     own.write_text("GH_TOKEN=gh-own\n")
     runs.mkdir()
-    planned = plan_fleet(FleetRequest(tasks=["t.py"], models=["openai/gpt-4o-mini"], runs_dir=runs, dotenv=own))
+    # Its INSPECT_* lines are options, not secrets: a task argument may repeat one.
+    request = FleetRequest(
+        tasks=["t.py"],
+        models=["openai/gpt-4o-mini"],
+        task_args=["grader=openai/gpt-4o-mini"],
+        runs_dir=runs,
+        dotenv=own,
+    )
+    planned = plan_fleet(request)
     assert "OPENAI_API_KEY" in planned.spec.secret_names
     assert (planned.dotenv["OPENAI_API_KEY"], planned.dotenv["GH_TOKEN"]) == ("sk-project", "gh-own")
+    assert "INSPECT_EVAL_MODEL" not in planned.dotenv
