@@ -17,7 +17,13 @@ from click.testing import CliRunner
 from inspect_ai.log import list_eval_logs, read_eval_log
 
 from ct_fleet.cli.main import cli
-from ct_fleet.controller.planning import FleetRequest, apply_inspect_variables, plan_fleet, project_dotenv
+from ct_fleet.controller.planning import (
+    FleetRequest,
+    apply_inspect_variables,
+    from_eval_args,
+    plan_fleet,
+    project_dotenv,
+)
 
 TASK = """
 from inspect_ai import Task, task
@@ -84,6 +90,8 @@ def test_its_inspect_variables_are_the_ones_a_direct_run_takes(project: Path):
         "INSPECT_LOG_DIR": (project / "logs-here").as_posix(),
         "INSPECT_EVAL_LIMIT": str(log.eval.config.limit),
     }  # and its other lines (OPENAI_API_KEY) are secrets, never the environment's
+    # run_fleet() with no model, as eval(): the file's INSPECT_EVAL_MODEL.
+    assert from_eval_args(["t.py"], None, fleet={"environ": {}}).models == [log.eval.model]
 
 
 def test_ct_fleet_eval_takes_its_model_and_the_models_key(project: Path, tmp_path: Path):

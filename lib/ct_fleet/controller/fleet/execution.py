@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,13 +28,11 @@ from ..planning import (
     FleetRequest,
     FleetSpec,
     PlannedFleet,
-    apply_inspect_variables,
     docker_auth_params,
     fleet_fields,
     from_eval_args,
     launched_by,
     plan_fleet,
-    project_dotenv,
     survey,
     upload_extra_src,
     upload_wheel,
@@ -290,9 +287,7 @@ def run_fleet(
     from inspect_ai.log import read_eval_log
 
     fleet = {name: kwargs.pop(name) for name in fleet_fields(list(kwargs))}
-    if request is None:
-        apply_inspect_variables(project_dotenv(), os.environ)  # as eval() reads its .env
-        request = from_eval_args(tasks, model, fleet=fleet, **kwargs)
+    request = request or from_eval_args(tasks, model, fleet=fleet, **kwargs)
     planned = plan_fleet(request)
     if planned.cloud.bills and not planned.spec.config.auto_confirm:
         raise BadInput("run_fleet on a billing cloud needs ec2_args=['auto_confirm=true'] (no one to confirm the cost)")

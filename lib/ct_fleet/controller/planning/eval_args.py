@@ -11,13 +11,13 @@ file (workers rebuild them from that file and the task's arguments).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from ...errors import BadInput
+from .credentials import apply_inspect_variables, project_dotenv
 from .inspect_request import split_list
 from .request import FleetRequest
 
@@ -79,10 +79,8 @@ def _tasks(tasks: Any) -> tuple[list[str], dict[str, Any]]:
     return specs, args or {}
 
 
-def _models(model: Any, environ: Mapping[str, str]) -> list[str]:
-    if model is None:  # eval() given no model runs INSPECT_EVAL_MODEL's (Inspect's resolve_models)
-        return split_list(environ.get("INSPECT_EVAL_MODEL"))
-    given = model if isinstance(model, list | tuple) else [model]
+def _models(model: Any) -> list[str]:
+    given = model if isinstance(model, list | tuple) else ([] if model is None else [model])
     out = []
     for one in given:
         if not isinstance(one, str):
@@ -177,9 +175,9 @@ def from_eval_args(
         if inspect_options.HANDLING[name].kind == "refused":
             raise BadInput(f"run_fleet: {inspect_options.refusal(name, name)}")
         options[name] = value
-    return FleetRequest(
+    request = FleetRequest(
         tasks=specs,
-        models=_models(model, (fleet or {}).get("environ") or os.environ),
+        models=_models(model),
         task_args=_kv(task_args),
         model_args=_kv(model_args),
         sample_ids=sample_ids,
@@ -189,6 +187,14 @@ def from_eval_args(
         inspect_options=options,
         **dict(fleet or {}),
     )
+    # As eval() does: the .env found from here up sets INSPECT_* where the environment has
+    # not, and no model given is INSPECT_EVAL_MODEL's (Inspect's resolve_models).
+    environ = dict(request.environ)
+    apply_inspect_variables(project_dotenv(), environ)
+    request.environ = environ
+    if model is None:
+        request.models = split_list(environ.get("INSPECT_EVAL_MODEL"))
+    return request
 
 
 def fleet_fields(names: Sequence[str]) -> set[str]:
