@@ -103,7 +103,9 @@ def test_ct_fleet_eval_takes_its_model_and_the_models_key(project: Path, tmp_pat
 
     # With the key in the same file the fleet plans, its workers get the key as a secret,
     # and ct-fleet's own .env still wins where both set a value.
-    (project / ".env").write_text("INSPECT_EVAL_MODEL=openai/gpt-4o-mini\nOPENAI_API_KEY=sk-project\nGH_TOKEN=gh-x\n")
+    (project / ".env").write_text(
+        "INSPECT_EVAL_MODEL=openai/gpt-4o-mini\nOPENAI_API_KEY=sk-project\nGH_TOKEN=gh-x\nAWS_ACCESS_KEY_ID=AKIAPROJECT\n"
+    )
     own = tmp_path / "own.env"
     own.write_text("GH_TOKEN=gh-own\n")
     runs.mkdir()
@@ -118,4 +120,5 @@ def test_ct_fleet_eval_takes_its_model_and_the_models_key(project: Path, tmp_pat
     planned = plan_fleet(request)
     assert "OPENAI_API_KEY" in planned.spec.secret_names
     assert (planned.dotenv["OPENAI_API_KEY"], planned.dotenv["GH_TOKEN"]) == ("sk-project", "gh-own")
-    assert "INSPECT_EVAL_MODEL" not in planned.dotenv
+    # Its AWS lines never choose the fleet's account: only the shell and ct-fleet's own .env do.
+    assert "INSPECT_EVAL_MODEL" not in planned.dotenv and "AWS_ACCESS_KEY_ID" not in planned.dotenv

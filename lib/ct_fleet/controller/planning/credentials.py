@@ -59,11 +59,12 @@ def project_dotenv() -> Path | None:
 def read_dotenvs(own: Path, project: Path | None) -> dict[str, str]:
     """ct-fleet's .env (CT_FLEET_DOTENV), and what the project's .env (project_dotenv) adds to
     it: a direct `inspect eval` there reads its model keys from it. A key both set is ct-fleet's
-    own, so that a project's file never changes which AWS account the fleet runs in. The
-    project's INSPECT_* lines are options (apply_inspect_variables), not secrets: an argument
-    that repeats one (-T grader=<its INSPECT_EVAL_MODEL>) is not refused as a secret's."""
+    own. Left out of the project's: its AWS_* lines, so that a project's file never decides
+    which AWS account the fleet runs in (the shell and ct-fleet's own .env do), and its
+    INSPECT_* lines, which are options (apply_inspect_variables), not secrets: an argument that
+    repeats one (-T grader=<its INSPECT_EVAL_MODEL>) is not refused as a secret's."""
     found = read_dotenv(project) if project is not None else {}
-    values = {name: value for name, value in found.items() if not name.startswith("INSPECT_")}
+    values = {name: value for name, value in found.items() if not name.startswith(("INSPECT_", "AWS_"))}
     values.update(read_dotenv(own))
     return values
 
