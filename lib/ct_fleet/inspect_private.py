@@ -6,6 +6,7 @@ public name). What each group is for:
 
 - the task loader and `slice_dataset`: a task built, and samples selected, exactly as
   `inspect eval SPEC -T ... --limit/--sample-id` does (worker jobs, the controller probe);
+  `refers_to_task_source`: whether SPEC names a `@task_source`, as Inspect tells (the probe);
   `task_files` and `parse_decorators`: the task files `inspect eval DIR` or `GLOB` finds
   (planning/tasks.py);
 - `PrerequisiteError`: what get_model raises when a provider's SDK is missing (preflight);
@@ -43,7 +44,7 @@ from inspect_ai._cli.eval import eval_command as inspect_eval_command
 from inspect_ai._cli.eval import merge_run_config_params, parse_comma_separated, parse_run_config
 from inspect_ai._cli.util import parse_cli_config, parse_model_role_cli_args, parse_sandbox
 from inspect_ai._eval.list import task_files as inspect_task_files
-from inspect_ai._eval.loader import load_tasks
+from inspect_ai._eval.loader import load_tasks, refers_to_task_source
 from inspect_ai._eval.score import metrics_from_log_header, reducers_from_log_header, resolve_scorers_info
 from inspect_ai._eval.task.results import (
     ScorerInfo,
@@ -115,6 +116,7 @@ __all__ = [
     "find_compose_file",
     "headline_metric_ref",
     "load_tasks",
+    "refers_to_task_source",
     "metrics_by_scores",
     "metrics_from_log_header",
     "reduce_scores",

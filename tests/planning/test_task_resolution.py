@@ -236,3 +236,48 @@ def test_the_manifest_size_counts_each_tasks_own_epochs():
     ]
     real = len(manifest.to_json().encode())
     assert real <= sizes.manifest_bytes(manifest) <= 3 * real
+
+
+SOURCE = """
+from inspect_ai import Task, TaskSource, task, task_source
+from inspect_ai.dataset import Sample
+
+
+def one(n):
+    return Task(dataset=[Sample(id=1, input="q")], name=f"round{n}")
+
+
+@task_source
+def rounds():
+    return TaskSource.from_tasks([one(1)])
+
+
+@task
+def plain():
+    return one(0)
+"""
+
+
+def test_a_task_source_is_refused_in_one_line_and_the_files_tasks_still_run(tmp_path: Path, monkeypatch):
+    """A @task_source makes tasks from results while its run goes (Inspect's eval_set refuses it
+    too): named, it is refused with what to do; its file's @task tasks plan as Inspect loads them."""
+    from inspect_ai import TaskSource
+
+    from ct_fleet.controller.planning import from_eval_args
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "src.py").write_text(SOURCE)
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+
+    def plan(task: str):
+        return plan_fleet(FleetRequest(runs_dir=runs, dotenv=tmp_path / "no.env", tasks=[task], models=["none"]))
+
+    with pytest.raises(BadInput, match=r"^task proj/src.py@rounds is a task source \(@task_source\): .* inspect eval"):
+        plan("proj/src.py@rounds")
+    assert [t.name for t in plan("proj/src.py").spec.tasks] == [t.name for t in load_tasks(["proj/src.py"])]
+    assert [t.name for t in plan("proj/src.py").spec.tasks] == ["round0"]
+    with pytest.raises(BadInput, match="run_fleet: a TaskSource is a task source"):
+        from_eval_args([TaskSource.from_tasks([])], None)
+    assert list(runs.iterdir()) == []  # refused before anything exists

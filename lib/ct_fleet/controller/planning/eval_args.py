@@ -52,10 +52,13 @@ def _task_spec(task: Any) -> tuple[str, dict[str, Any]]:
     """A task as `inspect eval` names it, and the arguments a Task object was made with."""
     if isinstance(task, str):
         return task, {}
-    from inspect_ai import Task
+    from inspect_ai import Task, TaskSource
 
     from ...inspect_private import registry_info, registry_params, task_file
+    from .tasks import TASK_SOURCE
 
+    if isinstance(task, TaskSource):
+        raise BadInput(f"run_fleet: a TaskSource {TASK_SOURCE}")
     if not isinstance(task, Task):
         raise BadInput(f"run_fleet: a task is a name (file.py@task, pkg/task) or a Task, not {type(task).__name__}")
     file = task_file(task)

@@ -71,8 +71,10 @@ def _compose_files(task: Any, holders: list[Any]) -> list[str]:
 
 
 def probe(request: dict[str, Any]) -> dict[str, Any]:
-    from ...inspect_private import load_tasks, slice_dataset
+    from ...inspect_private import load_tasks, refers_to_task_source, slice_dataset
 
+    if refers_to_task_source([request["spec"]]):
+        return {"tasks": [], "task_source": True}
     limit = request.get("limit")
     tasks = load_tasks([request["spec"]], request.get("task_args") or {})
     answers = []

@@ -32,6 +32,11 @@ from .shipped import ShippedCode
 IMPLICIT_TREE_MAX_FILES = 2000
 PROBE_TIMEOUT = 300
 PROBE_LOG_TAIL = 8192
+# Inspect's dynamic task sources (`@task_source`, TaskSource): refused, as eval_set refuses them.
+TASK_SOURCE = (
+    "is a task source (@task_source): it makes tasks from results while its run goes, and a fleet's "
+    "jobs are fixed before it starts; run it with inspect eval, or give ct-fleet the @task tasks it makes"
+)
 
 
 def parse_limit(text: str | None) -> int | list[int] | None:
@@ -243,7 +248,10 @@ def probe(
         "sample_id": sample_id,
         "shuffle": shuffle,
     }
-    answers = _run_probe(request, cwd, shipped, display)["tasks"]
+    answer = _run_probe(request, cwd, shipped, display)
+    if answer.get("task_source"):
+        raise BadInput(f"task {display} {TASK_SOURCE}")
+    answers = answer["tasks"]
     if not answers and located.root == "registry":
         raise BadInput(f"task {display}: no such task (not a file here, and no installed package registers it)")
     if not answers:
