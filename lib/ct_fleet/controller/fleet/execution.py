@@ -154,7 +154,7 @@ def _upload_inputs(planned: PlannedFleet) -> tuple[list[str], list[str]]:
 def _announce(planned: PlannedFleet, fit: Capacity, hooks: RunHooks) -> None:
     spec, cloud, cfg = planned.spec, planned.cloud, planned.spec.config
     what = f"policy {spec.policy}" if spec.policy else f"model {spec.model}"
-    epochs = epoch_range(task.epochs or spec.epochs for task in spec.tasks)  # tasks may run their own
+    epochs = epoch_range(task.epochs_in(spec.epochs) for task in spec.tasks)  # tasks may run their own
     hooks.info(
         f"fleet {spec.fleet_id}: {len(spec.jobs)} jobs ({_describe_tasks(spec)} x {epochs} epochs), "
         f"{what}, {cloud.kind} cloud, up to {fit.max_workers} workers x {cfg.concurrency_per_worker}"

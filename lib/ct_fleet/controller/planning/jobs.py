@@ -64,6 +64,11 @@ class FleetTask:
     def key(self) -> str:
         return _short_hash(self.task_spec, self.task_root, self.task_args, self.setting, self.model)
 
+    def epochs_in(self, fleet_epochs: int) -> int:
+        """The epochs it runs in a fleet of `fleet_epochs`: its own, else the fleet's (the
+        manifest's Manifest.epochs_of, before there is a manifest)."""
+        return self.epochs or fleet_epochs
+
     def manifest(self) -> ManifestTask:
         return ManifestTask(
             key=self.key,
@@ -205,7 +210,7 @@ def make_jobs(tasks: Sequence[FleetTask], epochs: int, *, code_sha: str, model_a
     if epochs < 1:
         raise BadInput(f"--epochs must be at least 1 (got {epochs})")
     samples = sum(len(task.sample_ids) for task in tasks)
-    total = sum(len(task.sample_ids) * (task.epochs or epochs) for task in tasks)
+    total = sum(len(task.sample_ids) * task.epochs_in(epochs) for task in tasks)
     if total > MAX_JOBS:
         each = "their own epochs" if any(task.epochs for task in tasks) else f"{epochs:,} epochs"
         raise BadInput(
@@ -215,7 +220,7 @@ def make_jobs(tasks: Sequence[FleetTask], epochs: int, *, code_sha: str, model_a
     jobs = []
     for task in tasks:
         for sample_id in task.sample_ids:
-            for epoch in range(1, (task.epochs or epochs) + 1):
+            for epoch in range(1, task.epochs_in(epochs) + 1):
                 job_id = _short_hash(code_sha, task.key, task.model, model_args, sample_id, epoch)
                 jobs.append(Job(job_id, task.key, sample_id, epoch))
     return jobs
