@@ -306,11 +306,14 @@ def eval_kwargs(options: Mapping[str, Any], *, epochs: int = 1) -> dict[str, Any
 RUN_CONFIG_PLAN_KEYS = ("tasks", "task_args", "model", "model_args", "epochs")
 
 
-def run_config_params(content: Mapping[str, Any]) -> dict[str, Any]:
-    """A --run-config's `eval()` parameters, as Inspect reads the file."""
+def run_config_params(content: Mapping[str, Any], *, roles: bool = True) -> dict[str, Any]:
+    """A --run-config's `eval()` parameters, as Inspect reads the file. Without `roles`, its
+    model_roles are left out: Inspect builds each role's model client, which needs the
+    provider's key, and the controller plans with keys only the workers are given."""
     from .inspect_private import parse_run_config
 
-    return parse_run_config(dict(content))  # type: ignore[arg-type]  # resolve_args takes a mapping too
+    given = dict(content) if roles else {k: v for k, v in content.items() if k != "model_roles"}
+    return parse_run_config(given)  # type: ignore[arg-type]  # resolve_args takes a mapping too
 
 
 def _with_run_config(content: Mapping[str, Any], kwargs: dict[str, Any], epochs: int) -> dict[str, Any]:
@@ -345,14 +348,3 @@ def shuffle_of(value: Any) -> bool | int | None:
         return True
     seed = int(value)
     return True if seed == -1 else (seed or None)
-
-
-def check(options: Mapping[str, Any]) -> None:
-    """Parse the job options as a job will, here: what Inspect refuses is bad input now."""
-    try:
-        eval_kwargs(options)
-    except BadInput:
-        raise
-    except Exception as exc:
-        said = " ".join(str(getattr(exc, "message", None) or exc).split())
-        raise BadInput(f"{said[:300]} (as inspect eval would refuse it)") from None

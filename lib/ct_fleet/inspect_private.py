@@ -40,8 +40,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from inspect_ai._cli.eval import RunConfigInput, merge_run_config_params, parse_comma_separated, parse_run_config
 from inspect_ai._cli.eval import eval_command as inspect_eval_command
-from inspect_ai._cli.eval import merge_run_config_params, parse_comma_separated, parse_run_config
 from inspect_ai._cli.util import parse_cli_config, parse_model_role_cli_args, parse_sandbox
 from inspect_ai._eval.list import task_files as inspect_task_files
 from inspect_ai._eval.loader import load_tasks, refers_to_task_source
@@ -70,6 +70,7 @@ from inspect_ai._util.zipfile import _MultiFrameZstdCompressObj, zipfile_compres
 from inspect_ai.approval._policy import ApprovalPolicyConfig
 from inspect_ai.log._headline import headline_metric_ref, resolve_headline_metric
 from inspect_ai.log._recorders.buffer.database import location_dir_and_file, resolve_db_dir
+from inspect_ai.model._model_info import _get_model_info_direct
 from inspect_ai.review._policy import ReviewPolicyConfig
 from inspect_ai.scorer._reducer import create_reducers
 from inspect_ai.scorer._scorer import unique_scorer_name
@@ -84,6 +85,8 @@ from inspect_ai.util._sandbox.docker.config import find_compose_file
 __all__ = [
     "ApprovalPolicyConfig",
     "ReviewPolicyConfig",
+    "RunConfigInput",
+    "model_info_direct",
     "SolverSpec",
     "sentinel_with_args",
     "checkpoint_config",
@@ -203,3 +206,9 @@ def reduced_views(reducers: Any, name_implicit_mean: bool) -> list[tuple[Any, st
 
 def unique_scorer_names(infos: list[Any]) -> list[str]:
     return _unique_scorer_names(infos)
+
+
+def model_info_direct(model: str) -> Any:
+    """What Inspect's model database knows of MODEL, found without building its client (as
+    eval's check of --cost-limit looks it up)."""
+    return _get_model_info_direct(model)

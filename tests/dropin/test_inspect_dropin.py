@@ -61,7 +61,8 @@ def graded(fail_id: int = 0):
         if state.sample_id == fail_id:
             raise RuntimeError("this sample fails on purpose")
         state = await generate(state)
-        # the grader role is a model of its own: --model-role must reach every job
+        # the grader role is a model of its own, of a service no --model names: --model-role
+        # and the service's key and URL must reach every job
         checked = await get_model(role="grader").generate(f"What is {state.sample_id} times 2?")
         state.metadata["grader"] = checked.completion
         state.metadata["flag"] = os.environ.get("DROPIN_FLAG")  # --env NAME=value reaches every job
@@ -89,7 +90,7 @@ def _args(log_dir: Path) -> list[str]:
         "--model",
         MODELS,
         "--model-role",
-        "grader=openai-api/stubai/judge",
+        "grader=openai-api/judges/judge",
         "--temperature",
         "0.3",
         "--seed",
@@ -152,9 +153,10 @@ def runs(stub, tmp_path_factory: pytest.TempPathFactory):
     (project / "grid.py").write_text(TASKS)
     (project / "solvers.py").write_text(SOLVERS)
     secrets = {"STUBAI_API_KEY": KEY, "STUBAI_BASE_URL": stub["base_url"]}
+    secrets |= {"JUDGES_API_KEY": KEY, "JUDGES_BASE_URL": stub["base_url"]}  # the grader's service
     direct_dir, fleet_dir = project / "direct", project / "fleet-logs"
     inspect = Path(sys.executable).with_name("inspect")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INSPECT_", "STUBAI_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INSPECT_", "STUBAI_", "JUDGES_"))}
     direct = subprocess.run(
         [str(inspect), "eval", *_args(direct_dir), "--display", "none"],
         cwd=project,
@@ -205,7 +207,7 @@ def test_each_task_x_model_reads_like_the_direct_run(runs):
         assert _dump(got.results.scores) == _dump(want.results.scores), pair
         for field in ("config", "model_generate_config", "metadata", "solver", "solver_args", "task_args"):
             assert _dump(getattr(got.eval, field)) == _dump(getattr(want.eval, field)), (pair, field)
-        assert {k: v.model for k, v in (got.eval.model_roles or {}).items()} == {"grader": "openai-api/stubai/judge"}
+        assert {k: v.model for k, v in (got.eval.model_roles or {}).items()} == {"grader": "openai-api/judges/judge"}
         assert sorted(got.eval.tags or []) == sorted(want.eval.tags or []) == ["x", "y"]
         assert got.eval.config.epochs_reducer == ["max"] and got.eval.model_generate_config.seed == 7
     # A fleet's logs are a run of their own: ids never another run's
@@ -235,7 +237,7 @@ from ct_fleet import run_fleet
 logs = run_fleet(
     ["grid.py@sevens", "grid.py@threes"],
     model=["openai-api/stubai/alpha", "openai-api/stubai/beta"],
-    model_roles={"grader": "openai-api/stubai/judge"},
+    model_roles={"grader": "openai-api/judges/judge"},
     solver=SolverSpec("solvers.py@graded", {"fail_id": 3}),
     temperature=0.3, seed=7, max_tokens=64, message_limit=6, fail_on_error=0.4,
     epochs=Epochs(2, "max"), tags=["x", "y"], metadata={"owner": "me"},

@@ -20,6 +20,7 @@ from ct_fleet.cli.eval_cmd import _inspect_options, build_eval_command
 from ct_fleet.cli.main import cli
 from ct_fleet.controller.planning import inspect_request
 from ct_fleet.errors import BadInput
+from testkit.task_files import NO_MODEL_CALL
 
 INSPECT = inspect_options.inspect_eval_params()
 COMMAND = build_eval_command()
@@ -288,12 +289,90 @@ def test_run_config_plans_the_fleet_and_reaches_the_jobs(tmp_path: Path, monkeyp
 def test_inspects_parsers_refuse_what_inspect_refuses():
     for args, said in (
         (["--epochs-reducer", "nonesuch"], "nonesuch"),
-        (["--model-role", "grader={model: x"], "model role"),
+        (["--model-role", "grader={model: x"], "--model-role"),
         (["-S", "k=1"], "need --solver"),
         (["--checkpoint", "turn:x"], "turn"),
     ):
         with pytest.raises(BadInput, match=said):
             inspect_request.read(_options(*args))
+
+
+def _direct(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, list[Any]]:
+    """`inspect eval t.py --model mockllm/model ARGS` in this process (Inspect's own command):
+    its exit status and the logs it wrote."""
+    from inspect_ai.log import list_eval_logs, read_eval_log
+
+    from ct_fleet.inspect_private import inspect_eval_command
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text(NO_MODEL_CALL)
+    logs = tmp_path / "logs"
+    result = CliRunner().invoke(
+        inspect_eval_command,
+        ["t.py", "--model", "mockllm/model", *args, "--log-dir", str(logs), "--display", "none"],
+    )
+    return result.exit_code, [read_eval_log(info.name) for info in list_eval_logs(str(logs))]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "grader=mockllm/a",
+        "grader=mockllm/a,mockllm/b",
+        "grader={model: mockllm/a, temperature: 0.5}",
+        "grader={model: mockllm/a, model_args: {}}",
+        '{"grader": {"model": "mockllm/a", "seed": 3}}',
+        "grader=",
+        "grader=5",
+        "grader=[]",
+        "grader={model: mockllm/a, temprature: 0.5}",
+        "grader={model: mockllm/a, model_args: 3}",
+        "grader={model: mockllm/a",
+    ],
+)
+def test_a_model_role_is_refused_exactly_when_inspect_eval_refuses_it(
+    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Read without building the role's model (its key may be one only workers get), and
+    judged as Inspect's own command judges it."""
+    status, logs = _direct(tmp_path, monkeypatch, "--model-role", value)
+    inspect_runs = status == 0 and [log.status for log in logs] == ["success"]
+    try:
+        inspect_request.read(_options("--model-role", value))
+        refused = ""
+    except BadInput as exc:
+        refused = str(exc)
+    assert (not refused) == inspect_runs, (value, status, refused)
+    assert "--model-role" in refused or not refused
+
+
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--message-limit", "-1"], "Message limit value must be a non-negative integer"),
+        (["--turn-limit", "-2"], "Turn limit value must be a non-negative integer"),
+        (["--working-limit", "-1"], "Working time limit value must be a non-negative float"),
+    ],
+)
+def test_a_limit_inspect_takes_but_cannot_run_is_refused_with_its_reason(
+    args: list[str], says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Inspect's command line takes a negative limit and its run then fails every sample on
+    it (exit 0, an error log): on a fleet that is a fleet of failed jobs, so it is bad input.
+    (--cost-limit: tests/dropin/test_model_roles.py, where the models have prices.)"""
+    _, (log,) = _direct(tmp_path, monkeypatch, *args)
+    assert log.status == "error" and log.error is not None and says in log.error.message
+    with pytest.raises(BadInput, match=f"^{args[0]} .*{says}"):
+        inspect_request.read(_options(*args))
+    inspect_request.read(_options(args[0], "0"))  # no limit at all is Inspect's 0, taken
+
+
+@pytest.mark.parametrize("name", ["--max-connections", "--max-subprocesses"])
+def test_a_count_of_nothing_at_once_is_refused(name: str):
+    """Inspect waits forever for a connection (or subprocess) slot that never comes."""
+    with pytest.raises(BadInput, match=f"^{name} 0: give a count of 1 or more"):
+        inspect_request.read(_options(name, "0"))
+    assert inspect_request.read(_options(name, "1")).job_options[name[2:].replace("-", "_")] == 1
 
 
 @pytest.mark.parametrize(

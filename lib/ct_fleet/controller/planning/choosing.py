@@ -5,6 +5,7 @@ too, as they ship and resolve as tasks do."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ class ChosenTasks:
     policy: str | None = None
     plain_sandboxes: set[str] = field(default_factory=set)
     plain_compose: set[str] = field(default_factory=set)
+    task_roles: set[tuple[str, str]] = field(default_factory=set)  # (role, model) a task's Task(model_roles=...) names
 
 
 def _locate_task(
@@ -87,6 +89,7 @@ def plain_tasks(
     defaults: dict[str, Any],
     shuffle: bool | int | None,
     epochs: int | None = None,
+    keys: Mapping[str, str] | None = None,
 ) -> ChosenTasks:
     """Plain Inspect tasks, each loaded once as a worker would: their samples under the
     selection, and their own epochs unless `epochs` (--epochs) overrides them."""
@@ -98,7 +101,14 @@ def plain_tasks(
     probed_all: list[tasks.ProbedTask] = []
     for given, where in located:
         probed = tasks.probe(
-            where, shipped, task_args=task_args, limit=limit, sample_id=sample_id, display=given, shuffle=shuffle
+            where,
+            shipped,
+            task_args=task_args,
+            limit=limit,
+            sample_id=sample_id,
+            display=given,
+            shuffle=shuffle,
+            keys=keys,
         )
         probed_all.extend(probed)
         fleet_tasks.extend(
@@ -128,6 +138,7 @@ def plain_tasks(
         default_epochs=max(task_epochs, default=1),
         plain_sandboxes={kind for p in probed_all for kind in p.sandbox_types},
         plain_compose={path for p in probed_all for path in p.compose_files},
+        task_roles={(role, model) for p in probed_all for role, names in p.model_roles.items() for model in names},
     )
 
 

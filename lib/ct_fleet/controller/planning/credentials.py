@@ -106,6 +106,12 @@ def name_from_arn(arn: str) -> str:
     return arn.rsplit("/", 1)[-1]
 
 
+def probe_keys(dotenv: Mapping[str, str]) -> dict[str, str]:
+    """What of the .env files a task's probe loads with (under the shell's own): what a direct
+    `inspect eval` would have in its environment, but AWS credentials, which no job gets."""
+    return {name: value for name, value in dotenv.items() if not name.startswith("AWS_")}
+
+
 def secret_values(dotenv: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
     """Where secrets are read from: the shell first, else .env."""
     return {**dotenv, **{k: v for k, v in environ.items() if v}}

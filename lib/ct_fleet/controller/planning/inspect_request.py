@@ -16,6 +16,7 @@ from typing import Any
 
 from ... import inspect_options
 from ...errors import BadInput
+from . import eval_checks
 
 # Without a model, a plain task runs as `inspect eval` runs it: with none/none (a task that
 # calls generate then fails, as directly). A setting's policies default to the mock model.
@@ -99,7 +100,7 @@ def read(options: Mapping[str, Any]) -> InspectRequest:
     request.sample_shuffle = inspect_options.shuffle_of(options.get("sample_shuffle"))
     request.display = options.get("display")
     request.no_ansi = bool(options.get("no_ansi"))
-    inspect_options.check(jobs)
+    eval_checks.check(jobs)
     return request
 
 
@@ -107,7 +108,7 @@ def _run_config(content: Any) -> dict[str, Any]:
     if not isinstance(content, dict):
         raise BadInput(f"--run-config {content}: no such file")
     try:
-        return inspect_options.run_config_params(content)
+        return inspect_options.run_config_params(content, roles=False)
     except Exception as exc:
         said = " ".join(str(getattr(exc, "message", None) or exc).split())
         raise BadInput(f"--run-config: {said[:300]}") from None

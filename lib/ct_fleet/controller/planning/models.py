@@ -11,12 +11,11 @@ never on a command line, in user-data, in the manifest or in S3.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import BadInput
+from ...errors import BadInput, plain
 
 # provider -> (API key variables, any one of which will do; optional variables forwarded when set)
 PROVIDER_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -82,24 +81,30 @@ def needs(model: str, model_args: Mapping[str, Any]) -> ModelNeeds:
     return ModelNeeds((keys,) if keys else (), optional)
 
 
-def check_model(model: str, model_args: Mapping[str, Any], values: Mapping[str, str]) -> list[str]:
-    """Refuse what would fail on every worker; returns the secret names the jobs need."""
+def check_model(
+    model: str, model_args: Mapping[str, Any], values: Mapping[str, str], *, given: str | None = None
+) -> list[str]:
+    """Refuse what would fail on every worker; returns the secret names the jobs need.
+    GIVEN is how the command named the model (--model M, --model-role R=M, a task's own)."""
     if model == "none":
         return []  # Inspect's --model none: the task calls no model
+    given = given or f"--model {model}"
     provider_of(model)
     for key in model_args:
         if key in ("api_key", "token") or key.endswith("_api_key"):
-            raise BadInput(f"-M {key}=...: a key never goes on the command line; put it in .env or the environment")
+            raise BadInput(
+                f"{given}: {key}=...: a key never goes on the command line; put it in .env or the environment"
+            )
     wanted = needs(model, model_args)
-    _check_provider(model, model_args)
+    _check_provider(model, model_args, given)
     for group in wanted.required:
         if not any(values.get(n) for n in group):
             names = " or ".join(group)
-            raise BadInput(f"--model {model}: {names} is not set; put it in .env or export it")
+            raise BadInput(f"{given}: {names} is not set; put it in .env or export it")
     return [n for n in wanted.names(values) if n not in NEVER_FORWARD]
 
 
-def _check_provider(model: str, model_args: Mapping[str, Any]) -> None:
+def _check_provider(model: str, model_args: Mapping[str, Any], given: str) -> None:
     """Build the model client as a job would (no request is sent): unknown providers and
     missing SDKs fail here. Keys were checked above; a placeholder stands in for them."""
     if provider_of(model) in ("mockllm", "none"):
@@ -118,17 +123,34 @@ def _check_provider(model: str, model_args: Mapping[str, Any]) -> None:
             **{k: v for k, v in model_args.items() if k != "base_url"},
         )
     except PrerequisiteError as exc:
-        text = re.sub(r"\[/?\w+\]", "", str(exc))  # Inspect's rich markup
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        raise BadInput(f"--model {model}: missing SDK: {' '.join(lines[-2:]).removeprefix('ERROR: ')}") from None
+        lines = [line.strip() for line in plain(str(exc)).splitlines() if line.strip()]
+        raise BadInput(f"{given}: missing SDK: {' '.join(lines[-2:]).removeprefix('ERROR: ')}") from None
     except ValueError as exc:
         if "not recognized" in str(exc):
-            raise BadInput(
-                f"--model {model}: unknown provider {provider_of(model)!r} (Inspect does not know it)"
-            ) from None
-        raise BadInput(f"--model {model}: {exc}") from None
+            raise BadInput(f"{given}: unknown provider {provider_of(model)!r} (Inspect does not know it)") from None
+        raise BadInput(f"{given}: {exc}") from None
     except TypeError as exc:
-        raise BadInput(f"--model {model}: bad -M argument ({exc})") from None
+        raise BadInput(f"{given}: bad model argument ({exc})") from None
+
+
+def check_costs(model_names: list[str], job_options: Mapping[str, Any]) -> None:
+    """--cost-limit needs every model's prices (Inspect's model database, or
+    --model-cost-config's), or Inspect refuses the run as it starts: refused here instead."""
+    if job_options.get("cost_limit") is None:
+        return
+    from ...inspect_private import model_info_direct
+
+    priced = set(job_options.get("model_cost_config") or {})
+    missing = [
+        name
+        for name in dict.fromkeys(model_names)
+        if name not in priced and getattr(model_info_direct(name), "cost", None) is None
+    ]
+    if missing:
+        raise BadInput(
+            f"--cost-limit needs the prices of {', '.join(missing)}: give them with --model-cost-config FILE "
+            "(YAML or JSON: model -> input, output, ... in dollars per million tokens)"
+        )
 
 
 def forward_names(model_names: list[str], forward_env: list[str], values: Mapping[str, str]) -> list[str]:

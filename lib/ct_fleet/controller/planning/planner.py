@@ -30,6 +30,7 @@ from . import (
     code,
     credentials,
     estimate,
+    eval_checks,
     inspect_request,
     jobs,
     models,
@@ -131,10 +132,10 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     asked = _asked(request, env)
     trees = _preflight(request, asked.inspect, asked.cloud, env)
     inputs = _inputs(request, asked)
-    tasks = _tasks(request, asked, inputs, trees)
     dotenv = credentials.read_dotenvs(request.dotenv, credentials.project_dotenv())
+    tasks = _tasks(request, asked, inputs, trees, credentials.probe_keys(dotenv))
     grid = _grid(tasks.chosen.fleet_tasks, asked.models)
-    secret_names = _secrets(asked.cfg, env, dotenv, _models(grid), inputs.model_args, asked.job_env, tasks.chosen)
+    secret_names = _secrets(asked, env, dotenv, _models(grid), inputs.model_args, tasks.chosen)
     fleet_jobs = jobs.make_jobs(grid, tasks.epochs, code_sha=tasks.version.sha, model_args=inputs.model_args)
     fleet_id = _fleet_id(request, asked, inputs, tasks, grid)
     if asked.cfg.resume:
@@ -244,7 +245,7 @@ class _Tasks:
     sandbox: str | None
 
 
-def _tasks(request: FleetRequest, asked: _Asked, inputs: _Inputs, trees: list[Any]) -> _Tasks:
+def _tasks(request: FleetRequest, asked: _Asked, inputs: _Inputs, trees: list[Any], keys: dict[str, str]) -> _Tasks:
     located, extra = choosing.locate(
         request, asked.inspect, asked.defaults, [tree.root for tree in trees], asked.setting_envs
     )
@@ -260,7 +261,7 @@ def _tasks(request: FleetRequest, asked: _Asked, inputs: _Inputs, trees: list[An
             inputs.reqs, request.environ
         )  # the probe loads the task with them, as workers will
         chosen = choosing.plain_tasks(
-            request, located, shipped, inputs.task_args, asked.defaults, asked.inspect.sample_shuffle, epochs
+            request, located, shipped, inputs.task_args, asked.defaults, asked.inspect.sample_shuffle, epochs, keys
         )
     else:
         chosen = choosing.settings_tasks(
@@ -346,23 +347,29 @@ def _preflight(request: FleetRequest, asked: InspectRequest, cloud: Cloud, env: 
 
 
 def _secrets(
-    cfg: Ec2Config,
+    asked: _Asked,
     env: dict[str, str],
     dotenv: dict[str, str],
     fleet_models: list[str],
     model_args: dict[str, Any],
-    job_env: dict[str, str],
     chosen: choosing.ChosenTasks,
 ) -> list[str]:
-    """The names of the secrets workers get: each model's key, forward_env and -e NAME=value.
-    Refused here: a model with no key, secrets too big for the SSM parameters that carry
-    them, and a -T or -M value that is a secret's (it would be written in clear)."""
+    """The names of the secrets workers get: each model's key (the roles' models too),
+    forward_env and -e NAME=value. Refused here: a model with no key, secrets too big for
+    the SSM parameters that carry them, and a -T or -M value that is a secret's (it would
+    be written in clear)."""
     values = credentials.secret_values(dotenv, env)
     model_secrets: list[str] = []
     for model in fleet_models:
         preflight.check_model(model)
         model_secrets += models.check_model(model, model_args, values)
-    secret_names = models.forward_names(model_secrets, [*split_list(cfg.forward_env), *job_env], values)
+    roles = eval_checks.every_role_model(asked.inspect.job_options, chosen.task_roles)
+    for role, given in roles:
+        preflight.check_model(role.model, given)
+        model_secrets += models.check_model(role.model, role.model_args, values, given=given)
+    models.check_costs([*fleet_models, *(role.model for role, _ in roles)], asked.inspect.job_options)
+    forward = [*split_list(asked.cfg.forward_env), *asked.job_env]
+    secret_names = models.forward_names(model_secrets, forward, values)
     secrets = credentials.worker_secrets(dotenv, env, names=secret_names)
     fleet_secrets.bundles(secrets)
     credentials.refuse_secret_args(

@@ -55,9 +55,10 @@ def check_restic(environ: dict[str, str]) -> None:
         raise BadInput(str(exc)) from None
 
 
-def check_model(model: str) -> None:
+def check_model(model: str, given: str | None = None) -> None:
     if model != NO_MODEL and not MODEL_NAME.fullmatch(model):
-        raise BadInput(f"--model {model!r}: write provider/model (e.g. anthropic/claude-sonnet-4-0, mockllm/model)")
+        named = given or f"--model {model!r}"
+        raise BadInput(f"{named}: write provider/model (e.g. anthropic/claude-sonnet-4-0, mockllm/model)")
 
 
 def check_command(command: str | None) -> None:

@@ -10,9 +10,10 @@ in that throwaway process, not in the controller.
 
 Request: {"spec": ..., "task_args": {...}, "limit": N | [start, stop] | null,
 "sample_id": [patterns] | null, "shuffle": true | seed | null}. Answer, written to the file named on the command line:
-{"tasks": [{"name", "sample_ids", "epochs", "registry_name", "model", "sandbox_types",
-"compose_files", "id_clash"}]} with each task's selected ids in dataset order, with their
-types, the model the task names for itself (Task(model=...), else null), the compose
+{"tasks": [{"name", "sample_ids", "epochs", "registry_name", "model", "model_roles",
+"sandbox_types", "compose_files", "id_clash"}]} with each task's selected ids in dataset order, with their
+types, the model the task names for itself (Task(model=...), else null), the models its
+roles name (Task(model_roles=...): {role: [model, ...]}), the compose
 files its Docker sandboxes use (absolute paths, found as Inspect finds them), and the first
 two ids of its dataset that are the same id (1 and "1" too: Inspect refuses such a dataset); or
 {"error": one line}, with exit status 1. The answer has a file of its own because the
@@ -28,6 +29,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from ...errors import plain
 
 
 def _sandbox(holder: Any) -> tuple[str | None, Any]:
@@ -102,6 +105,10 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
                 "epochs": task.epochs,
                 "registry_name": task.registry_name,
                 "model": str(task.model) if task.model is not None else None,
+                "model_roles": {
+                    role: [str(m) for m in (models if isinstance(models, list) else [models])]
+                    for role, models in (task.model_roles or {}).items()
+                },
                 "sandbox_types": sorted({t for t in map(_sandbox_type, [task, *chosen]) if t}),
                 "compose_files": _compose_files(task, [task, *chosen]),
                 "id_clash": clash,
@@ -128,7 +135,7 @@ def answer_to(request: dict[str, Any], answer_path: Path) -> int:
     try:
         answer = probe(request)
     except BaseException as exc:  # the user's code: anything may come out of it
-        text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        text = " ".join(line.strip() for line in plain(str(exc)).splitlines() if line.strip())
         answer, code = {"error": f"{type(exc).__name__}: {text[:400]}".rstrip(": ")}, 1
     answer_path.write_text(json.dumps(answer))
     return code

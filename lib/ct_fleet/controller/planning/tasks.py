@@ -16,7 +16,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,7 +167,9 @@ def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
     return Located("extra", rel + suffix, rel + suffix, display, implicit_tree=directory, path=path)
 
 
-def _run_probe(request: dict[str, Any], cwd: Path, shipped: ShippedCode, display: str) -> dict[str, Any]:
+def _run_probe(
+    request: dict[str, Any], cwd: Path, shipped: ShippedCode, display: str, keys: Mapping[str, str]
+) -> dict[str, Any]:
     """The probe's answer, read from a file of its own: the task's prints go to stdout and
     stderr, which are kept apart (stderr's tail is shown if the probe dies unanswered)."""
     with tempfile.TemporaryDirectory(prefix="ct-fleet-probe-") as tmp:
@@ -175,7 +177,7 @@ def _run_probe(request: dict[str, Any], cwd: Path, shipped: ShippedCode, display
         with open(log_path, "wb") as log:
             try:
                 status = run_probe(
-                    request, answer_path, cwd=cwd, env=_worker_like_env(shipped), log=log, timeout=PROBE_TIMEOUT
+                    request, answer_path, cwd=cwd, env=_worker_like_env(shipped, keys), log=log, timeout=PROBE_TIMEOUT
                 )
             except ProbeTimeout:
                 raise BadInput(f"task {display}: loading it took over {PROBE_TIMEOUT}s") from None
@@ -213,10 +215,14 @@ class ProbedTask:
     sandbox_types: list[str] = field(default_factory=list)  # the sandboxes its task and samples name
     compose_files: list[str] = field(default_factory=list)  # its Docker sandboxes' compose files (absolute)
     model: str | None = None  # the model the task names for itself, which Inspect runs it with
+    model_roles: dict[str, list[str]] = field(default_factory=dict)  # Task(model_roles=...): role -> models
 
 
-def _worker_like_env(shipped: ShippedCode) -> dict[str, str]:
-    return inherited(
+def _worker_like_env(shipped: ShippedCode, keys: Mapping[str, str]) -> dict[str, str]:
+    """The probe's environment: this process's, where the shell's variables win over KEYS
+    (the .env values a direct `inspect eval` here would have loaded: a task that builds its
+    own model or roles' models as it loads needs the provider's key, as on a worker)."""
+    env = inherited(
         {
             "PYTHONPATH": os.pathsep.join(str(p) for p in shipped.import_roots),
             "CT_EXTRA_ROOT": str(shipped.extra_dir),
@@ -224,6 +230,7 @@ def _worker_like_env(shipped: ShippedCode) -> dict[str, str]:
         },
         drop=("PYTHONHOME",),
     )
+    return {**keys, **env}
 
 
 def probe(
@@ -235,6 +242,7 @@ def probe(
     sample_id: list[str] | None,
     display: str,
     shuffle: bool | int | None = None,
+    keys: Mapping[str, str] | None = None,
 ) -> list[ProbedTask]:
     """Load the task from the shipped image and list its selected sample ids."""
     # Relative to the root it ships in: Inspect's loader globs a file given without @name.
@@ -248,7 +256,7 @@ def probe(
         "sample_id": sample_id,
         "shuffle": shuffle,
     }
-    answer = _run_probe(request, cwd, shipped, display)
+    answer = _run_probe(request, cwd, shipped, display, keys or {})
     if answer.get("task_source"):
         raise BadInput(f"task {display} {TASK_SOURCE}")
     answers = answer["tasks"]
@@ -283,6 +291,7 @@ def probe(
                 answer.get("sandbox_types", []),
                 answer.get("compose_files", []),
                 answer.get("model"),
+                answer.get("model_roles") or {},
             )
         )
     return found
