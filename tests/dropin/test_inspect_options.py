@@ -376,6 +376,26 @@ def test_a_count_of_nothing_at_once_is_refused(name: str):
 
 
 @pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--sample-id", "1", "--sample-shuffle"], "use either --sample-id or --sample-shuffle"),
+        (["--log-shared", "--log-format", "json"], "--log-shared is not compatible with --log-format json"),
+    ],
+)
+def test_options_inspect_refuses_together_are_refused_together(
+    args: list[str], says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    status, logs = _direct(tmp_path, monkeypatch, *args)
+    assert status != 0 and not logs
+    inspect_request.read(_options("--log-shared"))  # alone, each is taken
+    inspect_request.read(_options("--log-format", "json"))
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(cli, ["eval", "t.py", *args], env={"CT_FLEET_RUNS": str(runs)})
+    assert result.exit_code == 2 and says in result.output, result.output
+    assert not runs.exists()
+
+
+@pytest.mark.parametrize(
     "values,envs,variables",
     [
         (["web"], ["web"], {}),

@@ -21,7 +21,7 @@ from ct_fleet.controller.planning import FleetRequest, plan_fleet
 from ct_fleet.errors import BadInput
 from testkit.task_files import NO_MODEL_CALL
 
-# t, and a task whose grader role is a model of its own
+# t, a task whose grader role is a model of its own, and one with a cost limit of its own
 TASK = (
     NO_MODEL_CALL
     + """
@@ -29,6 +29,11 @@ TASK = (
 @task
 def graded():
     return Task(dataset=[Sample(id=1, input="x")], solver=nothing(), model_roles={"grader": "openai/gpt-4o-mini"})
+
+
+@task
+def budgeted():
+    return Task(dataset=[Sample(id=1, input="x")], solver=nothing(), cost_limit=1.0)
 """
 )
 
@@ -100,24 +105,27 @@ def test_a_tasks_own_roles_load_with_a_dotenv_key_and_it_reaches_the_workers(pro
     assert _plan(project, "t.py@graded") == ["OPENAI_API_KEY"]
 
 
-# Inspect's own command on a --cost-limit three ways, in a process of its own: prices given
-# with --model-cost-config stay registered in the process that read them.
+# Inspect's own command on cost limits, in a process of its own: prices given with
+# --model-cost-config stay registered in the process that read them (the runs without
+# prices come first).
 DIRECT_COSTS = """
 import json, sys
 from click.testing import CliRunner
 from inspect_ai.log import list_eval_logs, read_eval_log
 from ct_fleet.inspect_private import inspect_eval_command
 
-def run(log_dir, *args):
-    argv = ["t.py@t", "--model", sys.argv[1], *args, "--log-dir", log_dir, "--display", "none"]
+def run(log_dir, task, *args):
+    argv = [task, "--model", sys.argv[1], *args, "--log-dir", log_dir, "--display", "none"]
     code = CliRunner().invoke(inspect_eval_command, argv).exit_code
     logs = [read_eval_log(info.name) for info in list_eval_logs(log_dir)]
     return [code, [log.error.message if log.error else log.status for log in logs]]
 
 print(json.dumps([
-    run("unpriced", "--cost-limit", "1"),
-    run("priced", "--cost-limit", "1", "--model-cost-config", "costs.yaml"),
-    run("negative", "--cost-limit", "-0.5", "--model-cost-config", "costs.yaml"),
+    run("unpriced", "t.py@t", "--cost-limit", "1"),
+    run("own", "t.py@budgeted"),
+    run("priced", "t.py@t", "--cost-limit", "1", "--model-cost-config", "costs.yaml"),
+    run("negative", "t.py@t", "--cost-limit", "-0.5", "--model-cost-config", "costs.yaml"),
+    run("own-priced", "t.py@budgeted", "--model-cost-config", "costs.yaml"),
 ]))
 """
 
@@ -133,18 +141,24 @@ def test_a_cost_limit_needs_every_models_prices_as_inspect_eval_does(project: Pa
         timeout=300,
         check=True,
     )
-    unpriced, priced, negative = json.loads(direct.stdout.splitlines()[-1])
-    assert unpriced == [1, []] and priced == [0, ["success"]]
+    unpriced, own, priced, negative, own_priced = json.loads(direct.stdout.splitlines()[-1])
+    assert unpriced == own == [1, []] and priced == own_priced == [0, ["success"]]
     assert negative[0] == 0 and "Cost limit value must be a non-negative float" in negative[1][0]
 
     key = "OPENAI_API_KEY=sk-in-dotenv\n"
-    with pytest.raises(BadInput, match=f"^--cost-limit needs the prices of {GRADER}: .*--model-cost-config"):
+    with pytest.raises(
+        BadInput,
+        match=rf"^a cost limit \(--cost-limit, or a task's own\) needs the prices of {GRADER}: .*--model-cost-config",
+    ):
         _plan(project, dotenv=key, model=GRADER, cost_limit=1.0)
     assert _plan(project, dotenv=key, model=GRADER, cost_limit=1.0, model_cost_config="costs.yaml")
+    with pytest.raises(BadInput, match=f"needs the prices of {GRADER}:"):
+        _plan(project, "t.py@budgeted", dotenv=key, model=GRADER)
+    assert _plan(project, "t.py@budgeted", dotenv=key, model=GRADER, model_cost_config="costs.yaml")
     with pytest.raises(BadInput, match="^--cost-limit -0.5: Cost limit value must be a non-negative float"):
         _plan(project, dotenv=key, model=GRADER, cost_limit=-0.5, model_cost_config="costs.yaml")
     # a role's model is priced too, as Inspect prices every model of a task
-    with pytest.raises(BadInput, match="^--cost-limit needs the prices of openai/gpt-4o:"):
+    with pytest.raises(BadInput, match="needs the prices of openai/gpt-4o:"):
         _plan(
             project,
             dotenv=key,

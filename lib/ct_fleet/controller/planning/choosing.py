@@ -30,6 +30,7 @@ class ChosenTasks:
     plain_sandboxes: set[str] = field(default_factory=set)
     plain_compose: set[str] = field(default_factory=set)
     task_roles: set[tuple[str, str]] = field(default_factory=set)  # (role, model) a task's Task(model_roles=...) names
+    cost_limited: set[str] = field(default_factory=set)  # the tasks with a Task(cost_limit=...) of their own
 
 
 def _locate_task(
@@ -97,6 +98,8 @@ def plain_tasks(
     sample_id = tasks.parse_sample_ids([*request.sample_ids, *split_list(defaults.get("sample_id"))])
     if limit is not None and sample_id is not None:
         raise BadInput("use either --limit or --sample-id, not both")
+    if sample_id is not None and shuffle:
+        raise BadInput("use either --sample-id or --sample-shuffle, not both (inspect eval refuses them together)")
     fleet_tasks: list[FleetTask] = []
     probed_all: list[tasks.ProbedTask] = []
     for given, where in located:
@@ -139,6 +142,7 @@ def plain_tasks(
         plain_sandboxes={kind for p in probed_all for kind in p.sandbox_types},
         plain_compose={path for p in probed_all for path in p.compose_files},
         task_roles={(role, model) for p in probed_all for role, names in p.model_roles.items() for model in names},
+        cost_limited={p.name for p in probed_all if p.cost_limit is not None},
     )
 
 

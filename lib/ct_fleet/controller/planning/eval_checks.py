@@ -3,6 +3,7 @@ fleet is planned: on a fleet the same mistake would be a fleet of failed jobs.
 
 - every option, parsed by Inspect's own parsers as each job will parse it (eval_kwargs);
 - a limit its run cannot take, and a count of nothing at once (check_bounds);
+- options it refuses together (check_together; --sample-id with --sample-shuffle: choosing.py);
 - each model role, read as Inspect reads it but without building the role's model client,
   which needs a key that only the workers may be given (role_models); planner.py checks
   each role's model and key as --model's, and the prices --cost-limit needs (models.py).
@@ -105,6 +106,13 @@ def check_bounds(options: Mapping[str, Any]) -> None:
     for name in _COUNTS:
         if options.get(name) is not None and int(options[name]) < 1:
             raise BadInput(f"--{name.replace('_', '-')} {options[name]}: give a count of 1 or more")
+
+
+def check_together(options: Mapping[str, Any]) -> None:
+    """Options Inspect refuses together, though one of them means something else here: a
+    fleet's jobs always write .eval, --log-format is the merged logs' format."""
+    if options.get("log_shared") and options.get("log_format") == "json":
+        raise BadInput("--log-shared is not compatible with --log-format json (inspect eval refuses them together)")
 
 
 def check(options: Mapping[str, Any]) -> None:

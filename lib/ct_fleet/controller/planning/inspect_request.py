@@ -100,6 +100,7 @@ def read(options: Mapping[str, Any]) -> InspectRequest:
     request.sample_shuffle = inspect_options.shuffle_of(options.get("sample_shuffle"))
     request.display = options.get("display")
     request.no_ansi = bool(options.get("no_ansi"))
+    eval_checks.check_together(options)
     eval_checks.check(jobs)
     return request
 

@@ -134,10 +134,9 @@ def _check_provider(model: str, model_args: Mapping[str, Any], given: str) -> No
 
 
 def check_costs(model_names: list[str], job_options: Mapping[str, Any]) -> None:
-    """--cost-limit needs every model's prices (Inspect's model database, or
-    --model-cost-config's), or Inspect refuses the run as it starts: refused here instead."""
-    if job_options.get("cost_limit") is None:
-        return
+    """A cost limit (--cost-limit, or a task's own) needs the prices of every model it applies
+    to (Inspect's model database, or --model-cost-config's), or Inspect refuses the run as it
+    starts: refused here instead. MODEL_NAMES: the models of the tasks a limit applies to."""
     from ...inspect_private import model_info_direct
 
     priced = set(job_options.get("model_cost_config") or {})
@@ -148,8 +147,8 @@ def check_costs(model_names: list[str], job_options: Mapping[str, Any]) -> None:
     ]
     if missing:
         raise BadInput(
-            f"--cost-limit needs the prices of {', '.join(missing)}: give them with --model-cost-config FILE "
-            "(YAML or JSON: model -> input, output, ... in dollars per million tokens)"
+            f"a cost limit (--cost-limit, or a task's own) needs the prices of {', '.join(missing)}: give them "
+            "with --model-cost-config FILE (YAML or JSON: model -> input, output, ... in dollars per million tokens)"
         )
 
 

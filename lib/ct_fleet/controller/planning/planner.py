@@ -135,7 +135,7 @@ def plan_fleet(request: FleetRequest) -> PlannedFleet:
     dotenv = credentials.read_dotenvs(request.dotenv, credentials.project_dotenv())
     tasks = _tasks(request, asked, inputs, trees, credentials.probe_keys(dotenv))
     grid = _grid(tasks.chosen.fleet_tasks, asked.models)
-    secret_names = _secrets(asked, env, dotenv, _models(grid), inputs.model_args, tasks.chosen)
+    secret_names = _secrets(asked, env, dotenv, grid, inputs.model_args, tasks.chosen)
     fleet_jobs = jobs.make_jobs(grid, tasks.epochs, code_sha=tasks.version.sha, model_args=inputs.model_args)
     fleet_id = _fleet_id(request, asked, inputs, tasks, grid)
     if asked.cfg.resume:
@@ -350,24 +350,27 @@ def _secrets(
     asked: _Asked,
     env: dict[str, str],
     dotenv: dict[str, str],
-    fleet_models: list[str],
+    grid: list[FleetTask],
     model_args: dict[str, Any],
     chosen: choosing.ChosenTasks,
 ) -> list[str]:
     """The names of the secrets workers get: each model's key (the roles' models too),
-    forward_env and -e NAME=value. Refused here: a model with no key, secrets too big for
-    the SSM parameters that carry them, and a -T or -M value that is a secret's (it would
-    be written in clear)."""
+    forward_env and -e NAME=value. Refused here: a model with no key (or no prices, under a
+    cost limit), secrets too big for the SSM parameters that carry them, and a -T or -M
+    value that is a secret's (it would be written in clear)."""
     values = credentials.secret_values(dotenv, env)
     model_secrets: list[str] = []
-    for model in fleet_models:
+    for model in _models(grid):
         preflight.check_model(model)
         model_secrets += models.check_model(model, model_args, values)
     roles = eval_checks.every_role_model(asked.inspect.job_options, chosen.task_roles)
     for role, given in roles:
         preflight.check_model(role.model, given)
         model_secrets += models.check_model(role.model, role.model_args, values, given=given)
-    models.check_costs([*fleet_models, *(role.model for role, _ in roles)], asked.inspect.job_options)
+    limited = asked.inspect.job_options.get("cost_limit") is not None
+    if limited or chosen.cost_limited:
+        costed = [task.model for task in grid if limited or task.name in chosen.cost_limited]
+        models.check_costs([*costed, *(role.model for role, _ in roles)], asked.inspect.job_options)
     forward = [*split_list(asked.cfg.forward_env), *asked.job_env]
     secret_names = models.forward_names(model_secrets, forward, values)
     secrets = credentials.worker_secrets(dotenv, env, names=secret_names)

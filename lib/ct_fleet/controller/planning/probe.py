@@ -9,12 +9,13 @@ and whose sys.path is a worker's (the code's lib, examples/settings, the unpacke
 in that throwaway process, not in the controller.
 
 Request: {"spec": ..., "task_args": {...}, "limit": N | [start, stop] | null,
-"sample_id": [patterns] | null, "shuffle": true | seed | null}. Answer, written to the file named on the command line:
-{"tasks": [{"name", "sample_ids", "epochs", "registry_name", "model", "model_roles",
-"sandbox_types", "compose_files", "id_clash"}]} with each task's selected ids in dataset order, with their
-types, the model the task names for itself (Task(model=...), else null), the models its
-roles name (Task(model_roles=...): {role: [model, ...]}), the compose
-files its Docker sandboxes use (absolute paths, found as Inspect finds them), and the first
+"sample_id": [patterns] | null, "shuffle": true | seed | null}. Answer, written to the
+file named on the command line: {"tasks": [{"name", "sample_ids", "epochs",
+"registry_name", "model", "model_roles", "cost_limit", "sandbox_types", "compose_files",
+"id_clash"}]} with each task's selected ids in dataset order, with their types, the model
+the task names for itself (Task(model=...), else null), the models its roles name
+(Task(model_roles=...): {role: [model, ...]}), its own cost limit, the compose files its
+Docker sandboxes use (absolute paths, found as Inspect finds them), and the first
 two ids of its dataset that are the same id (1 and "1" too: Inspect refuses such a dataset); or
 {"error": one line}, with exit status 1. The answer has a file of its own because the
 user's code may print anything on stdout and stderr.
@@ -109,6 +110,7 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
                     role: [str(m) for m in (models if isinstance(models, list) else [models])]
                     for role, models in (task.model_roles or {}).items()
                 },
+                "cost_limit": task.cost_limit,
                 "sandbox_types": sorted({t for t in map(_sandbox_type, [task, *chosen]) if t}),
                 "compose_files": _compose_files(task, [task, *chosen]),
                 "id_clash": clash,

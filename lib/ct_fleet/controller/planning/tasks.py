@@ -216,6 +216,7 @@ class ProbedTask:
     compose_files: list[str] = field(default_factory=list)  # its Docker sandboxes' compose files (absolute)
     model: str | None = None  # the model the task names for itself, which Inspect runs it with
     model_roles: dict[str, list[str]] = field(default_factory=dict)  # Task(model_roles=...): role -> models
+    cost_limit: float | None = None  # Task(cost_limit=...)
 
 
 def _worker_like_env(shipped: ShippedCode, keys: Mapping[str, str]) -> dict[str, str]:
@@ -292,6 +293,7 @@ def probe(
                 answer.get("compose_files", []),
                 answer.get("model"),
                 answer.get("model_roles") or {},
+                answer.get("cost_limit"),
             )
         )
     return found
