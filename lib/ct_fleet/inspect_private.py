@@ -44,7 +44,7 @@ from inspect_ai._cli.eval import RunConfigInput, merge_run_config_params, parse_
 from inspect_ai._cli.eval import eval_command as inspect_eval_command
 from inspect_ai._cli.util import parse_cli_config, parse_model_role_cli_args, parse_sandbox
 from inspect_ai._eval.list import task_files as inspect_task_files
-from inspect_ai._eval.loader import load_tasks, refers_to_task_source
+from inspect_ai._eval.loader import load_tasks, refers_to_task_source, solver_from_spec
 from inspect_ai._eval.score import metrics_from_log_header, reducers_from_log_header, resolve_scorers_info
 from inspect_ai._eval.task.results import (
     ScorerInfo,
@@ -55,8 +55,9 @@ from inspect_ai._eval.task.results import (
     eval_results,
     reduce_scores,
 )
+from inspect_ai._eval.task.task import resolve_approval, resolve_review
 from inspect_ai._eval.task.util import slice_dataset, task_file, task_run_dir
-from inspect_ai._sentinel._config import sentinel_with_args
+from inspect_ai._sentinel._config import resolve_sentinel_spec, sentinel_with_args
 from inspect_ai._util.config import parse_cli_args, resolve_args
 from inspect_ai._util.constants import get_deserializing_context
 from inspect_ai._util.decorator import parse_decorators
@@ -88,6 +89,10 @@ __all__ = [
     "RunConfigInput",
     "model_info_direct",
     "SolverSpec",
+    "resolve_approval",
+    "resolve_review",
+    "resolve_sentinel_spec",
+    "solver_from_spec",
     "sentinel_with_args",
     "checkpoint_config",
     "checkpoint_ship_order",

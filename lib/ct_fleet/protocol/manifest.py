@@ -78,7 +78,7 @@ class Manifest:
     settings: list[str] = field(default_factory=list)
     setting_requirements: list[str] = field(default_factory=list)
     selection: list[dict[str, Any]] = field(default_factory=list)  # setting runs: env/main/side tasks
-    revision: dict[str, Any] | None = None  # git revision of the tasks' code (planner._revision), for the merged header
+    revision: dict[str, Any] | None = None  # the tasks' git revision (ShippedCode.revision_of)
     extra_src: list[str] = field(default_factory=list)  # artifact keys of the --extra-src trees
     config: dict[str, Any] = field(default_factory=dict)
     command: str | None = None

@@ -74,7 +74,10 @@ def _locate_solver(asked: InspectRequest, extra: list[Path]) -> list[Path]:
     solver = asked.job_options.get("solver")
     if not isinstance(solver, str):
         return extra
-    where = tasks.locate(solver, REPO_ROOT, extra)
+    try:
+        where = tasks.locate(solver, REPO_ROOT, extra)
+    except BadInput as exc:  # it says "task": this is the solver
+        raise BadInput(str(exc).replace(f"task {solver}", f"--solver {solver}", 1)) from None
     if where.root == "registry":
         return extra
     asked.job_options.update(solver_path=where.spec, solver_root=where.root)
@@ -91,6 +94,7 @@ def plain_tasks(
     shuffle: bool | int | None,
     epochs: int | None = None,
     keys: Mapping[str, str] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> ChosenTasks:
     """Plain Inspect tasks, each loaded once as a worker would: their samples under the
     selection, and their own epochs unless `epochs` (--epochs) overrides them."""
@@ -112,6 +116,7 @@ def plain_tasks(
             display=given,
             shuffle=shuffle,
             keys=keys,
+            options=options,
         )
         probed_all.extend(probed)
         fleet_tasks.extend(

@@ -4,6 +4,7 @@ fleet is planned: on a fleet the same mistake would be a fleet of failed jobs.
 - every option, parsed by Inspect's own parsers as each job will parse it (eval_kwargs);
 - a limit its run cannot take, and a count of nothing at once (check_bounds);
 - options it refuses together (check_together; --sample-id with --sample-shuffle: choosing.py);
+- --solver, --approval, --review and --sentinel, made in the task's probe (probe_options);
 - each model role, read as Inspect reads it but without building the role's model client,
   which needs a key that only the workers may be given (role_models); planner.py checks
   each role's model and key as --model's, and the prices --cost-limit needs (models.py).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ...errors import BadInput, plain
@@ -144,3 +146,19 @@ def every_role_model(options: Mapping[str, Any], task_roles: set[tuple[str, str]
         for role, model in sorted(task_roles)
         if role not in set_here
     ]
+
+
+def probe_options(options: Mapping[str, Any], image: Path, extra_dir: Path) -> dict[str, Any]:
+    """What the probe makes once a task is loaded, as a job's eval() will (probe.py): the
+    --solver where it ships, with its -S and --solver-config args; --approval, --review and
+    --sentinel (with its args)."""
+    from ...inspect_private import parse_cli_config
+
+    names = ("approval", "review", "sentinel", "sentinel_arg")
+    found: dict[str, Any] = {name: options[name] for name in names if options.get(name)}
+    if options.get("solver"):
+        root = {"code": image, "extra": extra_dir}.get(str(options.get("solver_root")))
+        path = options.get("solver_path")
+        found["solver"] = str(root / path) if root is not None and path else options["solver"]
+        found["solver_args"] = parse_cli_config(options.get("s"), options.get("solver_config"))
+    return found

@@ -107,23 +107,6 @@ class PlannedFleet:
         )
 
 
-def _revision(tasks: list[FleetTask], shipped: ShippedCode, version: code.CodeVersion) -> dict[str, Any] | None:
-    """The git revision the merged logs record, as Inspect does for the code a task came
-    from: a task of its own tree gets that tree's repo (or none), a task of this checkout
-    or a setting the shipped commit, a registry task none. One per fleet: tasks that differ
-    get none rather than a wrong one."""
-    trees = {tree.name: tree.source for tree in shipped.trees}
-
-    def of(task: FleetTask) -> dict[str, Any] | None:
-        if task.task_root in ("code", "setting"):
-            return code.revision(REPO_ROOT, version)
-        tree = trees.get(task.task_spec.split("/", 1)[0]) if task.task_root == "extra" else None
-        return code.tree_revision(tree) if tree else None
-
-    found = [of(task) for task in tasks]
-    return found[0] if found and all(r == found[0] for r in found) else None
-
-
 def plan_fleet(request: FleetRequest) -> PlannedFleet:
     """Validate the request and decide the fleet; raises BadInput, changes nothing."""
     assert request.runs_dir is not None and request.dotenv is not None
@@ -260,8 +243,17 @@ def _tasks(request: FleetRequest, asked: _Asked, inputs: _Inputs, trees: list[An
         shipped.site = overlay.install(
             inputs.reqs, request.environ
         )  # the probe loads the task with them, as workers will
+        options = eval_checks.probe_options(asked.inspect.job_options, shipped.image, shipped.extra_dir)
         chosen = choosing.plain_tasks(
-            request, located, shipped, inputs.task_args, asked.defaults, asked.inspect.sample_shuffle, epochs, keys
+            request,
+            located,
+            shipped,
+            inputs.task_args,
+            asked.defaults,
+            asked.inspect.sample_shuffle,
+            epochs,
+            keys,
+            options,
         )
     else:
         chosen = choosing.settings_tasks(
@@ -327,7 +319,7 @@ def _spec(
         sandbox=tasks.sandbox,
         setting_requirements=inputs.requirements,
         wheels=inputs.reqs.wheels,
-        revision=_revision(grid, tasks.shipped, tasks.version),
+        revision=tasks.shipped.revision_of(grid, tasks.version),
         secret_names=secret_names,
         hourly_price=price.usd,
         price_source=price.source,

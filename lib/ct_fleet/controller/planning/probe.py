@@ -9,7 +9,8 @@ and whose sys.path is a worker's (the code's lib, examples/settings, the unpacke
 in that throwaway process, not in the controller.
 
 Request: {"spec": ..., "task_args": {...}, "limit": N | [start, stop] | null,
-"sample_id": [patterns] | null, "shuffle": true | seed | null}. Answer, written to the
+"sample_id": [patterns] | null, "shuffle": true | seed | null, "options": {"solver",
+"solver_args", "approval", "review", "sentinel", "sentinel_arg"} | null}. Answer, written to the
 file named on the command line: {"tasks": [{"name", "sample_ids", "epochs",
 "registry_name", "model", "model_roles", "cost_limit", "sandbox_types", "compose_files",
 "id_clash"}]} with each task's selected ids in dataset order, with their types, the model
@@ -17,7 +18,8 @@ the task names for itself (Task(model=...), else null), the models its roles nam
 (Task(model_roles=...): {role: [model, ...]}), its own cost limit, the compose files its
 Docker sandboxes use (absolute paths, found as Inspect finds them), and the first
 two ids of its dataset that are the same id (1 and "1" too: Inspect refuses such a dataset); or
-{"error": one line}, with exit status 1. The answer has a file of its own because the
+{"option_error": one line} when the request's "options" (--solver with its args, --approval,
+--review, --sentinel) do not resolve once the task is loaded; or {"error": one line}, with exit status 1. The answer has a file of its own because the
 user's code may print anything on stdout and stderr.
 
 Inspect's task loader and `slice_dataset` (private, through ct_fleet/inspect_private.py)
@@ -81,6 +83,8 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
         return {"tasks": [], "task_source": True}
     limit = request.get("limit")
     tasks = load_tasks([request["spec"]], request.get("task_args") or {})
+    if request.get("options") and (said := _options_error(request["options"])):
+        return {"tasks": [], "option_error": said}
     answers = []
     shuffle = request.get("shuffle")
     for task in tasks:
@@ -119,6 +123,44 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
     if not tasks:
         _why_no_tasks(str(request["spec"]))
     return {"tasks": answers}
+
+
+def _options_error(options: dict[str, Any]) -> str | None:
+    """The run's --solver, --approval, --review and --sentinel made as a job's eval() makes them, now that
+    the task's modules (which may register what they name) are loaded: what fails, or None."""
+    from ...inspect_private import (
+        ApprovalPolicyConfig,
+        ReviewPolicyConfig,
+        SolverSpec,
+        resolve_approval,
+        resolve_review,
+        resolve_sentinel_spec,
+        sentinel_with_args,
+        solver_from_spec,
+    )
+
+    steps: list[tuple[str, Any]] = []
+    if options.get("solver"):
+        args = options.get("solver_args") or {}
+        steps.append(("--solver", lambda: solver_from_spec(SolverSpec(options["solver"], args, args))))
+    for name, config, resolve in (
+        ("approval", ApprovalPolicyConfig, resolve_approval),
+        ("review", ReviewPolicyConfig, resolve_review),
+    ):
+        value = options.get(name)
+        if value:
+            given = config.model_validate(value) if isinstance(value, dict) else value
+            steps.append((f"--{name}", lambda resolve=resolve, given=given: resolve(given)))
+    if options.get("sentinel"):
+        spec = sentinel_with_args(options["sentinel"], tuple(options.get("sentinel_arg") or ()))
+        steps.append(("--sentinel", lambda: resolve_sentinel_spec(spec)))
+    for flag, step in steps:
+        try:
+            step()
+        except Exception as exc:
+            text = " ".join(line.strip() for line in plain(str(exc)).splitlines() if line.strip())
+            return f"{flag}: {type(exc).__name__}: {text[:400]}"
+    return None
 
 
 def _why_no_tasks(spec: str) -> None:

@@ -17,10 +17,15 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from ...paths import REPO_ROOT
 from ...tempdirs import owned_tempdir
 from . import code
 from .extra_src import scan_tree
+
+if TYPE_CHECKING:
+    from .jobs import FleetTask
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,22 @@ class ShippedCode:
             if path.is_relative_to(tree.source.resolve()):
                 return tree
         return None
+
+    def revision_of(self, tasks: Sequence[FleetTask], version: code.CodeVersion) -> dict[str, Any] | None:
+        """The git revision the merged logs record, as Inspect does for the code a task came
+        from: a task of its own tree gets that tree's repo (or none), a task of this checkout
+        or a setting the shipped commit, a registry task none. One per fleet: tasks that
+        differ get none rather than a wrong one."""
+        trees = {tree.name: tree.source for tree in self.trees}
+
+        def of(task: FleetTask) -> dict[str, Any] | None:
+            if task.task_root in ("code", "setting"):
+                return code.revision(REPO_ROOT, version)
+            tree = trees.get(task.task_spec.split("/", 1)[0]) if task.task_root == "extra" else None
+            return code.tree_revision(tree) if tree else None
+
+        found = [of(task) for task in tasks]
+        return found[0] if found and all(r == found[0] for r in found) else None
 
 
 def _unpack(tarball: Path, dest: Path) -> None:

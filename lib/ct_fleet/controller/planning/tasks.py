@@ -244,8 +244,11 @@ def probe(
     display: str,
     shuffle: bool | int | None = None,
     keys: Mapping[str, str] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> list[ProbedTask]:
-    """Load the task from the shipped image and list its selected sample ids."""
+    """Load the task from the shipped image and list its selected sample ids; OPTIONS (the
+    run's --solver, --approval, --review, --sentinel) are made there too, once its modules
+    are loaded (eval_checks.probe_options)."""
     # Relative to the root it ships in: Inspect's loader globs a file given without @name.
     cwd = {"code": shipped.image, "extra": shipped.extra_dir}.get(located.root, shipped.image)
     if located.root == "code" and not (shipped.image / _split(located.spec)[0]).exists():
@@ -256,10 +259,13 @@ def probe(
         "limit": limit,
         "sample_id": sample_id,
         "shuffle": shuffle,
+        "options": dict(options or {}),
     }
     answer = _run_probe(request, cwd, shipped, display, keys or {})
     if answer.get("task_source"):
         raise BadInput(f"task {display} {TASK_SOURCE}")
+    if answer.get("option_error"):
+        raise BadInput(f"{answer['option_error']} (as inspect eval would refuse it)")
     answers = answer["tasks"]
     if not answers and located.root == "registry":
         raise BadInput(f"task {display}: no such task (not a file here, and no installed package registers it)")

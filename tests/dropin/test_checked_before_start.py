@@ -1,10 +1,13 @@
-"""The models a run names besides --model: model roles (--model-role, a run config's
-model_roles, a task's Task(model_roles=...)) and the prices --cost-limit needs.
+"""What Inspect checks only as its run starts is checked before a fleet starts: on a fleet
+the same mistake would be a fleet of failed jobs, so here it is one line and exit 2.
 
-A role's model is checked as --model's is before anything starts (its provider, its key)
-and its key reaches the workers; a key may be in a .env only, as for a direct `inspect
-eval`. The tests/dropin/test_inspect_dropin.py fleet runs a grader role of a service no
---model names, against a direct run.
+- The models a run names besides --model: model roles (--model-role, a run config's
+  model_roles, a task's Task(model_roles=...)), each checked as --model is (provider, key)
+  with its key sent to the workers, a key in a .env only as good as for a direct `inspect
+  eval`; and the prices a cost limit needs. The tests/dropin/test_inspect_dropin.py fleet
+  runs a grader role of a service no --model names, against a direct run.
+- --solver, --approval, --review and --sentinel, made in the task's probe as a job's eval()
+  makes them, judged against Inspect's own command.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from ct_fleet.controller.planning import FleetRequest, plan_fleet
 from ct_fleet.errors import BadInput
+from ct_fleet.inspect_private import inspect_eval_command
 from testkit.task_files import NO_MODEL_CALL
 
 # t, a task whose grader role is a model of its own, and one with a cost limit of its own
@@ -167,3 +172,47 @@ def test_a_cost_limit_needs_every_models_prices_as_inspect_eval_does(project: Pa
             model_cost_config="costs.yaml",
             model_role=("grader=openai/gpt-4o",),
         )
+
+
+SOLVERS = """
+from inspect_ai.solver import solver
+
+
+@solver
+def mine():
+    async def solve(state, generate):
+        return state
+
+    return solve
+"""
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"solver": "solvers.py@mine"},
+        {"solver": "nothing"},  # registered by the task's own module
+        {"solver": "solvers.py@nope"},
+        {"solver": "nope"},
+        {"approval": "auto"},
+        {"approval": "approval.yaml"},  # an approver nobody registered
+        {"approval": "nope.yaml"},
+        {"sentinel": "nope"},
+    ],
+    ids=str,
+)
+def test_a_solver_approval_or_sentinel_is_refused_exactly_when_inspect_eval_refuses_it(
+    project: Path, options: dict[str, str]
+):
+    (project / "solvers.py").write_text(SOLVERS)
+    (project / "approval.yaml").write_text("approvers:\n  - name: nope\n    tools: '*'\n")
+    (name, value), *_ = options.items()
+    args = ["t.py@t", "--model", "mockllm/model", f"--{name}", value, "--log-dir", "logs", "--display", "none"]
+    direct = CliRunner().invoke(inspect_eval_command, args)
+    try:
+        _plan(project, **options)
+        refused = ""
+    except BadInput as exc:
+        refused = str(exc)
+    assert (direct.exit_code == 0) == (not refused), (options, direct.exception, refused)
+    assert refused.startswith(f"--{name}") or not refused
