@@ -197,11 +197,12 @@ def mine():
         {"approval": "auto"},
         {"approval": "approval.yaml"},  # an approver nobody registered
         {"approval": "nope.yaml"},
+        {"review": "nope.yaml"},
         {"sentinel": "nope"},
     ],
     ids=str,
 )
-def test_a_solver_approval_or_sentinel_is_refused_exactly_when_inspect_eval_refuses_it(
+def test_a_solver_approval_review_or_sentinel_is_refused_exactly_when_inspect_eval_refuses_it(
     project: Path, options: dict[str, str]
 ):
     (project / "solvers.py").write_text(SOLVERS)

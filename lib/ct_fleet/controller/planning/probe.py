@@ -17,10 +17,11 @@ file named on the command line: {"tasks": [{"name", "sample_ids", "epochs",
 the task names for itself (Task(model=...), else null), the models its roles name
 (Task(model_roles=...): {role: [model, ...]}), its own cost limit, the compose files its
 Docker sandboxes use (absolute paths, found as Inspect finds them), and the first
-two ids of its dataset that are the same id (1 and "1" too: Inspect refuses such a dataset); or
-{"option_error": one line} when the request's "options" (--solver with its args, --approval,
---review, --sentinel) do not resolve once the task is loaded; or {"error": one line}, with exit status 1. The answer has a file of its own because the
-user's code may print anything on stdout and stderr.
+two ids of its dataset that are the same id (1 and "1" too: Inspect refuses such a dataset);
+or {"option_error": one line} when the request's "options" (--solver with its args,
+--approval, --review, --sentinel) cannot be made once the task is loaded; or {"error": one
+line}, with exit status 1. The answer has a file of its own because the user's code may
+print anything on stdout and stderr.
 
 Inspect's task loader and `slice_dataset` (private, through ct_fleet/inspect_private.py)
 make the selection exactly the one `inspect eval` makes.
@@ -126,8 +127,9 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _options_error(options: dict[str, Any]) -> str | None:
-    """The run's --solver, --approval, --review and --sentinel made as a job's eval() makes them, now that
-    the task's modules (which may register what they name) are loaded: what fails, or None."""
+    """The run's --solver, --approval, --review and --sentinel made as a job's eval() makes
+    them, now that the task's modules (which may register what they name) are loaded: what
+    fails, or None."""
     from ...inspect_private import (
         ApprovalPolicyConfig,
         ReviewPolicyConfig,
@@ -139,27 +141,31 @@ def _options_error(options: dict[str, Any]) -> str | None:
         solver_from_spec,
     )
 
-    steps: list[tuple[str, Any]] = []
-    if options.get("solver"):
+    def solver() -> Any:
         args = options.get("solver_args") or {}
-        steps.append(("--solver", lambda: solver_from_spec(SolverSpec(options["solver"], args, args))))
-    for name, config, resolve in (
-        ("approval", ApprovalPolicyConfig, resolve_approval),
-        ("review", ReviewPolicyConfig, resolve_review),
-    ):
-        value = options.get(name)
-        if value:
-            given = config.model_validate(value) if isinstance(value, dict) else value
-            steps.append((f"--{name}", lambda resolve=resolve, given=given: resolve(given)))
-    if options.get("sentinel"):
-        spec = sentinel_with_args(options["sentinel"], tuple(options.get("sentinel_arg") or ()))
-        steps.append(("--sentinel", lambda: resolve_sentinel_spec(spec)))
-    for flag, step in steps:
+        return solver_from_spec(SolverSpec(options["solver"], args, args))
+
+    def policy(name: str, config: Any, resolve: Any) -> Any:
+        value = options[name]  # a config file's content, or a name
+        return resolve(config.model_validate(value) if isinstance(value, dict) else value)
+
+    def sentinel() -> Any:
+        return resolve_sentinel_spec(sentinel_with_args(options["sentinel"], tuple(options.get("sentinel_arg") or ())))
+
+    steps = {
+        "solver": solver,
+        "approval": lambda: policy("approval", ApprovalPolicyConfig, resolve_approval),
+        "review": lambda: policy("review", ReviewPolicyConfig, resolve_review),
+        "sentinel": sentinel,
+    }
+    for name, make in steps.items():
+        if not options.get(name):
+            continue
         try:
-            step()
+            make()
         except Exception as exc:
             text = " ".join(line.strip() for line in plain(str(exc)).splitlines() if line.strip())
-            return f"{flag}: {type(exc).__name__}: {text[:400]}"
+            return f"--{name}: {type(exc).__name__}: {text[:400]}"
     return None
 
 
