@@ -231,7 +231,9 @@ def _worker_like_env(shipped: ShippedCode, keys: Mapping[str, str]) -> dict[str,
         },
         drop=("PYTHONHOME",),
     )
-    return {**keys, **env}
+    # The interpreter's own variables (PYTHONHOME, ...) stay this process's: a .env's would
+    # change how a fresh interpreter starts, which a direct run's loading it never does.
+    return {**{k: v for k, v in keys.items() if not k.startswith("PYTHON")}, **env}
 
 
 def probe(
