@@ -174,23 +174,10 @@ def test_a_cost_limit_needs_every_models_prices_as_inspect_eval_does(project: Pa
         )
 
 
-SOLVERS = """
-from inspect_ai.solver import solver
-
-
-@solver
-def mine():
-    async def solve(state, generate):
-        return state
-
-    return solve
-"""
-
-
 @pytest.mark.parametrize(
     "options",
     [
-        {"solver": "solvers.py@mine"},
+        {"solver": "solvers.py@nothing"},  # a file of its own
         {"solver": "nothing"},  # registered by the task's own module
         {"solver": "solvers.py@nope"},
         {"solver": "nope"},
@@ -205,7 +192,7 @@ def mine():
 def test_a_solver_approval_review_or_sentinel_is_refused_exactly_when_inspect_eval_refuses_it(
     project: Path, options: dict[str, str]
 ):
-    (project / "solvers.py").write_text(SOLVERS)
+    (project / "solvers.py").write_text(NO_MODEL_CALL)
     (project / "approval.yaml").write_text("approvers:\n  - name: nope\n    tools: '*'\n")
     (name, value), *_ = options.items()
     args = ["t.py@t", "--model", "mockllm/model", f"--{name}", value, "--log-dir", "logs", "--display", "none"]

@@ -74,10 +74,7 @@ def _locate_solver(asked: InspectRequest, extra: list[Path]) -> list[Path]:
     solver = asked.job_options.get("solver")
     if not isinstance(solver, str):
         return extra
-    try:
-        where = tasks.locate(solver, REPO_ROOT, extra)
-    except BadInput as exc:  # it says "task": this is the solver
-        raise BadInput(str(exc).replace(f"task {solver}", f"--solver {solver}", 1)) from None
+    where = tasks.locate(solver, REPO_ROOT, extra, named="--solver")
     if where.root == "registry":
         return extra
     asked.job_options.update(solver_path=where.spec, solver_root=where.root)

@@ -108,8 +108,10 @@ def name_from_arn(arn: str) -> str:
 
 def probe_keys(dotenv: Mapping[str, str]) -> dict[str, str]:
     """What of the .env files a task's probe loads with (under the shell's own): what a direct
-    `inspect eval` would have in its environment, but AWS credentials, which no job gets."""
-    return {name: value for name, value in dotenv.items() if not name.startswith("AWS_")}
+    `inspect eval` would have in its environment, but AWS credentials, which no job gets, and
+    the interpreter's own variables (PYTHONHOME, ...), which would change how a fresh
+    interpreter starts where a direct run loads them only once it has."""
+    return {name: value for name, value in dotenv.items() if not name.startswith(("AWS_", "PYTHON"))}
 
 
 def secret_values(dotenv: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:

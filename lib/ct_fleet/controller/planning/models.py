@@ -124,7 +124,7 @@ def _check_provider(model: str, model_args: Mapping[str, Any], given: str) -> No
         )
     except PrerequisiteError as exc:
         lines = [line.strip() for line in plain(str(exc)).splitlines() if line.strip()]
-        raise BadInput(f"{given}: missing SDK: {' '.join(lines[-2:]).removeprefix('ERROR: ')}") from None
+        raise BadInput(f"{given}: missing SDK: {' '.join(lines[-2:])}") from None
     except ValueError as exc:
         if "not recognized" in str(exc):
             raise BadInput(f"{given}: unknown provider {provider_of(model)!r} (Inspect does not know it)") from None

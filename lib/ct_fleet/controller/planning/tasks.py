@@ -127,29 +127,32 @@ def _has_task(task: str, path: Path) -> bool:
         raise BadInput(f"task {task}: {cwd_relative(path)} cannot be read: {exc}") from None
 
 
-def check_tree_size(task: str, directory: Path) -> None:
+def check_tree_size(task: str, directory: Path, named: str = "task") -> None:
     """Refuse to ship, as the tree of TASK, a directory over IMPLICIT_TREE_MAX_FILES."""
     if sum(len(files) for _, _, files in os.walk(directory)) > IMPLICIT_TREE_MAX_FILES:
         raise BadInput(
-            f"task {task}: its directory {directory} holds over {IMPLICIT_TREE_MAX_FILES} files; "
+            f"{named} {task}: its directory {directory} holds over {IMPLICIT_TREE_MAX_FILES} files; "
             "put the task in a project directory and ship that with --extra-src DIR"
         )
 
 
-def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
-    """Find TASK (a file, file@name or a registered name) before anything is packed."""
+def locate(task: str, repo: Path, extra_src: Sequence[Path], named: str = "task") -> Located:
+    """Find TASK (a file, file@name or a registered name) before anything is packed; NAMED
+    is what errors call it (a --solver is found as a task is)."""
     file_part, name = _split(task)
     if name == "":
         # Inspect reads an empty name as none: every task of the file would run.
-        raise BadInput(f"task {task}: no task name after @; write {file_part}@NAME, or {file_part} for all its tasks")
+        raise BadInput(
+            f"{named} {task}: no task name after @; write {file_part}@NAME, or {file_part} for all its tasks"
+        )
     path = Path(file_part).expanduser()
     if not (path.suffix == ".py" or path.is_file() or path.is_dir()):
         # A registered name: Inspect's registry on a worker (installed packages) must know it.
         return Located("registry", task, task, None)
     if not path.exists():
-        raise BadInput(f"task {task}: no such file {path}")
+        raise BadInput(f"{named} {task}: no such file {path}")
     if not path.is_file():
-        raise BadInput(f"task {task}: {path} is not a regular file")
+        raise BadInput(f"{named} {task}: {path} is not a regular file")
     path = path.resolve()
     suffix = f"@{name}" if name else ""
     display = cwd_relative(path)
@@ -162,7 +165,7 @@ def locate(task: str, repo: Path, extra_src: Sequence[Path]) -> Located:
             rel = (Path(tree.name) / path.relative_to(tree)).as_posix()
             return Located("extra", rel + suffix, rel + suffix, display, path=path)
     directory = path.parent
-    check_tree_size(task, directory)
+    check_tree_size(task, directory, named)
     rel = (Path(directory.name) / path.relative_to(directory)).as_posix()
     return Located("extra", rel + suffix, rel + suffix, display, implicit_tree=directory, path=path)
 
@@ -231,9 +234,7 @@ def _worker_like_env(shipped: ShippedCode, keys: Mapping[str, str]) -> dict[str,
         },
         drop=("PYTHONHOME",),
     )
-    # The interpreter's own variables (PYTHONHOME, ...) stay this process's: a .env's would
-    # change how a fresh interpreter starts, which a direct run's loading it never does.
-    return {**{k: v for k, v in keys.items() if not k.startswith("PYTHON")}, **env}
+    return {**keys, **env}
 
 
 def probe(
